@@ -1,0 +1,147 @@
+# still: one flat GNU Makefile. `make` builds ./still; `make test`, `make asan`, `make refs`,
+# `make bench`, `make fuzz`, `make check-full`, `make demo`; `make CUDA=1` adds the CUDA backend.
+# A dependency step installs missing Debian packages first (NO_DEPS=1 skips it).
+
+CC ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+BUILD ?= build
+NO_DEPS ?= 0
+CUDA ?= 0
+MPI ?= auto
+
+DEPS_STAMP := $(BUILD)/.deps-ok
+$(shell mkdir -p $(BUILD))
+ifneq ($(NO_DEPS),1)
+ifeq ($(wildcard $(DEPS_STAMP)),)
+$(info still: checking Debian packages (NO_DEPS=1 skips))
+DEPS_RC := $(shell scripts/deps.sh build >&2 && touch $(DEPS_STAMP); echo $$?)
+endif
+endif
+
+PKGS := libcjson libpcre2-8 libutf8proc yaml-0.1
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+# OpenBLAS: the OpenMP build, so BLAS and our OpenMP loops share the cores.
+OPENBLAS_DIR := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
+ifneq ($(OPENBLAS_DIR),)
+BLAS_CFLAGS := -DSTILL_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/aarch64-linux-gnu/openblas-openmp
+BLAS_LIBS := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas
+$(info still: OpenBLAS (openmp) found in $(OPENBLAS_DIR))
+else
+$(info still: OpenBLAS not found: the CPU backend uses its own matmul (slow))
+endif
+
+$(info still: OpenMP on ($(CC) -fopenmp))
+
+MARCH ?= -march=native
+OPT ?= -O2
+WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
+CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -g $(WARN) -fopenmp $(PKG_CFLAGS) $(BLAS_CFLAGS) -Isrc
+CFLAGS := $(CFLAGS_BASE) $(OPT) $(MARCH) $(EXTRA_CFLAGS)
+LDLIBS := -fopenmp $(PKG_LIBS) $(BLAS_LIBS) -lm -lpthread $(EXTRA_LDLIBS)
+
+# MPI: optional, on when mpicc is found.
+ifeq ($(MPI),auto)
+MPI := $(if $(shell command -v mpicc 2>/dev/null),1,0)
+endif
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null) -DSTILL_MPI
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+CFLAGS += $(MPI_CFLAGS)
+LDLIBS += $(MPI_LIBS)
+$(info still: MPI on (mpicc))
+else
+$(info still: MPI off (single process))
+endif
+
+# CUDA: `make CUDA=1` (compile-only without a GPU).
+NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) nvcc)
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRCS := $(wildcard src/backend/cuda/*.cu)
+CFLAGS += -DSTILL_CUDA -I$(CUDA_HOME)/include
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt
+NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=[sm_90,compute_90] -Isrc -Xcompiler -Wall,-Wno-unused-parameter
+$(info still: CUDA on ($(NVCC)))
+else
+CUDA_SRCS :=
+$(info still: CUDA off (make CUDA=1 to build the CUDA backend))
+endif
+
+LIB_SRCS := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/model/*.c src/backend/*.c src/backend/ref/*.c \
+            src/backend/cpu/*.c src/tokenizer/*.c src/gen/*.c src/train/*.c src/dist/*.c src/cli/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+LIB := $(BUILD)/libstill.a
+
+TEST_SRCS := $(wildcard tests/unit/*.c tests/ops/*.c tests/model/*.c)
+TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
+
+.PHONY: all test asan refs bench fuzz check-full demo clean deps
+all: still
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	@ar rcs $@ $^
+
+still: $(BUILD)/src/cli/main.o $(LIB)
+	@echo "  LD    $@"
+	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	@$(CC) $(CFLAGS) -Itests -MMD -MP -o $@ $< $(LIB) $(LDLIBS)
+
+tests: $(TEST_BINS)
+
+# Every suite; the last line is "N passed, N failed[, N skipped]".
+test: still $(TEST_BINS)
+	@STILL_BUILD=$(BUILD) tests/run.sh all
+
+# Unit, op, parser, regression and small end-to-end tests under ASan + UBSan.
+asan:
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 MARCH=$(MARCH) \
+	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  EXTRA_LDLIBS="-fsanitize=address,undefined" MPI=0 build-asan/still-asan asan-run
+
+build-asan/still-asan: $(BUILD)/src/cli/main.o $(LIB) $(TEST_BINS)
+	$(CC) $(CFLAGS) -o $@ $(BUILD)/src/cli/main.o $(LIB) $(LDLIBS)
+
+asan-run:
+	@STILL_BUILD=build-asan STILL_BIN=build-asan/still-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=2 tests/run.sh asan
+
+# Regenerate reference fixtures with Debian's PyTorch / Jinja2 and the npm tokenizers, then diff.
+refs: still
+	@scripts/deps.sh refs
+	@scripts/make_refs.sh
+
+bench: still
+	@bench/run.sh
+
+fuzz:
+	@scripts/deps.sh fuzz
+	@scripts/fuzz.sh
+
+check-full: test asan refs
+	@STILL_BUILD=$(BUILD) tests/run.sh full
+
+demo: still
+	./still demo
+
+clean:
+	rm -rf build build-asan still
+
+-include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d)

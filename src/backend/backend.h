@@ -1,0 +1,136 @@
+// backend.h: the op table. Everything that touches device memory in a step is an op here, so
+// model/, gen/ and train/ are written once and run on every backend (ARCHITECTURE §4).
+//
+// Conventions (STYLE.md):
+//  - llm.c order: outputs first, then inputs, then dims. Dims: B batch, T sequence, C channels,
+//    NH query heads, NKV kv heads, HD head dim, N = B*T rows, V vocab, OC output channels.
+//  - Forward ops write their outputs with `=`. Backward ops ACCUMULATE (`+=`) into every
+//    gradient they produce (activation gradients and parameter gradients alike); callers zero
+//    gradient buffers first. A NULL gradient pointer means "not needed".
+//  - Pointers are device memory of the backend (host memory for ref and cpu). Weights that may
+//    be stored in bf16 (matmul and embedding tables) come with their DType; norm weights,
+//    biases, activations, gradients and optimizer state are always fp32.
+//  - Ops never allocate. Scratch space comes from the caller's plan.
+//  - backend/ref is the spec: plain scalar loops with double accumulators. backend/cpu and
+//    backend/cuda are held to it by tests/ops.
+#ifndef STILL_BACKEND_H
+#define STILL_BACKEND_H
+
+#include "../core/common.h"
+#include "../core/dtype.h"
+
+#include <stdint.h>
+
+#define IGNORE_INDEX (-100)
+
+typedef struct Backend Backend;
+
+struct Backend {
+    const char *name;  // "ref", "cpu", "cuda"
+    void *ctx;         // backend-private state (thread count, BLAS handles, streams)
+    int threads;
+
+    // ---- memory ------------------------------------------------------------------------
+    void *(*alloc)(Backend *be, size_t bytes);  // zero-filled, 64-byte aligned; aborts on failure
+    void (*free)(Backend *be, void *p);
+    void (*upload)(Backend *be, void *dst, const void *src, size_t bytes);    // host -> device
+    void (*download)(Backend *be, void *dst, const void *src, size_t bytes);  // device -> host
+    void (*zero)(Backend *be, void *dst, size_t bytes);
+    void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);      // device -> device
+    void (*sync)(Backend *be);
+    void (*destroy)(Backend *be);
+
+    // ---- embedding ---------------------------------------------------------------------
+    // ids (N), wte (V,C) -> out (N,C)
+    void (*embedding_forward)(Backend *be, float *out, const int32_t *ids, const void *wte, DType wdt, int N, int C);
+    // dwte (V,C) += scatter of dout (N,C) at ids (N)
+    void (*embedding_backward)(Backend *be, float *dwte, const float *dout, const int32_t *ids, int N, int C);
+
+    // ---- RMSNorm over the last dim (also per head for q/k norm: N = rows*heads, C = HD) -----
+    // inp (N,C), w (C) -> out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(mean(inp^2) + eps)
+    void (*rmsnorm_forward)(Backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+    // dinp (N,C) +=, dw (C) += ; from dout (N,C), inp, w, rstd
+    void (*rmsnorm_backward)(Backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int N, int C);
+
+    // ---- linear layer ------------------------------------------------------------------
+    // inp (N,C), w (OC,C) row-major as in HF, bias (OC) or NULL -> out (N,OC) = inp w^T + bias
+    void (*matmul_forward)(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
+                           int C, int OC);
+    // dinp (N,C) += dout w ; dw (OC,C) += dout^T inp ; dbias (OC) += colsum(dout). Any may be NULL.
+    void (*matmul_backward)(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                            const void *w, DType wdt, int N, int C, int OC);
+
+    // ---- rotary position embedding, half-split (NeoX) layout, in place ----------------------
+    // x (N,NH,HD), pos (N), inv_freq (HD/2): for i < HD/2, angle = pos*inv_freq[i],
+    // c = cos(angle)*mscale, s = sin(angle)*mscale;
+    // x[i] <- x[i] c - x[i+HD/2] s ; x[i+HD/2] <- x[i+HD/2] c + x[i] s
+    void (*rope_forward)(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
+                         int HD);
+    // dx (N,NH,HD) in place: the transpose rotation (dx is overwritten, not accumulated)
+    void (*rope_backward)(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
+                          int HD);
+
+    // ---- causal self-attention with GQA and segment masks --------------------------------
+    // q (B,T,NH,HD), k v (B,T,NKV,HD), seg (B,T) -> out (B,T,NH,HD), lse (B,NH,T)
+    // Query t attends key s iff s <= t and seg[b,s] == seg[b,t] != 0 (seg 0 = padding; packed
+    // documents carry distinct ids). Query head h uses kv head h / (NH/NKV). Scale 1/sqrt(HD).
+    // Padding queries (seg 0) produce out = 0 and lse = 0. lse is the log-sum-exp of the scaled
+    // scores, kept for the backward pass.
+    void (*attention_forward)(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const int32_t *seg, int B, int T, int NH, int NKV, int HD);
+    // dq (B,T,NH,HD) +=, dk dv (B,T,NKV,HD) += ; from dout, out, lse and the forward inputs
+    void (*attention_backward)(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                               const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                               int B, int T, int NH, int NKV, int HD);
+
+    // ---- SwiGLU MLP activation ---------------------------------------------------------
+    // gate, up (n) -> out (n) = silu(gate) * up
+    void (*swiglu_forward)(Backend *be, float *out, const float *gate, const float *up, size_t n);
+    // dgate (n) +=, dup (n) +=
+    void (*swiglu_backward)(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                            size_t n);
+
+    // ---- elementwise -------------------------------------------------------------------
+    // out (n) = a + b (out may alias a or b)
+    void (*add)(Backend *be, float *out, const float *a, const float *b, size_t n);
+    // x (n) *= s
+    void (*scale)(Backend *be, float *x, float s, size_t n);
+    // sum of x^2 with a double accumulator, returned to the host
+    double (*sumsq)(Backend *be, const float *x, size_t n);
+
+    // ---- loss heads: fused with the LM head, run in chunks of rows (ARCHITECTURE §5) -------
+    // Cross-entropy. h (N,C) final hidden states, W (V,C) LM head, targets (N) (IGNORE_INDEX =
+    // skip the row), weights (N) per-token loss weights or NULL (1 each).
+    // z_r = h_r W^T (fp32). Outputs per row (0 for ignored rows; each output may be NULL):
+    //   row_loss (N) = weight_r * (logsumexp(z_r) - z_r[target_r])
+    //   row_correct (N) = 1 if argmax z_r == target_r (first index on ties), else 0
+    //   row_entropy (N) = -sum_v p_v log p_v of softmax(z_r)
+    // Backward when dh != NULL: dz_r = grad_scale * weight_r * (softmax(z_r) - onehot(target_r));
+    // dh (N,C) += dz W ; dW (V,C) += dz^T h (when dW != NULL).
+    // scratch: (chunk, V + C) floats; at most `chunk` rows of logits exist at once.
+    void (*ce_head)(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                    const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                    float grad_scale, float *scratch, int chunk, int N, int C, int V);
+
+    // ---- optimizer ---------------------------------------------------------------------
+    // torch.optim.AdamW on a flat range, step t >= 1, gradient multiplied by grad_scale first:
+    // p *= 1 - lr*wd ; m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2 ;
+    // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+    void (*adamw)(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
+                  float eps, float wd, int t, float grad_scale);
+};
+
+// Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
+// cores. Asking for a backend this build or machine lacks is an error, never a silent fallback.
+Status backend_create(const char *name, int threads, Backend **out, Err *e);
+void backend_destroy(Backend *be);
+
+// Constructors of the individual backends (backend/ref/ref.c, backend/cpu/cpu.c, ...).
+Backend *backend_ref_create(int threads);
+Backend *backend_cpu_create(int threads);
+#ifdef STILL_CUDA
+Status backend_cuda_create(int threads, Backend **out, Err *e);
+#endif
+
+#endif

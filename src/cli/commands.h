@@ -1,0 +1,21 @@
+// commands.h: one entry point per subcommand (src/cli/cmd_*.c). Each parses its flags with
+// args_parse, calls the library, prints results to stdout and returns the process exit code.
+#ifndef STILL_COMMANDS_H
+#define STILL_COMMANDS_H
+
+typedef int (*CommandFn)(int argc, char **argv);
+
+typedef struct Command {
+    const char *name;
+    CommandFn fn;       // NULL: on the roadmap, not built yet
+    const char *summary;
+} Command;
+
+int cmd_init(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_loss(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_chat_template(int argc, char **argv);
+
+#endif

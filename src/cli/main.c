@@ -1,0 +1,60 @@
+// main.c: still <command> [--flags]. Dispatch only; every command lives in its cmd_*.c.
+#include "commands.h"
+
+#include "args.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const Command commands[] = {
+    {"init", NULL, "write a randomly initialised model in Hugging Face layout"},
+    {"info", NULL, "architecture, parameter count, plans and memory at a shape"},
+    {"logits", NULL, "logits for token ids, one line per position"},
+    {"loss", NULL, "mean next-token cross-entropy (and every gradient)"},
+    {"tokenize", NULL, "encode text to ids (or decode ids) with tokenizer.json"},
+    {"chat-template", NULL, "render messages through the model's chat template"},
+    {"generate", NULL, "generate text (static KV cache, sort-free sampling)"},
+    {"chat", NULL, "interactive chat through the chat template"},
+    {"eval", NULL, "generate for a dataset and report metrics"},
+    {"sft", NULL, "supervised fine-tuning (TRL SFTTrainer semantics)"},
+    {"distill", NULL, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
+    {"grpo", NULL, "online RL with GRPO"},
+    {"rloo", NULL, "online RL with RLOO"},
+    {"demo", NULL, "the whole system on a synthetic task"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: still <command> [--flags] [--config FILE]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-14s %s%s\n", commands[i].name, commands[i].summary,
+                commands[i].fn ? "" : " (not available yet)");
+    fprintf(f, "\n`still <command> --help` lists a command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *name = argv[1];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(commands[i].name, name) != 0) continue;
+        if (!commands[i].fn) {
+            fprintf(stderr, "still: '%s' is not available yet in this build (see the roadmap in README.md)\n", name);
+            return 2;
+        }
+        return commands[i].fn(argc - 2, argv + 2);
+    }
+    const char *best = NULL;
+    int best_d = 1 << 30;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        int d = args_edit_distance(name, commands[i].name);
+        if (d < best_d) best_d = d, best = commands[i].name;
+    }
+    if (best_d <= 3)
+        fprintf(stderr, "still: unknown command '%s'; did you mean '%s'?\n", name, best);
+    else
+        fprintf(stderr, "still: unknown command '%s'\n", name);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,207 @@
+// fileio.c: whole-file reads, mmap, atomic writes.
+#include "fileio.h"
+
+#include "alloc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+Status file_read_all(const char *path, char **out, size_t *len, Err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, errno == ENOENT ? ST_ENOTFOUND : ST_EIO, "%s: cannot open: %s", path, strerror(errno));
+    StrBuf sb = {0};
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_append(&sb, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        sb_free(&sb);
+        return err_set(e, ST_EIO, "%s: read error", path);
+    }
+    if (len) *len = sb.len;
+    *out = sb_take(&sb);
+    return ST_OK;
+}
+
+Status file_map(const char *path, MappedFile *m, Err *e) {
+    memset(m, 0, sizeof *m);
+    m->fd = -1;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return err_set(e, errno == ENOENT ? ST_ENOTFOUND : ST_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return err_set(e, ST_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    m->size = (size_t)st.st_size;
+    m->fd = fd;
+    if (m->size == 0) {
+        m->data = NULL;
+        return ST_OK;
+    }
+    void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        m->fd = -1;
+        return err_set(e, ST_EIO, "%s: cannot mmap: %s", path, strerror(errno));
+    }
+    m->data = p;
+    return ST_OK;
+}
+
+void file_unmap(MappedFile *m) {
+    if (m->data) munmap((void *)m->data, m->size);
+    if (m->fd >= 0) close(m->fd);
+    m->data = NULL;
+    m->fd = -1;
+}
+
+Status atomic_open(AtomicFile *af, const char *path, Err *e) {
+    memset(af, 0, sizeof *af);
+    af->path = xstrdup(path);
+    StrBuf sb = {0};
+    sb_printf(&sb, "%s.tmp.%d", path, (int)getpid());
+    af->tmp_path = sb_take(&sb);
+    af->f = fopen(af->tmp_path, "wb");
+    if (!af->f) {
+        Status st = err_set(e, ST_EIO, "%s: cannot create: %s", af->tmp_path, strerror(errno));
+        free(af->path);
+        free(af->tmp_path);
+        memset(af, 0, sizeof *af);
+        return st;
+    }
+    return ST_OK;
+}
+
+static char *dir_of(const char *path) {
+    char *copy = xstrdup(path);
+    char *d = xstrdup(dirname(copy));
+    free(copy);
+    return d;
+}
+
+Status atomic_commit(AtomicFile *af, Err *e) {
+    Status st = ST_OK;
+    if (fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0)
+        st = err_set(e, ST_EIO, "%s: write failed: %s", af->tmp_path, strerror(errno));
+    if (fclose(af->f) != 0 && st == ST_OK)
+        st = err_set(e, ST_EIO, "%s: close failed: %s", af->tmp_path, strerror(errno));
+    af->f = NULL;
+    if (st == ST_OK && rename(af->tmp_path, af->path) != 0)
+        st = err_set(e, ST_EIO, "%s: rename failed: %s", af->path, strerror(errno));
+    if (st != ST_OK) {
+        unlink(af->tmp_path);
+    } else {
+        char *d = dir_of(af->path);
+        st = dir_sync(d, e);
+        free(d);
+    }
+    free(af->path);
+    free(af->tmp_path);
+    af->path = af->tmp_path = NULL;
+    return st;
+}
+
+void atomic_abort(AtomicFile *af) {
+    if (af->f) fclose(af->f);
+    if (af->tmp_path) unlink(af->tmp_path);
+    free(af->path);
+    free(af->tmp_path);
+    memset(af, 0, sizeof *af);
+}
+
+Status file_write_atomic(const char *path, const void *data, size_t len, Err *e) {
+    AtomicFile af;
+    TRY(atomic_open(&af, path, e));
+    if (len && fwrite(data, 1, len, af.f) != len) {
+        atomic_abort(&af);
+        return err_set(e, ST_EIO, "%s: write failed", path);
+    }
+    return atomic_commit(&af, e);
+}
+
+int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int dir_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Status dir_create(const char *path, Err *e) {
+    char *p = xstrdup(path);
+    size_t n = strlen(p);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] == '/' || p[i] == '\0') {
+            char c = p[i];
+            p[i] = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                Status st = err_set(e, ST_EIO, "%s: cannot create directory: %s", p, strerror(errno));
+                free(p);
+                return st;
+            }
+            p[i] = c;
+        }
+    }
+    free(p);
+    if (!dir_exists(path)) return err_set(e, ST_EIO, "%s: exists and is not a directory", path);
+    return ST_OK;
+}
+
+Status dir_sync(const char *path, Err *e) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return err_set(e, ST_EIO, "%s: cannot open directory: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    if (rc != 0 && errno != EINVAL) return err_set(e, ST_EIO, "%s: fsync failed: %s", path, strerror(errno));
+    return ST_OK;
+}
+
+char *path_join(const char *dir, const char *name) {
+    StrBuf sb = {0};
+    size_t n = strlen(dir);
+    sb_puts(&sb, dir);
+    if (n && dir[n - 1] != '/') sb_putc(&sb, '/');
+    sb_puts(&sb, name);
+    return sb_take(&sb);
+}
+
+Status file_copy(const char *src, const char *dst, Err *e) {
+    char *data;
+    size_t len;
+    TRY(file_read_all(src, &data, &len, e));
+    Status st = file_write_atomic(dst, data, len, e);
+    free(data);
+    return st;
+}
+
+Status dir_remove_tree(const char *path, Err *e) {
+    DIR *d = opendir(path);
+    if (!d) return err_set(e, ST_EIO, "%s: cannot open directory: %s", path, strerror(errno));
+    struct dirent *de;
+    Status st = ST_OK;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char *p = path_join(path, de->d_name);
+        struct stat sst;
+        if (lstat(p, &sst) == 0 && S_ISDIR(sst.st_mode)) {
+            Status s2 = dir_remove_tree(p, e);
+            if (s2 != ST_OK) st = s2;
+        } else if (unlink(p) != 0) {
+            st = err_set(e, ST_EIO, "%s: cannot remove: %s", p, strerror(errno));
+        }
+        free(p);
+    }
+    closedir(d);
+    if (rmdir(path) != 0) st = err_set(e, ST_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    return st;
+}

@@ -1,0 +1,53 @@
+// safetensors.h: reading (single file or sharded with model.safetensors.index.json, mmap) and
+// writing (what transformers loads: "__metadata__": {"format": "pt"}, contiguous data, tensors
+// sorted by name so identical tensors give byte-identical files, written atomically).
+#ifndef STILL_SAFETENSORS_H
+#define STILL_SAFETENSORS_H
+
+#include "../core/common.h"
+#include "../core/dtype.h"
+#include "../core/fileio.h"
+
+#define ST_MAX_DIMS 8
+
+typedef struct StTensor {
+    char *name;
+    DType dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t numel;
+    const void *data;   // into the mapping
+    size_t nbytes;
+    int file_index;     // which shard
+} StTensor;
+
+typedef struct StSet {
+    StTensor *tensors;  // (n_tensors), sorted by name
+    int n_tensors;
+    MappedFile *files;  // (n_files) shards
+    char **file_paths;
+    int n_files;
+} StSet;
+
+// Open one .safetensors file, or a directory holding model.safetensors or a sharded
+// model.safetensors.index.json. Every header is validated: truncated file, header length past
+// end of file, bad JSON, unknown dtype, offsets out of range or overlapping, shape/size
+// mismatch, duplicate names. Messages name the file and the tensor.
+Status st_open(const char *path, StSet *set, Err *e);
+const StTensor *st_find(const StSet *set, const char *name);
+void st_close(StSet *set);
+
+typedef struct StWriteTensor {
+    const char *name;
+    DType dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    const void *data;   // host memory, nbytes = numel * dtype_size
+} StWriteTensor;
+
+// Write tensors (any order; written sorted by name) to path atomically. metadata: extra
+// string pairs for "__metadata__" besides "format": "pt" (may be NULL).
+Status st_write(const char *path, const StWriteTensor *tensors, int n, const char *const *metadata_kv, int n_kv,
+                Err *e);
+
+#endif
