@@ -27,6 +27,8 @@ typedef struct StSet {
     MappedFile *files;  // (n_files) shards
     char **file_paths;
     int n_files;
+    void **owned;       // (n_owned) aligned copies of tensors whose bytes are misaligned in the file
+    int n_owned;
 } StSet;
 
 // Open one .safetensors file, or a directory holding model.safetensors or a sharded
