@@ -39,7 +39,8 @@ def write(rel, content):
 
 
 def case(name, kind, rel, status, *expect):
-    cases.append({"name": name, "kind": kind, "path": os.path.join(OUT, rel), "status": status,
+    # Paths in the manifest are relative to the repository root, wherever OUT is.
+    cases.append({"name": name, "kind": kind, "path": "tests/data/malformed/" + rel, "status": status,
                   "expect": list(expect)})
 
 

@@ -402,23 +402,25 @@ typedef struct WriteOrder {
     size_t nbytes, begin;
 } WriteOrder;
 
-static int cmp_write_name(const void *a, const void *b) {
-    return strcmp(((const WriteOrder *)a)->t->name, ((const WriteOrder *)b)->t->name);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-// Data order: wider dtypes first, then by name, so every tensor starts aligned to its element
-// size (the header is padded to 8) without gaps, which readers reject.
-static int cmp_write_data(const void *a, const void *b) {
-    const WriteOrder *x = *(const WriteOrder *const *)a, *y = *(const WriteOrder *const *)b;
-    size_t sx = dtype_size(x->t->dtype), sy = dtype_size(y->t->dtype);
-    if (sx != sy) return sx > sy ? -1 : 1;
+// Rank of a dtype in the Rust crate's layout order (F32, then BF16, then F16).
+static int dtype_rank(DType t) { return t == DT_F32 ? 0 : t == DT_BF16 ? 1 : 2; }
+
+// Layout order, as the safetensors crate writes it: wider dtypes first, then by name, so every
+// tensor starts aligned to its element size (the header is padded to 8) without gaps, which
+// readers reject. The header lists tensors in the same order; for a single-dtype checkpoint
+// that is name order.
+static int cmp_write(const void *a, const void *b) {
+    const WriteOrder *x = a, *y = b;
+    int rx = dtype_rank(x->t->dtype), ry = dtype_rank(y->t->dtype);
+    if (rx != ry) return rx < ry ? -1 : 1;
     return strcmp(x->t->name, y->t->name);
 }
 
 Status st_write(const char *path, const StWriteTensor *tensors, int n, const char *const *metadata_kv, int n_kv,
                 Err *e) {
     WriteOrder *w = xcalloc((size_t)(n ? n : 1), sizeof *w);
-    WriteOrder **byd = xcalloc((size_t)(n ? n : 1), sizeof *byd);
     StrBuf hdr = {0};
     Status st = ST_OK;
     for (int i = 0; i < n; i++) {
@@ -445,21 +447,21 @@ Status st_write(const char *path, const StWriteTensor *tensors, int n, const cha
             st = err_set(e, ST_EINVAL, "%s: tensor \"%s\" has no data", path, t->name);
             goto done;
         }
-        byd[i] = &w[i];
     }
-    qsort(byd, (size_t)n, sizeof *byd, cmp_write_data);
+    qsort(w, (size_t)n, sizeof *w, cmp_write);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        byd[i]->begin = off;
-        off += byd[i]->nbytes;
+        w[i].begin = off;
+        off += w[i].nbytes;
     }
-    qsort(w, (size_t)n, sizeof *w, cmp_write_name);  // byd now stale; rebuilt below
-    for (int i = 1; i < n; i++) {
-        if (!strcmp(w[i].t->name, w[i - 1].t->name)) {
-            st = err_set(e, ST_EINVAL, "%s: tensor \"%s\" given twice", path, w[i].t->name);
-            goto done;
-        }
-    }
+    // The same name under two dtypes lands in two groups: check names on their own.
+    const char **names = xmalloc((size_t)(n ? n : 1) * sizeof *names);
+    for (int i = 0; i < n; i++) names[i] = w[i].t->name;
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 1; i < n && st == ST_OK; i++)
+        if (!strcmp(names[i], names[i - 1])) st = err_set(e, ST_EINVAL, "%s: tensor \"%s\" given twice", path, names[i]);
+    free(names);
+    if (st != ST_OK) goto done;
     int has_format = 0;
     for (int k = 0; k < n_kv; k++) has_format |= !strcmp(metadata_kv[2 * k], "format");
     sb_puts(&hdr, "{\"__metadata__\":{");
@@ -482,17 +484,6 @@ Status st_write(const char *path, const StWriteTensor *tensors, int n, const cha
     sb_putc(&hdr, '}');
     while (hdr.len % 8) sb_putc(&hdr, ' ');
 
-    // Data in layout order: sort by offset.
-    for (int i = 0; i < n; i++) byd[i] = &w[i];
-    for (int i = 1; i < n; i++) {  // insertion sort on begin (already nearly ordered by name groups)
-        WriteOrder *x = byd[i];
-        int j = i - 1;
-        while (j >= 0 && byd[j]->begin > x->begin) {
-            byd[j + 1] = byd[j];
-            j--;
-        }
-        byd[j + 1] = x;
-    }
     AtomicFile af;
     st = atomic_open(&af, path, e);
     if (st != ST_OK) goto done;
@@ -501,7 +492,7 @@ Status st_write(const char *path, const StWriteTensor *tensors, int n, const cha
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
     int ok = fwrite(len8, 1, 8, af.f) == 8 && fwrite(hdr.data, 1, hdr.len, af.f) == hdr.len;
     for (int i = 0; ok && i < n; i++)
-        if (byd[i]->nbytes) ok = fwrite(byd[i]->t->data, 1, byd[i]->nbytes, af.f) == byd[i]->nbytes;
+        if (w[i].nbytes) ok = fwrite(w[i].t->data, 1, w[i].nbytes, af.f) == w[i].nbytes;
     if (!ok) {
         atomic_abort(&af);
         st = err_set(e, ST_EIO, "%s: write failed", path);
@@ -511,6 +502,5 @@ Status st_write(const char *path, const StWriteTensor *tensors, int n, const cha
 done:
     sb_free(&hdr);
     free(w);
-    free(byd);
     return st;
 }

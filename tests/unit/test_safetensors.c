@@ -192,6 +192,51 @@ static void test_not_found(void) {
     free(p);
 }
 
+// The sample of scripts/check_safetensors_load.py, written by st_write, must equal the file that
+// script lays out the way the safetensors crate does (tests/data/st/reference.safetensors).
+static void test_matches_reference(void) {
+    static const struct {
+        const char *name;
+        DType dt;
+        int ndim;
+        int64_t shape[2];
+    } spec[] = {
+        {"model.embed_tokens.weight", DT_BF16, 2, {4, 3}}, {"model.norm.weight", DT_F32, 1, {3}},
+        {"lm_head.weight", DT_F16, 2, {4, 3}},             {"model.layers.0.self_attn.q_proj.bias", DT_F32, 1, {5}},
+        {"z.scalar", DT_F32, 0, {0}},                      {"b.odd", DT_BF16, 1, {3}},
+        {"a.empty", DT_F16, 2, {0, 2}},
+    };
+    enum { NS = sizeof spec / sizeof spec[0] };
+    StWriteTensor t[NS];
+    void *bufs[NS];
+    for (int k = 0; k < NS; k++) {
+        size_t numel = 1;
+        for (int d = 0; d < spec[k].ndim; d++) numel *= (size_t)spec[k].shape[d];
+        float *f = xmalloc((numel ? numel : 1) * sizeof *f);
+        for (size_t i = 0; i < numel; i++) f[i] = (float)((int)((37 * i + 11 * (size_t)k) % 101) - 50) / 8.0f;
+        bufs[k] = xmalloc((numel ? numel : 1) * 4);
+        dtype_convert(bufs[k], spec[k].dt, f, DT_F32, numel);
+        free(f);
+        t[k] = (StWriteTensor){spec[k].name, spec[k].dt, spec[k].ndim, {spec[k].shape[0], spec[k].shape[1]}, bufs[k]};
+    }
+    char *p = tmp("sample.safetensors");
+    Err e = {0};
+    EXPECT_MSG(st_write(p, t, NS, NULL, 0, &e) == ST_OK, "%s", e.msg);
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    EXPECT_MSG(file_read_all("tests/data/st/reference.safetensors", &a, &na, &e) == ST_OK, "%s", e.msg);
+    EXPECT(file_read_all(p, &b, &nb, &e) == ST_OK);
+    EXPECT_MSG(a && b && na == nb && !memcmp(a, b, na), "st_write output differs from the reference (%zu vs %zu bytes)",
+               nb, na);
+    // STILL_ST_SAMPLE_OUT=path keeps a copy for scripts/check_safetensors_load.py check.
+    const char *keep = getenv("STILL_ST_SAMPLE_OUT");
+    if (keep && b) EXPECT(file_write_atomic(keep, b, nb, &e) == ST_OK);
+    free(a);
+    free(b);
+    for (int k = 0; k < NS; k++) free(bufs[k]);
+    free(p);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/still_test_st_%d", (int)getpid());
     Err e = {0};
@@ -202,6 +247,7 @@ int main(void) {
     RUN(test_sharded);
     RUN(test_misaligned);
     RUN(test_not_found);
+    RUN(test_matches_reference);
     dir_remove_tree(tmpdir, &e);
     TEST_MAIN_END();
 }
