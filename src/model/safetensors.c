@@ -230,8 +230,7 @@ static Status add_file(StSet *set, const char *path, Err *e) {
     return ST_OK;
 }
 
-static Status finish(StSet *set, int *cap, Err *e) {
-    UNUSED(cap);
+static Status finish(StSet *set, Err *e) {
     qsort(set->tensors, (size_t)set->n_tensors, sizeof *set->tensors, cmp_tensor);
     for (int i = 1; i < set->n_tensors; i++) {
         if (!strcmp(set->tensors[i].name, set->tensors[i - 1].name)) {
@@ -251,7 +250,7 @@ static Status open_single(const char *path, StSet *set, Err *e) {
     TRY(add_file(set, path, e));
     int cap = 0;
     TRY(parse_file(&set->files[0], path, 0, &set->tensors, &set->n_tensors, &cap, e));
-    return finish(set, &cap, e);
+    return finish(set, e);
 }
 
 static int is_index_path(const char *path) {
@@ -309,7 +308,7 @@ static Status open_index(const char *index_path, StSet *set, Err *e) {
         st = parse_file(&set->files[fi], set->file_paths[fi], fi, &set->tensors, &set->n_tensors, &cap, e);
         if (st != ST_OK) goto done;
     }
-    st = finish(set, &cap, e);
+    st = finish(set, e);
     if (st != ST_OK) goto done;
     // Every mapped tensor must be in the shard the index names.
     cJSON_ArrayForEach(v, wm) {
