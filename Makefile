@@ -78,6 +78,8 @@ LIB := $(BUILD)/libstill.a
 
 TEST_SRCS := $(wildcard tests/unit/*.c tests/ops/*.c tests/model/*.c)
 TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
 .PHONY: all test asan refs bench fuzz check-full demo clean deps
 all: still
@@ -106,18 +108,26 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
 
 tests: $(TEST_BINS)
 
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  BENCH $@"
+	@$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(LIB) $(LDLIBS)
+
 # Every suite; the last line is "N passed, N failed[, N skipped]".
 test: still $(TEST_BINS)
 	@STILL_BUILD=$(BUILD) tests/run.sh all
 
 # Unit, op, parser, regression and small end-to-end tests under ASan + UBSan.
 asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 MARCH=$(MARCH) \
-	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  EXTRA_LDLIBS="-fsanitize=address,undefined" MPI=0 build-asan/still-asan asan-run
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 MARCH=$(MARCH) MPI=0 $(ASAN_VARS) build-asan/still-asan
+	@$(MAKE) --no-print-directory BUILD=build-asan MPI=0 asan-run
+
+ASAN_VARS = EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  EXTRA_LDLIBS="-fsanitize=address,undefined"
 
 build-asan/still-asan: $(BUILD)/src/cli/main.o $(LIB) $(TEST_BINS)
-	$(CC) $(CFLAGS) -o $@ $(BUILD)/src/cli/main.o $(LIB) $(LDLIBS)
+	@echo "  LD    $@"
+	@$(CC) $(CFLAGS) -o $@ $(BUILD)/src/cli/main.o $(LIB) $(LDLIBS)
 
 asan-run:
 	@STILL_BUILD=build-asan STILL_BIN=build-asan/still-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -128,7 +138,7 @@ refs: still
 	@scripts/deps.sh refs
 	@scripts/make_refs.sh
 
-bench: still
+bench: still $(BENCH_BINS)
 	@bench/run.sh
 
 fuzz:
@@ -144,4 +154,4 @@ demo: still
 clean:
 	rm -rf build build-asan still
 
--include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(BENCH_BINS:=.d)

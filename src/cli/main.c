@@ -7,10 +7,10 @@
 #include <string.h>
 
 static const Command commands[] = {
-    {"init", NULL, "write a randomly initialised model in Hugging Face layout"},
-    {"info", NULL, "architecture, parameter count, plans and memory at a shape"},
-    {"logits", NULL, "logits for token ids, one line per position"},
-    {"loss", NULL, "mean next-token cross-entropy (and every gradient)"},
+    {"init", cmd_init, "write a randomly initialised model in Hugging Face layout"},
+    {"info", cmd_info, "architecture, parameter count, plans and memory at a shape"},
+    {"logits", cmd_logits, "logits for token ids, one line per position"},
+    {"loss", cmd_loss, "mean next-token cross-entropy (and every gradient)"},
     {"tokenize", NULL, "encode text to ids (or decode ids) with tokenizer.json"},
     {"chat-template", NULL, "render messages through the model's chat template"},
     {"generate", NULL, "generate text (static KV cache, sort-free sampling)"},

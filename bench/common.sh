@@ -1,0 +1,24 @@
+# bench/common.sh: shared helpers for bench_*.sh (sourced).
+BUILD=${STILL_BUILD:-build}
+machine() { lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'; }
+ncpu() { nproc; }
+torch_blas() {  # what Debian's PyTorch multiplies with: the target of libblas.so.3
+  readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown
+}
+# append_row SECTION HEADER ROW: add a row under "## SECTION" (creating the section with HEADER).
+append_row() {
+  local section=$1 header=$2 row=$3 f=bench/RESULTS.md
+  [ -f "$f" ] || printf '# Benchmark results\n\nAppend-only: one section per benchmark, one row per run.\n' >"$f"
+  if ! grep -q "^## $section\$" "$f"; then
+    printf '\n## %s\n\n%s\n' "$section" "$header" >>"$f"
+  fi
+  # insert after the last line of the section
+  awk -v sec="## $section" -v row="$row" '
+    { lines[NR] = $0 }
+    $0 == sec { insec = 1; start = NR; next }
+    insec && /^## / { insec = 0 }
+    insec && NF { last = NR }
+    END {
+      for (i = 1; i <= NR; i++) { print lines[i]; if (i == last) print row }
+    }' "$f" >"$f.tmp" && mv "$f.tmp" "$f"
+}

@@ -1,0 +1,103 @@
+// cli_common.c: shared command plumbing.
+#include "cli_common.h"
+
+#include "../core/alloc.h"
+#include "../core/fileio.h"
+#include "../core/hf_cache.h"
+#include "../core/log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+
+int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv,
+              int *done) {
+    Err e = {0};
+    *done = 0;
+    Status st = args_parse(a, command, specs, argc, argv, &e);
+    if (st != ST_OK) {
+        fprintf(stderr, "still %s: %s\n", command, e.msg);
+        args_free(a);
+        return 2;
+    }
+    if (args_bool(a, "help")) {
+        args_print_help(stdout, command, summary, specs);
+        args_free(a);
+        *done = 1;
+        return 0;
+    }
+    const char *lvl = args_str(a, "log_level");
+    if (!strcmp(lvl, "error")) log_set_level(LOG_ERROR);
+    else if (!strcmp(lvl, "warning") || !strcmp(lvl, "warn")) log_set_level(LOG_WARN);
+    else if (!strcmp(lvl, "debug")) log_set_level(LOG_DEBUG);
+    else if (!strcmp(lvl, "info")) log_set_level(LOG_INFO);
+    else {
+        fprintf(stderr, "still %s: --log_level %s: expected error, warning, info or debug\n", command, lvl);
+        args_free(a);
+        return 2;
+    }
+    return 0;
+}
+
+int cli_fail(const char *command, const Err *e) {
+    fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
+    return e->code == ST_EUNSUPPORTED ? 3 : 1;
+}
+
+Status cli_backend(const Args *a, Backend **out, Err *e) {
+    return backend_create(args_str(a, "device"), (int)args_int(a, "threads"), out, e);
+}
+
+Status cli_model_dir(const Args *a, const char *flag, char **dir, Err *e) {
+    const char *model = args_str(a, flag);
+    if (!model) return err_set(e, ST_EINVAL, "--%s is required (a model directory or a hub id in the local cache)", flag);
+    const char *rev = NULL;
+    if (args_is_set(a, "revision")) rev = args_str(a, "revision");
+    return hf_resolve_model(model, rev, dir, e);
+}
+
+Status cli_dtype(const Args *a, int *out, Err *e) {
+    *out = -1;
+    const char *s = args_str(a, "dtype");
+    if (!s || !strcmp(s, "auto")) return ST_OK;
+    DType d;
+    if (dtype_parse(s, &d) != 0 || d == DT_F16)
+        return err_set(e, ST_EINVAL, "--dtype %s: expected float32 or bfloat16", s);
+    *out = (int)d;
+    return ST_OK;
+}
+
+Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t **ids, int *n, Err *e) {
+    int cap = 16, cnt = 0;
+    int32_t *v = xmalloc((size_t)cap * sizeof(int32_t));
+    const char *p = text;
+    while (*p) {
+        while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || (*end && !isspace((unsigned char)*end) && *end != ',')) {
+            int len = 0;
+            while (p[len] && !isspace((unsigned char)p[len]) && p[len] != ',') len++;
+            free(v);
+            return err_set(e, ST_EINVAL, "%s: \"%.*s\" is not a token id", what, len, p);
+        }
+        if (x < 0 || (vocab_size > 0 && x >= vocab_size)) {
+            free(v);
+            return err_set(e, ST_EINVAL, "%s: token id %lld is outside the vocabulary [0, %d)", what, x, vocab_size);
+        }
+        if (cnt == cap) v = xrealloc(v, (size_t)(cap *= 2) * sizeof(int32_t));
+        v[cnt++] = (int32_t)x;
+        p = end;
+    }
+    if (cnt == 0) {
+        free(v);
+        return err_set(e, ST_EINVAL, "%s: no token ids given", what);
+    }
+    *ids = v;
+    *n = cnt;
+    return ST_OK;
+}
+
+int cli_round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }

@@ -1,0 +1,26 @@
+// cli_common.h: what every command does the same way: logging level, backend from --device /
+// --threads, model resolution (directory or hub id in the local cache), id lists, errors.
+#ifndef STILL_CLI_COMMON_H
+#define STILL_CLI_COMMON_H
+
+#include "../backend/backend.h"
+#include "../model/model.h"
+#include "args.h"
+
+// Parse flags; handles --help (prints and returns 0 via *done) and logging. Returns exit code
+// 0 on success, 2 on a flag error (printed).
+int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv,
+              int *done);
+// Print "still <command>: <message>" to stderr and return the exit code for a status.
+int cli_fail(const char *command, const Err *e);
+Status cli_backend(const Args *a, Backend **out, Err *e);
+// --model (and --revision) resolved to a directory. Caller frees.
+Status cli_model_dir(const Args *a, const char *flag, char **dir, Err *e);
+// --dtype as a matrix storage dtype, or -1 when not given.
+Status cli_dtype(const Args *a, int *out, Err *e);
+// Parse "1 2 3" (spaces, commas or newlines) into ids; each checked against vocab_size when > 0.
+Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t **ids, int *n, Err *e);
+// Round n up to a multiple of m (m <= 1: unchanged).
+int cli_round_up(int n, int m);
+
+#endif

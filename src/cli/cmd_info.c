@@ -1,0 +1,81 @@
+// cmd_info.c: still info — architecture, parameter count, and the plans and memory a shape needs.
+#include "../core/alloc.h"
+#include "../core/fileio.h"
+#include "../model/tensors.h"
+#include "cli_common.h"
+#include "commands.h"
+
+#include <string.h>
+
+static const ArgSpec specs[] = {
+    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
+    {"batch", ARG_INT, "1", "batch size B of the shape to plan"},
+    {"seq", ARG_INT, "128", "sequence length T of the shape to plan"},
+    {NULL, 0, NULL, NULL},
+};
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+static Status run(const Args *a, Err *e) {
+    char *dir;
+    TRY(cli_model_dir(a, "model", &dir, e));
+    char *cfg_path = path_join(dir, "config.json");
+    ModelConfig cfg;
+    Status st = config_load(cfg_path, &cfg, e);
+    free(cfg_path);
+    if (st != ST_OK) {
+        free(dir);
+        return st;
+    }
+    int dt;
+    st = cli_dtype(a, &dt, e);
+    int B = (int)args_int(a, "batch"), T = (int)args_int(a, "seq");
+    if (st == ST_OK && (B <= 0 || T <= 0)) st = err_set(e, ST_EINVAL, "--batch and --seq must be positive");
+    if (st == ST_OK) {
+        DType infer_dt = dt >= 0 ? (DType)dt : (cfg.torch_dtype == DT_BF16 ? DT_BF16 : DT_F32);
+        TensorTable tt32, ttinf;
+        tensors_build(&tt32, &cfg, DT_F32);
+        tensors_build(&ttinf, &cfg, infer_dt);
+        int chunk = plan_head_chunk(cfg.vocab_size);
+        size_t score = plan_bytes(&cfg, PLAN_SCORE, B, T, chunk), train = plan_bytes(&cfg, PLAN_TRAIN, B, T, chunk);
+        size_t p32 = tt32.param_bytes, g = tt32.n_params * 4, adam = 2 * tt32.n_params * 4;
+        printf("model           %s\n", dir);
+        printf("architecture    %s: %d layers, hidden %d, heads %d (kv %d), head_dim %d, mlp %d, vocab %d\n",
+               cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
+               cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size);
+        printf("flags           tied embeddings %s, qk norm %s, qkv bias %s, o bias %s, rope theta %g%s\n",
+               cfg.tie_word_embeddings ? "yes" : "no", cfg.qk_norm ? "yes" : "no", cfg.qkv_bias ? "yes" : "no",
+               cfg.o_bias ? "yes" : "no", cfg.rope_theta,
+               cfg.rope_scaling.type == ROPE_LLAMA3 ? " (llama3 scaling)"
+               : cfg.rope_scaling.type == ROPE_YARN ? " (yarn scaling)"
+               : cfg.rope_scaling.type == ROPE_LINEAR ? " (linear scaling)" : "");
+        printf("parameters      %zu (%.1f M)\n", tt32.n_params, tt32.n_params / 1e6);
+        printf("shape           batch %d x seq %d\n", B, T);
+        printf("inference       weights %.1f MiB (%s) + plan score B=%d T=%d %.1f MiB = %.1f MiB, 1 plan\n",
+               mib(ttinf.param_bytes), dtype_torch_name(infer_dt), B, T, mib(score), mib(ttinf.param_bytes + score));
+        printf("training        weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB + plan train B=%d T=%d %.1f MiB "
+               "= %.1f MiB, 1 plan\n",
+               mib(p32), mib(g), mib(adam), B, T, mib(train), mib(p32 + g + adam + train));
+        printf("loss head       chunks of %d rows: %.1f MiB of logits at a time (never B x T x V = %.1f MiB)\n", chunk,
+               mib((size_t)chunk * cfg.vocab_size * 4), mib((size_t)B * T * cfg.vocab_size * 4));
+        tensors_free(&tt32);
+        tensors_free(&ttinf);
+    }
+    config_free(&cfg);
+    free(dir);
+    return st;
+}
+
+int cmd_info(int argc, char **argv) {
+    Args a;
+    int done;
+    int rc = cli_parse(&a, "info", "Architecture, parameter count, and the plans and memory for inference and training "
+                                   "at a shape.",
+                       specs, argc, argv, &done);
+    if (rc || done) return rc;
+    Err e = {0};
+    Status st = run(&a, &e);
+    args_free(&a);
+    return st == ST_OK ? 0 : cli_fail("info", &e);
+}

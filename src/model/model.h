@@ -1,0 +1,42 @@
+// model.h: a loaded model: config, tensor table, one parameter buffer on the backend, optional
+// fp32 gradient buffer, RoPE tables, and its plan cache.
+#ifndef STILL_MODEL_H
+#define STILL_MODEL_H
+
+#include "../backend/backend.h"
+#include "config.h"
+#include "plan.h"
+#include "tensors.h"
+
+typedef struct Model {
+    ModelConfig cfg;
+    TensorTable tt;
+    Backend *be;
+    char *dir;            // directory it was loaded from (NULL for a fresh init)
+    DType matrix_dtype;   // storage of 2-D weights in params
+    DType ckpt_dtype;     // dtype of the checkpoint's weights (what saving writes by default)
+    void *params;         // device, tt.param_bytes
+    float *grads;         // device (tt.n_params) fp32, NULL until model_alloc_grads
+    float *inv_freq;      // device (HD/2) RoPE inverse frequencies
+    float rope_mscale;    // attention scaling applied to cos and sin (yarn), else 1
+    PlanCache plans;
+} Model;
+
+// Load config.json and safetensors (single or sharded) from a directory. matrix_dtype < 0:
+// keep the checkpoint's dtype for 2-D weights when it is BF16, else F32. Missing, extra or
+// mis-shaped tensors are errors naming the tensor.
+Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
+// A fresh model from a config: normal(0, initializer_range) matrices, norm weights 1, biases 0.
+Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e);
+// Write model.safetensors (in save_dtype) and config.json into dir (created if needed).
+Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e);
+void model_alloc_grads(Model *m);
+void model_free(Model *m);
+
+// Device pointers of a tensor (NULL when the model has none of that kind).
+void *model_param(const Model *m, TensorKind kind, int layer);
+float *model_grad(const Model *m, TensorKind kind, int layer);
+// The LM head (tied: the embedding) and its gradient.
+const TensorInfo *model_lm_head(const Model *m);
+
+#endif

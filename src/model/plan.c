@@ -1,0 +1,144 @@
+// plan.c: laying out a plan's buffers in one arena, and the plan cache.
+#include "plan.h"
+
+#include "../core/alloc.h"
+#include "../core/log.h"
+#include "model.h"
+
+#include <string.h>
+
+const char *plan_mode_name(PlanMode mode) { return mode == PLAN_TRAIN ? "train" : "score"; }
+
+int plan_head_chunk(int V) {
+    // About 16 MiB of logits per chunk, between 16 and 256 rows.
+    long rows = (16L << 20) / 4 / (V > 0 ? V : 1);
+    return (int)(rows < 16 ? 16 : rows > 256 ? 256 : rows);
+}
+
+#define TAKE_F(n) ((float *)arena_take(a, (size_t)(n) * sizeof(float)))
+#define TAKE_I(n) ((int32_t *)arena_take(a, (size_t)(n) * sizeof(int32_t)))
+
+static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t N, int B, int T) {
+    size_t C = cfg->hidden_size, FF = cfg->intermediate_size;
+    size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
+    la->res_in = TAKE_F(N * C);
+    la->ln1 = TAKE_F(N * C);
+    la->rstd1 = TAKE_F(N);
+    la->q = TAKE_F(N * QD);
+    la->k = TAKE_F(N * KD);
+    la->v = TAKE_F(N * KD);
+    if (cfg->qk_norm) {
+        la->qr = TAKE_F(N * QD);
+        la->kr = TAKE_F(N * KD);
+        la->rstdq = TAKE_F(N * cfg->num_attention_heads);
+        la->rstdk = TAKE_F(N * cfg->num_key_value_heads);
+    } else {
+        la->qr = la->q;
+        la->kr = la->k;
+        la->rstdq = la->rstdk = NULL;
+    }
+    la->att = TAKE_F(N * QD);
+    la->lse = TAKE_F((size_t)B * cfg->num_attention_heads * T);
+    la->res_mid = TAKE_F(N * C);
+    la->ln2 = TAKE_F(N * C);
+    la->rstd2 = TAKE_F(N);
+    la->gate = TAKE_F(N * FF);
+    la->up = TAKE_F(N * FF);
+    la->act = TAKE_F(N * FF);
+}
+
+// Lay out every buffer; with a->base == NULL this only measures.
+static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int chunk) {
+    size_t N = (size_t)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size, V = cfg->vocab_size;
+    size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
+    int L = cfg->num_hidden_layers;
+    p->ids = TAKE_I(N);
+    p->pos = TAKE_I(N);
+    p->seg = TAKE_I(N);
+    p->targets = TAKE_I(N);
+    p->weights = TAKE_F(N);
+    if (mode == PLAN_TRAIN) {
+        for (int l = 0; l < L; l++) layer_layout(a, &p->layers[l], cfg, N, B, T);
+    } else {
+        layer_layout(a, &p->layers[0], cfg, N, B, T);
+        for (int l = 1; l < L; l++) p->layers[l] = p->layers[0];
+    }
+    p->res_out = TAKE_F(N * C);
+    p->lnf = TAKE_F(N * C);
+    p->rstdf = TAKE_F(N);
+    p->row_loss = TAKE_F(N);
+    p->row_correct = TAKE_F(N);
+    p->row_entropy = TAKE_F(N);
+    p->head_chunk = chunk;
+    p->head_scratch = TAKE_F((size_t)chunk * (V + C));
+    if (mode == PLAN_TRAIN) {
+        p->dres = TAKE_F(N * C);
+        p->dln = TAKE_F(N * C);
+        p->dq = TAKE_F(N * QD);
+        p->dk = TAKE_F(N * KD);
+        p->dv = TAKE_F(N * KD);
+        p->dqr = cfg->qk_norm ? TAKE_F(N * QD) : p->dq;
+        p->dkr = cfg->qk_norm ? TAKE_F(N * KD) : p->dk;
+        p->datt = TAKE_F(N * QD);
+        p->dact = TAKE_F(N * FF);
+        p->dgate = TAKE_F(N * FF);
+        p->dup = TAKE_F(N * FF);
+    }
+}
+
+size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk) {
+    Plan p;
+    memset(&p, 0, sizeof p);
+    LayerActs *layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
+    p.layers = layers;
+    Arena a = {0};
+    plan_layout(&a, &p, cfg, mode, B, T, head_chunk);
+    free(layers);
+    return (a.size + 63) / 64 * 64;
+}
+
+Status plan_get(Model *m, PlanMode mode, int B, int T, Plan **out, Err *e) {
+    PlanCache *pc = &m->plans;
+    for (int i = 0; i < pc->n; i++) {
+        Plan *p = pc->plans[i];
+        if (p->mode == mode && p->B == B && p->T == T) {
+            *out = p;
+            return ST_OK;
+        }
+    }
+    if (B <= 0 || T <= 0) return err_set(e, ST_EINVAL, "plan shape B=%d T=%d must be positive", B, T);
+    if (pc->max_plans > 0 && pc->n >= pc->max_plans)
+        return err_set(e, ST_ERUNTIME,
+                       "shape (%s, B=%d, T=%d) needs plan %d but --max_plans is %d; pad to fewer shapes "
+                       "(--pad_to_multiple_of, --padding max_length) or raise --max_plans",
+                       plan_mode_name(mode), B, T, pc->n + 1, pc->max_plans);
+    const ModelConfig *cfg = &m->cfg;
+    Plan *p = xcalloc(1, sizeof(Plan));
+    p->mode = mode;
+    p->B = B;
+    p->T = T;
+    p->layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
+    int chunk = plan_head_chunk(cfg->vocab_size);
+    size_t bytes = plan_bytes(cfg, mode, B, T, chunk);
+    p->bytes = bytes;
+    p->base = m->be->alloc(m->be, bytes);
+    Arena a = {.base = p->base, .size = 0, .cap = bytes};
+    plan_layout(&a, p, cfg, mode, B, T, chunk);
+    pc->plans = xrealloc(pc->plans, (size_t)(pc->n + 1) * sizeof(Plan *));
+    pc->plans[pc->n++] = p;
+    pc->bytes += bytes;
+    log_debug("plan %d built: %s B=%d T=%d, %.1f MiB", pc->n, plan_mode_name(mode), B, T, bytes / 1048576.0);
+    *out = p;
+    return ST_OK;
+}
+
+void plan_cache_free(Model *m) {
+    PlanCache *pc = &m->plans;
+    for (int i = 0; i < pc->n; i++) {
+        m->be->free(m->be, pc->plans[i]->base);
+        free(pc->plans[i]->layers);
+        free(pc->plans[i]);
+    }
+    free(pc->plans);
+    memset(pc, 0, sizeof *pc);
+}

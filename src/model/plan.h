@@ -1,0 +1,83 @@
+// plan.h: execution plans. A plan holds every activation buffer one step of one shape needs,
+// carved out of one arena allocated once ("compile"); later steps of the same shape reuse it.
+// A shape is (mode, B, T); plans are counted and their memory reported (ARCHITECTURE §2).
+#ifndef STILL_PLAN_H
+#define STILL_PLAN_H
+
+#include "../core/common.h"
+#include "config.h"
+
+struct Model;
+
+typedef enum {
+    PLAN_TRAIN = 0,  // forward keeping every layer's activations, loss head, backward
+    PLAN_SCORE = 1,  // forward (one layer of activations reused) + loss head / logits, no backward
+} PlanMode;
+
+const char *plan_mode_name(PlanMode mode);
+
+typedef struct LayerActs {
+    float *res_in;   // (N,C) residual stream entering the layer
+    float *ln1;      // (N,C)
+    float *rstd1;    // (N)
+    float *q;        // (N,NH*HD) q_proj output (before q_norm)
+    float *k;        // (N,NKV*HD)
+    float *v;        // (N,NKV*HD)
+    float *qr;       // (N,NH*HD) after q_norm and RoPE (aliases q without q/k norm)
+    float *kr;       // (N,NKV*HD)
+    float *rstdq;    // (N*NH)
+    float *rstdk;    // (N*NKV)
+    float *att;      // (N,NH*HD) attention output
+    float *lse;      // (B,NH,T)
+    float *res_mid;  // (N,C) residual after attention
+    float *ln2;      // (N,C)
+    float *rstd2;    // (N)
+    float *gate;     // (N,FF)
+    float *up;       // (N,FF)
+    float *act;      // (N,FF) silu(gate)*up
+} LayerActs;
+
+typedef struct Plan {
+    PlanMode mode;
+    int B, T;
+    size_t bytes;          // arena size
+    void *base;            // device arena
+    int32_t *ids;          // (N)
+    int32_t *pos;          // (N) RoPE positions
+    int32_t *seg;          // (N) segment ids, 0 = padding
+    int32_t *targets;      // (N) next-token targets, IGNORE_INDEX = no loss
+    float *weights;        // (N) per-token loss weights
+    LayerActs *layers;     // (L) TRAIN: one per layer; SCORE: every entry aliases one set
+    float *res_out;        // (N,C) residual after the last layer
+    float *lnf;            // (N,C) final norm output
+    float *rstdf;          // (N)
+    float *row_loss;       // (N)
+    float *row_correct;    // (N)
+    float *row_entropy;    // (N)
+    float *head_scratch;   // (chunk, V + C)
+    int head_chunk;
+    // backward scratch (TRAIN only), one layer's worth, reused by every layer
+    float *dres;           // (N,C) gradient of the residual stream
+    float *dln;            // (N,C)
+    float *dq, *dk, *dv;   // (N,NH*HD), (N,NKV*HD), (N,NKV*HD)
+    float *dqr, *dkr;      // (N,NH*HD), (N,NKV*HD)
+    float *datt;           // (N,NH*HD)
+    float *dact, *dgate, *dup;  // (N,FF)
+} Plan;
+
+typedef struct PlanCache {
+    Plan **plans;
+    int n;
+    int max_plans;         // 0 = unlimited; exceeding it is an error
+    size_t bytes;          // total over plans
+} PlanCache;
+
+// Bytes a plan of this shape needs (the estimator `still info` and memory checks use).
+size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk);
+// Get (building on first use) the plan for a shape.
+Status plan_get(struct Model *m, PlanMode mode, int B, int T, Plan **out, Err *e);
+void plan_cache_free(struct Model *m);
+// Default rows per loss-head chunk for a vocabulary size (bounded logits memory).
+int plan_head_chunk(int V);
+
+#endif

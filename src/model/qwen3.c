@@ -1,0 +1,153 @@
+// qwen3.c: Qwen3-family forward and backward (SEMANTICS_MODEL.md §1.2), as a sequence of
+// backend ops. Forward keeps what backward needs in the plan; backward mirrors it op by op,
+// accumulating parameter gradients into m->grads.
+#include "qwen3.h"
+
+#include "../core/alloc.h"
+
+#include <string.h>
+
+void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos, const int32_t *seg,
+                      const int32_t *targets, const float *weights) {
+    Backend *be = m->be;
+    size_t N = (size_t)p->B * p->T;
+    be->upload(be, p->ids, ids, N * sizeof(int32_t));
+    be->upload(be, p->pos, pos, N * sizeof(int32_t));
+    be->upload(be, p->seg, seg, N * sizeof(int32_t));
+    if (targets) {
+        be->upload(be, p->targets, targets, N * sizeof(int32_t));
+    } else {
+        int32_t *t = xmalloc(N * sizeof(int32_t));
+        for (size_t i = 0; i < N; i++) t[i] = IGNORE_INDEX;
+        be->upload(be, p->targets, t, N * sizeof(int32_t));
+        free(t);
+    }
+    if (weights) {
+        be->upload(be, p->weights, weights, N * sizeof(float));
+    } else {
+        float *w = xmalloc(N * sizeof(float));
+        for (size_t i = 0; i < N; i++) w[i] = 1.0f;
+        be->upload(be, p->weights, w, N * sizeof(float));
+        free(w);
+    }
+}
+
+#define W(kind, l) model_param(m, (kind), (l))
+#define F(kind, l) ((const float *)model_param(m, (kind), (l)))
+
+void qwen3_forward(Model *m, Plan *p) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, FF = cfg->intermediate_size;
+    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim;
+    int QD = NH * HD, KD = NKV * HD, L = cfg->num_hidden_layers;
+    float eps = (float)cfg->rms_norm_eps;
+    DType wdt = m->matrix_dtype;
+
+    be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), wdt, N, C);
+    for (int l = 0; l < L; l++) {
+        LayerActs *a = &p->layers[l];
+        // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
+        // l-1 in res_out is copied into res_in.
+        if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
+        be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
+        be->matmul_forward(be, a->q, a->ln1, W(TK_WQ, l), wdt, F(TK_BQ, l), N, C, QD);
+        be->matmul_forward(be, a->k, a->ln1, W(TK_WK, l), wdt, F(TK_BK, l), N, C, KD);
+        be->matmul_forward(be, a->v, a->ln1, W(TK_WV, l), wdt, F(TK_BV, l), N, C, KD);
+        if (cfg->qk_norm) {
+            be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
+            be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
+        }
+        be->rope_forward(be, a->qr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
+        be->rope_forward(be, a->kr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
+        be->attention_forward(be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH, NKV, HD);
+        be->matmul_forward(be, a->res_mid, a->att, W(TK_WO, l), wdt, F(TK_BO, l), N, QD, C);
+        be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
+        be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
+        be->matmul_forward(be, a->gate, a->ln2, W(TK_WG, l), wdt, F(TK_BG, l), N, C, FF);
+        be->matmul_forward(be, a->up, a->ln2, W(TK_WU, l), wdt, F(TK_BU, l), N, C, FF);
+        be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
+        float *next = (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out;
+        be->matmul_forward(be, next, a->act, W(TK_WD, l), wdt, F(TK_BD, l), N, FF, C);
+        be->add(be, next, next, a->res_mid, (size_t)N * C);
+    }
+    be->rmsnorm_forward(be, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C, eps);
+}
+
+void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
+    const TensorInfo *head = model_lm_head(m);
+    m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, (char *)m->params + head->offset,
+                          m->matrix_dtype, NULL, nrows, m->cfg.hidden_size, m->cfg.vocab_size);
+}
+
+void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
+    Backend *be = m->be;
+    int N = p->B * p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const TensorInfo *head = model_lm_head(m);
+    int bw = backward && p->mode == PLAN_TRAIN && m->grads;
+    if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
+    be->ce_head(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL,
+                p->lnf, (char *)m->params + head->offset, m->matrix_dtype, p->targets, p->weights, grad_scale,
+                p->head_scratch, p->head_chunk, N, C, V);
+    if (bw) qwen3_backward_from_lnf(m, p);
+}
+
+#define G(kind, l) model_grad(m, (kind), (l))
+
+void qwen3_backward_from_lnf(Model *m, Plan *p) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, FF = cfg->intermediate_size;
+    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim;
+    int QD = NH * HD, KD = NKV * HD, L = cfg->num_hidden_layers;
+    DType wdt = m->matrix_dtype;
+    size_t fs = sizeof(float);
+
+    // final norm: d(res_out) from d(lnf)
+    be->zero(be, p->dres, (size_t)N * C * fs);
+    be->rmsnorm_backward(be, p->dres, G(TK_NORM, -1), p->dln, p->res_out, F(TK_NORM, -1), p->rstdf, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        LayerActs *a = &p->layers[l];
+        // MLP block: out = res_mid + down(silu(gate(ln2)) * up(ln2)); dres holds d(out).
+        be->zero(be, p->dact, (size_t)N * FF * fs);
+        be->zero(be, p->dgate, (size_t)N * FF * fs);
+        be->zero(be, p->dup, (size_t)N * FF * fs);
+        be->zero(be, p->dln, (size_t)N * C * fs);
+        be->matmul_backward(be, p->dact, G(TK_WD, l), G(TK_BD, l), p->dres, a->act, W(TK_WD, l), wdt, N, FF, C);
+        be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
+        be->matmul_backward(be, p->dln, G(TK_WG, l), G(TK_BG, l), p->dgate, a->ln2, W(TK_WG, l), wdt, N, C, FF);
+        be->matmul_backward(be, p->dln, G(TK_WU, l), G(TK_BU, l), p->dup, a->ln2, W(TK_WU, l), wdt, N, C, FF);
+        be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
+        // attention block: res_mid = res_in + o(attn(rope(norm(q)), rope(norm(k)), v)); dres = d(res_mid).
+        be->zero(be, p->datt, (size_t)N * QD * fs);
+        be->zero(be, p->dqr, (size_t)N * QD * fs);
+        be->zero(be, p->dkr, (size_t)N * KD * fs);
+        be->zero(be, p->dv, (size_t)N * KD * fs);
+        be->zero(be, p->dln, (size_t)N * C * fs);
+        be->matmul_backward(be, p->datt, G(TK_WO, l), G(TK_BO, l), p->dres, a->att, W(TK_WO, l), wdt, N, QD, C);
+        be->attention_backward(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH,
+                               NKV, HD);
+        be->rope_backward(be, p->dqr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
+        be->rope_backward(be, p->dkr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
+        if (cfg->qk_norm) {
+            be->zero(be, p->dq, (size_t)N * QD * fs);
+            be->zero(be, p->dk, (size_t)N * KD * fs);
+            be->rmsnorm_backward(be, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, N * NH, HD);
+            be->rmsnorm_backward(be, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, N * NKV, HD);
+        }
+        be->matmul_backward(be, p->dln, G(TK_WQ, l), G(TK_BQ, l), p->dq, a->ln1, W(TK_WQ, l), wdt, N, C, QD);
+        be->matmul_backward(be, p->dln, G(TK_WK, l), G(TK_BK, l), p->dk, a->ln1, W(TK_WK, l), wdt, N, C, KD);
+        be->matmul_backward(be, p->dln, G(TK_WV, l), G(TK_BV, l), p->dv, a->ln1, W(TK_WV, l), wdt, N, C, KD);
+        be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+    }
+    be->embedding_backward(be, G(TK_EMBED, -1), p->dres, p->ids, N, C);
+}
+
+double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
+    double N = (double)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size, V = cfg->vocab_size;
+    double QD = (double)cfg->num_attention_heads * cfg->head_dim, KD = (double)cfg->num_key_value_heads * cfg->head_dim;
+    double per_layer = 2 * N * C * (QD + 2 * KD) + 2 * N * QD * C + 2 * N * C * FF * 3;
+    // causal attention: QK^T and PV over T(T+1)/2 pairs per head
+    double attn = 2.0 * 2.0 * B * cfg->num_attention_heads * cfg->head_dim * (T * (T + 1.0) / 2.0);
+    return cfg->num_hidden_layers * (per_layer + attn) + 2 * N * C * V;
+}

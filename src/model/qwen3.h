@@ -1,0 +1,32 @@
+// qwen3.h: forward and backward of the Qwen3 family (Qwen3, Qwen2, Llama) over backend ops only.
+// The model code orchestrates; every computation is an op of backend.h.
+#ifndef STILL_QWEN3_H
+#define STILL_QWEN3_H
+
+#include "model.h"
+
+// Upload one batch into a plan. ids, pos, seg (N = B*T) are required; targets (N) and
+// weights (N) may be NULL (then every target is IGNORE_INDEX / every weight 1).
+void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos, const int32_t *seg,
+                      const int32_t *targets, const float *weights);
+
+// Forward to the final norm: fills p->lnf (N,C); TRAIN plans keep every layer's activations.
+void qwen3_forward(Model *m, Plan *p);
+
+// Cross-entropy head over p->lnf: fills p->row_loss / row_correct / row_entropy (N).
+// With backward (TRAIN plans, m->grads allocated): every parameter gradient ACCUMULATES
+// d(grad_scale * sum_r row_loss_r)/d(param) into m->grads.
+void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward);
+
+// Backward from a gradient already placed in p->dln w.r.t. p->lnf (used by every loss head):
+// accumulates into m->grads.
+void qwen3_backward_from_lnf(Model *m, Plan *p);
+
+// LM head for rows [row0, row0+nrows) of p->lnf -> out (nrows, V) device memory.
+void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out);
+
+// Model FLOPs of one forward over N tokens at sequence length T (matmuls, attention, LM head);
+// backward is twice this. Used by benchmarks and MFU.
+double qwen3_forward_flops(const ModelConfig *cfg, int B, int T);
+
+#endif

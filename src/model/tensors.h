@@ -1,0 +1,62 @@
+// tensors.h: the tensor table. One entry per parameter tensor, named as in Hugging Face
+// checkpoints; it drives loading, saving, weight decay, gradient buffers, all-reduce and
+// sharding (STYLE.md rule 3). Parameters live in one buffer (byte offsets, per-entry dtype);
+// gradients and optimizer moments in fp32 buffers of the same order (element offsets).
+#ifndef STILL_TENSORS_H
+#define STILL_TENSORS_H
+
+#include "config.h"
+
+typedef enum {
+    TK_EMBED = 0,  // model.embed_tokens.weight     (V, C)
+    TK_NORM,       // model.norm.weight             (C)
+    TK_LM_HEAD,    // lm_head.weight                (V, C)   untied only
+    // per layer:
+    TK_LN1,        // input_layernorm.weight        (C)
+    TK_WQ, TK_BQ,  // self_attn.q_proj              (NH*HD, C), (NH*HD)
+    TK_WK, TK_BK,  // self_attn.k_proj              (NKV*HD, C), (NKV*HD)
+    TK_WV, TK_BV,  // self_attn.v_proj              (NKV*HD, C), (NKV*HD)
+    TK_WO, TK_BO,  // self_attn.o_proj              (C, NH*HD), (C)
+    TK_QN, TK_KN,  // self_attn.q_norm / k_norm     (HD)
+    TK_LN2,        // post_attention_layernorm      (C)
+    TK_WG, TK_BG,  // mlp.gate_proj                 (FF, C), (FF)
+    TK_WU, TK_BU,  // mlp.up_proj                   (FF, C), (FF)
+    TK_WD, TK_BD,  // mlp.down_proj                 (C, FF), (C)
+    TK_COUNT
+} TensorKind;
+
+#define TK_FIRST_LAYER_KIND TK_LN1
+
+typedef struct TensorInfo {
+    char name[96];      // HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
+    TensorKind kind;
+    int layer;          // -1 for embedding, final norm, lm_head
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+    DType dtype;        // storage dtype in the parameter buffer
+    size_t offset;      // byte offset in the parameter buffer (64-byte aligned)
+    size_t goffset;     // element offset in fp32 gradient / optimizer buffers
+    int decay;          // weight decay applies (matrices; not norms or biases, as transformers)
+    int is_matrix;      // 2-D weight (may be stored in bf16)
+} TensorInfo;
+
+typedef struct TensorTable {
+    TensorInfo *t;      // (n)
+    int n;
+    int n_layers;
+    int *index;         // (L+1, TK_COUNT): entry index or -1; row L holds the non-layer kinds
+    size_t param_bytes; // size of the parameter buffer
+    size_t n_params;    // total elements (parameter count)
+} TensorTable;
+
+// Build the table for a config. matrix_dtype: storage of 2-D weights (F32 for training,
+// BF16 allowed for inference); norms and biases are always F32.
+void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype);
+void tensors_free(TensorTable *tt);
+// Entry for (kind, layer) or NULL if the model has no such tensor. layer is ignored for
+// non-layer kinds.
+const TensorInfo *tensors_get(const TensorTable *tt, TensorKind kind, int layer);
+const TensorInfo *tensors_find(const TensorTable *tt, const char *name);
+
+#endif

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# model_cli.sh: still init / info / logits / loss from the command line, and their errors.
+# asan: yes
+set -u
+BIN=${STILL_BIN:-./still}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; }
+expect_err() {  # name, expected substring, command...
+  local name=$1 want=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $out"; fi
+}
+
+cfg=tests/data/models/qwen3_tied/config.json
+if $BIN init --model_config $cfg --output_dir "$tmp/m" --seed 3 2>"$tmp/err" \
+   && [ -f "$tmp/m/model.safetensors" ] && [ -f "$tmp/m/config.json" ] && [ -f "$tmp/m/generation_config.json" ]; then
+  ok init_writes_hf_layout
+else fail init_writes_hf_layout "$(cat "$tmp/err")"; fi
+
+# config.json keeps every given field as given (compared on whitespace-free text; 1.0 == 1)
+flat() { tr -d '[:space:]' <"$1" | sed -E 's/\.0([],}])/\1/g'; }
+src=$(flat $cfg); dst=$(flat "$tmp/m/config.json")
+missing=""
+for kv in $(grep -oE '"[a-z_]+":("[^"]*"|\[[^]]*\]|[^,{}]+)' <<<"$src"); do
+  grep -qF -- "$kv" <<<"$dst" || missing="$missing $kv"
+done
+if [ -z "$missing" ]; then ok init_keeps_config_fields; else fail init_keeps_config_fields "$missing"; fi
+if grep -q '"do_sample":[[:space:]]*false' "$tmp/m/generation_config.json"; then ok init_generation_config_greedy
+else fail init_generation_config_greedy "$(cat "$tmp/m/generation_config.json")"; fi
+
+# same seed, same bytes; another seed, other bytes
+$BIN init --model_config $cfg --output_dir "$tmp/m2" --seed 3 2>/dev/null
+$BIN init --model_config $cfg --output_dir "$tmp/m3" --seed 4 2>/dev/null
+if cmp -s "$tmp/m/model.safetensors" "$tmp/m2/model.safetensors" && ! cmp -s "$tmp/m/model.safetensors" "$tmp/m3/model.safetensors"; then
+  ok init_deterministic_by_seed
+else fail init_deterministic_by_seed "bytes differ for one seed or agree across seeds"; fi
+
+out=$($BIN info --model "$tmp/m" --batch 2 --seq 256 2>&1)
+if grep -q "parameters" <<<"$out" && grep -q "training" <<<"$out" && grep -q "plan train B=2 T=256" <<<"$out"; then ok info_reports_plans
+else fail info_reports_plans "$out"; fi
+
+lines=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" --all 2>/dev/null | wc -l)
+cols=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" 2>/dev/null | wc -w)
+if [ "$lines" = 4 ] && [ "$cols" = 384 ]; then ok logits_shape; else fail logits_shape "lines=$lines cols=$cols"; fi
+digits=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" 2>/dev/null | tr ' ' '\n' | head -50 | sed 's/e.*//; s/[-.]//g; s/^0*//' | awk '{ if (length($0) > m) m = length($0) } END { print m }')
+if [ "$digits" = 9 ]; then ok logits_9_significant_digits; else fail logits_9_significant_digits "max digits $digits"; fi
+
+# bf16 storage gives close logits
+a=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" 2>/dev/null | awk '{print $7}')
+b=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" --dtype bfloat16 2>/dev/null | awk '{print $7}')
+if [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d < 0.05)}'; then ok logits_bf16_storage
+else fail logits_bf16_storage "$a vs $b"; fi
+
+loss=$($BIN loss --model "$tmp/m" --ids "1 2 3 4 5 6" --grads "$tmp/g.safetensors" 2>/dev/null)
+if [[ "$loss" =~ ^[0-9]\.[0-9]+$ ]] && [ -s "$tmp/g.safetensors" ]; then ok loss_and_grads; else fail loss_and_grads "$loss"; fi
+
+expect_err ids_outside_vocab "token id 99999 is outside the vocabulary" $BIN logits --model "$tmp/m" --ids "1 99999"
+expect_err ids_not_numbers "\"x\" is not a token id" $BIN loss --model "$tmp/m" --ids "1 x 3"
+expect_err missing_model "nonexistent" $BIN logits --model "$tmp/nonexistent" --ids "1"
+expect_err unknown_flag "did you mean --ids" $BIN logits --model "$tmp/m" --idz "1"
+expect_err unsupported_flag "not supported yet" $BIN loss --model "$tmp/m" --ids "1 2" --use_peft true
+echo '{"model_type":"qwen3","vocab_size":10}' > "$tmp/bad.json"
+expect_err config_missing_field "hidden_size" $BIN init --model_config "$tmp/bad.json" --output_dir "$tmp/bad"
+cp -r "$tmp/m" "$tmp/trunc"; head -c 1000 "$tmp/m/model.safetensors" > "$tmp/trunc/model.safetensors"
+expect_err truncated_checkpoint "model.safetensors" $BIN logits --model "$tmp/trunc" --ids "1"
+expect_err unknown_command "did you mean 'logits'" $BIN logit
