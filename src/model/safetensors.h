@@ -1,6 +1,7 @@
 // safetensors.h: reading (single file or sharded with model.safetensors.index.json, mmap) and
-// writing (what transformers loads: "__metadata__": {"format": "pt"}, contiguous data, tensors
-// sorted by name so identical tensors give byte-identical files, written atomically).
+// writing (what transformers loads: "__metadata__": {"format": "pt"}, contiguous data laid out
+// and listed as the safetensors crate does -- F32, then BF16, then F16, by name within a dtype --
+// header padded to 8 bytes, so identical tensors give byte-identical files; written atomically).
 #ifndef STILL_SAFETENSORS_H
 #define STILL_SAFETENSORS_H
 
@@ -27,6 +28,8 @@ typedef struct StSet {
     MappedFile *files;  // (n_files) shards
     char **file_paths;
     int n_files;
+    void **owned;       // (n_owned) aligned copies of tensors whose bytes are misaligned in the file
+    int n_owned;
 } StSet;
 
 // Open one .safetensors file, or a directory holding model.safetensors or a sharded
@@ -45,7 +48,7 @@ typedef struct StWriteTensor {
     const void *data;   // host memory, nbytes = numel * dtype_size
 } StWriteTensor;
 
-// Write tensors (any order; written sorted by name) to path atomically. metadata: extra
+// Write tensors (any order; laid out as above) to path atomically. metadata: extra
 // string pairs for "__metadata__" besides "format": "pt" (may be NULL).
 Status st_write(const char *path, const StWriteTensor *tensors, int n, const char *const *metadata_kv, int n_kv,
                 Err *e);

@@ -1,0 +1,491 @@
+// config.c: Hugging Face config.json for qwen3 / qwen2 / llama (SEMANTICS_MODEL.md §1.1, §1.5).
+//
+// Defaults for absent fields are those of transformers' Qwen3Config / Qwen2Config / LlamaConfig,
+// except the five sizes (vocab, hidden, intermediate, layers, heads), which are required: a
+// checkpoint without them is broken, and silently building a 4096-wide model from class
+// defaults would hide that. Where transformers versions differ (rope_parameters in v5), both
+// spellings are read; docs/formats.md lists every rule.
+#include "config.h"
+
+#include "../core/alloc.h"
+#include "../core/fileio.h"
+#include "../core/json.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+typedef enum { FAM_QWEN3, FAM_QWEN2, FAM_LLAMA } Family;
+
+// Class defaults that differ between the families.
+typedef struct FamilyDefaults {
+    const char *model_type;
+    const char *architecture;
+    int vocab_size;
+    int max_position_embeddings;
+    int head_dim;        // 0 = hidden_size / num_attention_heads
+    int bos_token_id;    // -1 = None
+    int eos_token_id;    // -1 = None
+    int has_attention_bias_key;
+    int has_mlp_bias_key;
+} FamilyDefaults;
+
+static const FamilyDefaults family_defaults[] = {
+    [FAM_QWEN3] = {"qwen3", "Qwen3ForCausalLM", 151936, 32768, 128, -1, -1, 1, 0},
+    [FAM_QWEN2] = {"qwen2", "Qwen2ForCausalLM", 151936, 32768, 0, -1, -1, 0, 0},
+    [FAM_LLAMA] = {"llama", "LlamaForCausalLM", 32000, 2048, 0, 1, 2, 1, 1},
+};
+
+#define DEFAULT_RMS_NORM_EPS 1e-6
+#define DEFAULT_ROPE_THETA 10000.0
+#define DEFAULT_INITIALIZER_RANGE 0.02
+#define DEFAULT_MAX_WINDOW_LAYERS 28
+
+// An int field: absent (or null) -> dflt; present -> integer within [lo, INT_MAX].
+static Status get_int_field(const cJSON *obj, const char *key, const char *what, int required, int dflt, int lo,
+                            int *out, Err *e) {
+    long long v;
+    Status st = json_get_int(obj, key, what, required, &v, e);
+    if (st == ST_ENOTFOUND) {
+        *out = dflt;
+        return ST_OK;
+    }
+    if (st != ST_OK) return st;
+    if (v < lo || v > INT_MAX) {
+        if (lo == 1)
+            return err_set(e, ST_EINVAL, "%s: field \"%s\" is %lld, expected a positive integer", what, key, v);
+        return err_set(e, ST_EINVAL, "%s: field \"%s\" is %lld, expected an integer >= %d", what, key, v, lo);
+    }
+    *out = (int)v;
+    return ST_OK;
+}
+
+static Status get_double_field(const cJSON *obj, const char *key, const char *what, double dflt, double *out,
+                               Err *e) {
+    Status st = json_get_double(obj, key, what, 0, out, e);
+    if (st == ST_ENOTFOUND) {
+        *out = dflt;
+        return ST_OK;
+    }
+    return st;
+}
+
+static Status get_positive_double(const cJSON *obj, const char *key, const char *what, double dflt, double *out,
+                                  Err *e) {
+    TRY(get_double_field(obj, key, what, dflt, out, e));
+    if (!(*out > 0) || !isfinite(*out))
+        return err_set(e, ST_EINVAL, "%s: field \"%s\" is %g, expected a positive number", what, key, *out);
+    return ST_OK;
+}
+
+static Status get_bool_field(const cJSON *obj, const char *key, const char *what, int dflt, int *out, Err *e) {
+    Status st = json_get_bool(obj, key, what, 0, out, e);
+    if (st == ST_ENOTFOUND) {
+        *out = dflt;
+        return ST_OK;
+    }
+    return st;
+}
+
+static Status parse_model_type(const cJSON *root, const char *path, Family *fam, Err *e) {
+    const char *mt;
+    TRY(json_get_string(root, "model_type", path, 1, &mt, e));
+    for (size_t i = 0; i < ARRAY_LEN(family_defaults); i++) {
+        if (!strcmp(mt, family_defaults[i].model_type)) {
+            *fam = (Family)i;
+            return ST_OK;
+        }
+    }
+    return err_set(e, ST_EUNSUPPORTED, "%s: model_type \"%s\" is not supported (supported: qwen3, qwen2, llama)", path,
+                   mt);
+}
+
+static Status parse_eos(const cJSON *root, const char *path, int dflt, ModelConfig *cfg, Err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    cfg->n_eos_token_ids = 0;
+    if (!v || cJSON_IsNull(v)) {
+        if (dflt >= 0) cfg->eos_token_ids[cfg->n_eos_token_ids++] = dflt;
+        return ST_OK;
+    }
+    if (cJSON_IsNumber(v)) {
+        int id;
+        TRY(get_int_field(root, "eos_token_id", path, 1, -1, 0, &id, e));
+        cfg->eos_token_ids[cfg->n_eos_token_ids++] = id;
+        return ST_OK;
+    }
+    if (!cJSON_IsArray(v))
+        return err_set(e, ST_EINVAL, "%s: field \"eos_token_id\" must be an integer or a list of integers", path);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+            it->valuedouble > INT_MAX)
+            return err_set(e, ST_EINVAL, "%s: field \"eos_token_id\" must be an integer or a list of integers", path);
+        if (cfg->n_eos_token_ids == MAX_EOS_IDS)
+            return err_set(e, ST_EUNSUPPORTED, "%s: field \"eos_token_id\" lists more than %d ids", path, MAX_EOS_IDS);
+        cfg->eos_token_ids[cfg->n_eos_token_ids++] = (int)it->valuedouble;
+    }
+    return ST_OK;
+}
+
+static Status parse_dtype(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    const char *key = json_has(root, "torch_dtype") ? "torch_dtype" : "dtype";
+    const char *s;
+    Status st = json_get_string(root, key, path, 0, &s, e);
+    if (st == ST_ENOTFOUND) {
+        cfg->torch_dtype = DT_BF16;
+        return ST_OK;
+    }
+    if (st != ST_OK) return st;
+    if (strcmp(s, "float32") && strcmp(s, "bfloat16") && strcmp(s, "float16"))
+        return err_set(e, ST_EUNSUPPORTED, "%s: field \"%s\" is \"%s\", expected float32, bfloat16 or float16", path, key,
+                       s);
+    CHECK(dtype_parse(s, &cfg->torch_dtype) == 0);
+    return ST_OK;
+}
+
+// Sliding-window attention is refused wherever it would apply to at least one layer.
+static Status check_layer_types(const cJSON *root, const char *path, Family fam, const ModelConfig *cfg, Err *e) {
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt)) return err_set(e, ST_EINVAL, "%s: field \"layer_types\" must be a list of strings", path);
+        int n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, lt) {
+            if (!cJSON_IsString(it))
+                return err_set(e, ST_EINVAL, "%s: field \"layer_types\" must be a list of strings", path);
+            if (!strcmp(it->valuestring, "sliding_attention"))
+                return err_set(e, ST_EUNSUPPORTED,
+                               "%s: layer_types[%d] is \"sliding_attention\": sliding-window attention layers are not "
+                               "supported",
+                               path, n);
+            if (strcmp(it->valuestring, "full_attention"))
+                return err_set(e, ST_EUNSUPPORTED,
+                               "%s: layer_types[%d] is \"%s\", expected \"full_attention\"", path, n, it->valuestring);
+            n++;
+        }
+        if (n != cfg->num_hidden_layers)
+            return err_set(e, ST_EINVAL, "%s: field \"layer_types\" has %d entries, expected num_hidden_layers = %d",
+                           path, n, cfg->num_hidden_layers);
+    }
+    if (fam == FAM_LLAMA) return ST_OK;
+    int use_sw;
+    TRY(get_bool_field(root, "use_sliding_window", path, 0, &use_sw, e));
+    if (!use_sw || !json_has(root, "sliding_window")) return ST_OK;
+    int mwl;
+    TRY(get_int_field(root, "max_window_layers", path, 0, DEFAULT_MAX_WINDOW_LAYERS, 0, &mwl, e));
+    if (mwl < cfg->num_hidden_layers)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "%s: use_sliding_window is true (layers %d..%d would use sliding-window attention): "
+                       "sliding-window attention layers are not supported",
+                       path, mwl, cfg->num_hidden_layers - 1);
+    return ST_OK;
+}
+
+// The rope dict: v5 "rope_parameters" (possibly keyed per layer type) or legacy "rope_scaling".
+static const cJSON *rope_dict(const cJSON *root, const char **name) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (rp && cJSON_IsObject(rp)) {
+        *name = "rope_parameters";
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+        if (full && cJSON_IsObject(full) && !json_has(rp, "rope_type") && !json_has(rp, "type")) {
+            *name = "rope_parameters.full_attention";
+            return full;
+        }
+        return rp;
+    }
+    *name = "rope_scaling";
+    return cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+}
+
+static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    RopeScaling *rs = &cfg->rope_scaling;
+    memset(rs, 0, sizeof *rs);
+    rs->type = ROPE_DEFAULT;
+    rs->factor = 1.0;
+    rs->attention_factor = -1.0;
+    rs->beta_fast = 32.0;
+    rs->beta_slow = 1.0;
+    rs->truncate = 1;
+    rs->original_max_position_embeddings = cfg->max_position_embeddings;
+
+    const char *name;
+    const cJSON *rd = rope_dict(root, &name);
+    if (json_has(root, "rope_theta")) {
+        TRY(get_positive_double(root, "rope_theta", path, DEFAULT_ROPE_THETA, &cfg->rope_theta, e));
+    } else {
+        cfg->rope_theta = DEFAULT_ROPE_THETA;
+    }
+    if (!rd || cJSON_IsNull(rd)) return ST_OK;
+    char what[1200];
+    snprintf(what, sizeof what, "%s: %s", path, name);
+    if (!cJSON_IsObject(rd)) return err_set(e, ST_EINVAL, "%s: field \"%s\" must be an object or null", path, name);
+    if (!json_has(root, "rope_theta") && json_has(rd, "rope_theta"))
+        TRY(get_positive_double(rd, "rope_theta", what, DEFAULT_ROPE_THETA, &cfg->rope_theta, e));
+
+    double prf;
+    TRY(get_double_field(rd, "partial_rotary_factor", what, 1.0, &prf, e));
+    if (prf != 1.0)
+        return err_set(e, ST_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported (only 1.0)", what, prf);
+
+    const char *type = NULL;
+    const char *type_key = json_has(rd, "rope_type") ? "rope_type" : "type";
+    Status st = json_get_string(rd, type_key, what, 0, &type, e);
+    if (st == ST_ENOTFOUND) {
+        if (json_has(rd, "factor"))
+            return err_set(e, ST_EINVAL, "%s: missing field \"rope_type\" (default, linear, llama3 or yarn)", what);
+        type = "default";
+    } else if (st != ST_OK) {
+        return st;
+    }
+    if (!strcmp(type, "default")) {
+        rs->type = ROPE_DEFAULT;
+        return ST_OK;
+    }
+    if (!strcmp(type, "linear")) {
+        rs->type = ROPE_LINEAR;
+        TRY(json_get_double(rd, "factor", what, 1, &rs->factor, e));
+    } else if (!strcmp(type, "llama3")) {
+        rs->type = ROPE_LLAMA3;
+        TRY(json_get_double(rd, "factor", what, 1, &rs->factor, e));
+        TRY(json_get_double(rd, "low_freq_factor", what, 1, &rs->low_freq_factor, e));
+        TRY(json_get_double(rd, "high_freq_factor", what, 1, &rs->high_freq_factor, e));
+        TRY(json_get_double(rd, "original_max_position_embeddings", what, 1, &rs->original_max_position_embeddings, e));
+        if (!(rs->low_freq_factor > 0) || !(rs->high_freq_factor > rs->low_freq_factor))
+            return err_set(e, ST_EINVAL,
+                           "%s: low_freq_factor %g and high_freq_factor %g must satisfy 0 < low < high", what,
+                           rs->low_freq_factor, rs->high_freq_factor);
+    } else if (!strcmp(type, "yarn")) {
+        rs->type = ROPE_YARN;
+        TRY(get_double_field(rd, "original_max_position_embeddings", what, cfg->max_position_embeddings,
+                             &rs->original_max_position_embeddings, e));
+        // transformers v5: an absent factor is the ratio of the context lengths. (Some v4.5x
+        // releases overrode an explicit factor with that ratio; the explicit factor wins here.)
+        if (json_has(rd, "factor")) {
+            TRY(json_get_double(rd, "factor", what, 1, &rs->factor, e));
+        } else if (json_has(rd, "original_max_position_embeddings")) {
+            rs->factor = cfg->max_position_embeddings / rs->original_max_position_embeddings;
+        } else {
+            TRY(json_get_double(rd, "factor", what, 1, &rs->factor, e));
+        }
+        TRY(get_double_field(rd, "attention_factor", what, -1.0, &rs->attention_factor, e));
+        // Python's `x or default`: 0 also means the default.
+        TRY(get_double_field(rd, "beta_fast", what, 32.0, &rs->beta_fast, e));
+        TRY(get_double_field(rd, "beta_slow", what, 1.0, &rs->beta_slow, e));
+        if (rs->beta_fast == 0) rs->beta_fast = 32.0;
+        if (rs->beta_slow == 0) rs->beta_slow = 1.0;
+        TRY(get_double_field(rd, "mscale", what, 0.0, &rs->mscale, e));
+        TRY(get_double_field(rd, "mscale_all_dim", what, 0.0, &rs->mscale_all_dim, e));
+        TRY(get_bool_field(rd, "truncate", what, 1, &rs->truncate, e));
+        if (!(rs->original_max_position_embeddings > 0) || !(rs->beta_fast > 0) || !(rs->beta_slow > 0))
+            return err_set(e, ST_EINVAL,
+                           "%s: original_max_position_embeddings, beta_fast and beta_slow must be positive", what);
+    } else {
+        return err_set(e, ST_EUNSUPPORTED, "%s: rope type \"%s\" is not supported (supported: default, linear, llama3, yarn)",
+                       what, type);
+    }
+    if (!(rs->factor > 0) || !isfinite(rs->factor))
+        return err_set(e, ST_EINVAL, "%s: field \"factor\" is %g, expected a positive number", what, rs->factor);
+    return ST_OK;
+}
+
+static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    if (!cJSON_IsObject(root)) return err_set(e, ST_EINVAL, "%s: expected a JSON object", path);
+    Family fam = FAM_QWEN3;
+    TRY(parse_model_type(root, path, &fam, e));
+    const FamilyDefaults *fd = &family_defaults[fam];
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", fd->model_type);
+
+    if (json_has(root, "quantization_config"))
+        return err_set(e, ST_EUNSUPPORTED, "%s: quantized checkpoints (quantization_config) are not supported", path);
+    const char *act;
+    Status st = json_get_string(root, "hidden_act", path, 0, &act, e);
+    if (st == ST_OK && strcmp(act, "silu"))
+        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
+    if (st != ST_OK && st != ST_ENOTFOUND) return st;
+
+    TRY(get_int_field(root, "vocab_size", path, 1, 0, 1, &cfg->vocab_size, e));
+    TRY(get_int_field(root, "hidden_size", path, 1, 0, 1, &cfg->hidden_size, e));
+    TRY(get_int_field(root, "intermediate_size", path, 1, 0, 1, &cfg->intermediate_size, e));
+    TRY(get_int_field(root, "num_hidden_layers", path, 1, 0, 1, &cfg->num_hidden_layers, e));
+    TRY(get_int_field(root, "num_attention_heads", path, 1, 0, 1, &cfg->num_attention_heads, e));
+    TRY(get_int_field(root, "num_key_value_heads", path, 0, cfg->num_attention_heads, 1, &cfg->num_key_value_heads, e));
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
+        return err_set(e, ST_EINVAL,
+                       "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", path,
+                       cfg->num_attention_heads, cfg->num_key_value_heads);
+    if (json_has(root, "head_dim")) {
+        TRY(get_int_field(root, "head_dim", path, 1, 0, 1, &cfg->head_dim, e));
+    } else if (fd->head_dim) {
+        cfg->head_dim = fd->head_dim;
+    } else {
+        if (cfg->hidden_size % cfg->num_attention_heads != 0)
+            return err_set(e, ST_EINVAL,
+                           "%s: no head_dim, and hidden_size (%d) is not a multiple of num_attention_heads (%d)", path,
+                           cfg->hidden_size, cfg->num_attention_heads);
+        cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
+    }
+    if (cfg->head_dim % 2)
+        return err_set(e, ST_EINVAL, "%s: head_dim is %d, expected an even number (RoPE rotates pairs)", path,
+                       cfg->head_dim);
+
+    TRY(get_positive_double(root, "rms_norm_eps", path, DEFAULT_RMS_NORM_EPS, &cfg->rms_norm_eps, e));
+    TRY(get_int_field(root, "max_position_embeddings", path, 0, fd->max_position_embeddings, 1,
+                      &cfg->max_position_embeddings, e));
+    TRY(get_bool_field(root, "tie_word_embeddings", path, 0, &cfg->tie_word_embeddings, e));
+    TRY(get_positive_double(root, "initializer_range", path, DEFAULT_INITIALIZER_RANGE, &cfg->initializer_range, e));
+
+    int attention_bias = 0, mlp_bias = 0;
+    if (fd->has_attention_bias_key) TRY(get_bool_field(root, "attention_bias", path, 0, &attention_bias, e));
+    if (fd->has_mlp_bias_key) TRY(get_bool_field(root, "mlp_bias", path, 0, &mlp_bias, e));
+    cfg->qkv_bias = fam == FAM_QWEN2 ? 1 : attention_bias;
+    cfg->o_bias = fam == FAM_QWEN2 ? 0 : attention_bias;
+    cfg->mlp_bias = mlp_bias;
+    cfg->qk_norm = fam == FAM_QWEN3;
+
+    TRY(get_int_field(root, "bos_token_id", path, 0, fd->bos_token_id, 0, &cfg->bos_token_id, e));
+    TRY(get_int_field(root, "pad_token_id", path, 0, -1, 0, &cfg->pad_token_id, e));
+    TRY(parse_eos(root, path, fd->eos_token_id, cfg, e));
+    TRY(parse_dtype(root, path, cfg, e));
+    TRY(check_layer_types(root, path, fam, cfg, e));
+    TRY(parse_rope(root, path, cfg, e));
+    return ST_OK;
+}
+
+Status config_parse(const char *text, size_t len, const char *path, ModelConfig *cfg, Err *e) {
+    memset(cfg, 0, sizeof *cfg);
+    cJSON *root;
+    TRY(json_parse_text(text, len, path, &root, e));
+    Status st = parse_fields(root, path, cfg, e);
+    if (st != ST_OK) {
+        cJSON_Delete(root);
+        memset(cfg, 0, sizeof *cfg);
+        return st;
+    }
+    cfg->raw = root;
+    return ST_OK;
+}
+
+Status config_load(const char *path, ModelConfig *cfg, Err *e) {
+    char *text;
+    size_t len;
+    memset(cfg, 0, sizeof *cfg);
+    TRY(file_read_all(path, &text, &len, e));
+    Status st = config_parse(text, len, path, cfg, e);
+    free(text);
+    return st;
+}
+
+void config_free(ModelConfig *cfg) {
+    if (cfg->raw) cJSON_Delete(cfg->raw);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+static void add_missing(cJSON *o, const char *key, cJSON *v) {
+    if (cJSON_GetObjectItemCaseSensitive(o, key)) {
+        cJSON_Delete(v);
+        return;
+    }
+    cJSON_AddItemToObject(o, key, v);
+}
+
+char *config_to_json(const ModelConfig *cfg) {
+    CHECK(cfg->raw);
+    cJSON *o = cJSON_Duplicate(cfg->raw, 1);
+    CHECK(o);
+    Family fam = FAM_QWEN3;
+    for (size_t i = 0; i < ARRAY_LEN(family_defaults); i++)
+        if (!strcmp(cfg->model_type, family_defaults[i].model_type)) fam = (Family)i;
+    const FamilyDefaults *fd = &family_defaults[fam];
+    cJSON *arch = cJSON_CreateArray();
+    cJSON_AddItemToArray(arch, cJSON_CreateString(fd->architecture));
+    add_missing(o, "architectures", arch);
+    add_missing(o, "head_dim", cJSON_CreateNumber(cfg->head_dim));
+    add_missing(o, "num_key_value_heads", cJSON_CreateNumber(cfg->num_key_value_heads));
+    add_missing(o, "hidden_act", cJSON_CreateString("silu"));
+    add_missing(o, "max_position_embeddings", cJSON_CreateNumber(cfg->max_position_embeddings));
+    add_missing(o, "rms_norm_eps", cJSON_CreateNumber(cfg->rms_norm_eps));
+    if (!json_has(o, "rope_parameters")) add_missing(o, "rope_theta", cJSON_CreateNumber(cfg->rope_theta));
+    add_missing(o, "tie_word_embeddings", cJSON_CreateBool(cfg->tie_word_embeddings));
+    if (fd->has_attention_bias_key) add_missing(o, "attention_bias", cJSON_CreateBool(cfg->o_bias));
+    if (fd->has_mlp_bias_key) add_missing(o, "mlp_bias", cJSON_CreateBool(cfg->mlp_bias));
+    add_missing(o, "initializer_range", cJSON_CreateNumber(cfg->initializer_range));
+    if (!json_has(o, "dtype")) add_missing(o, "torch_dtype", cJSON_CreateString(dtype_torch_name(cfg->torch_dtype)));
+    if (cfg->bos_token_id >= 0) add_missing(o, "bos_token_id", cJSON_CreateNumber(cfg->bos_token_id));
+    if (cfg->n_eos_token_ids == 1) add_missing(o, "eos_token_id", cJSON_CreateNumber(cfg->eos_token_ids[0]));
+    char *s = cJSON_Print(o);
+    CHECK(s);
+    cJSON_Delete(o);
+    char *out = xstrdup(s);
+    cJSON_free(s);
+    return out;
+}
+
+// inv_freq as transformers computes it in fp32 (modeling_rope_utils.py). Each step rounds to
+// float where torch does; `a / tensor` in torch is `reciprocal(tensor) * a`.
+void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale) {
+    const RopeScaling *rs = &cfg->rope_scaling;
+    const int dim = cfg->head_dim, half = dim / 2;
+    const float base = (float)cfg->rope_theta;
+    *mscale = 1.0f;
+    for (int i = 0; i < half; i++) {
+        float ex = (float)(2 * i) / (float)dim;
+        float pos_freq = (float)pow((double)base, (double)ex);
+        inv_freq[i] = 1.0f / pos_freq;
+    }
+    if (rs->type == ROPE_DEFAULT) return;
+    if (rs->type == ROPE_LINEAR) {
+        for (int i = 0; i < half; i++) inv_freq[i] = inv_freq[i] / (float)rs->factor;
+        return;
+    }
+    if (rs->type == ROPE_LLAMA3) {
+        const float factor = (float)rs->factor, lff = (float)rs->low_freq_factor, hff = (float)rs->high_freq_factor;
+        const double old_ctx = rs->original_max_position_embeddings;
+        const float low_wl = (float)(old_ctx / rs->low_freq_factor);
+        const float high_wl = (float)(old_ctx / rs->high_freq_factor);
+        const float two_pi = (float)(2.0 * M_PI);
+        for (int i = 0; i < half; i++) {
+            float inv = inv_freq[i];
+            float wl = (1.0f / inv) * two_pi;
+            float v = wl > low_wl ? inv / factor : inv;
+            float smooth = ((1.0f / wl) * (float)old_ctx - lff) / (hff - lff);
+            float smoothed = (1.0f - smooth) * v / factor + smooth * v;
+            int medium = !(wl < high_wl) && !(wl > low_wl);
+            inv_freq[i] = medium ? smoothed : v;
+        }
+        return;
+    }
+    // yarn
+    const double factor = rs->factor, omax = rs->original_max_position_embeddings;
+    double attn = rs->attention_factor;
+    if (attn < 0) {
+        double m = factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0;
+        if (rs->mscale != 0 && rs->mscale_all_dim != 0) {
+            double a = factor <= 1 ? 1.0 : 0.1 * rs->mscale * log(factor) + 1.0;
+            double b = factor <= 1 ? 1.0 : 0.1 * rs->mscale_all_dim * log(factor) + 1.0;
+            m = a / b;
+        }
+        attn = m;
+    }
+    *mscale = (float)attn;
+    double lnbase = log(cfg->rope_theta);
+    double low = dim * log(omax / (rs->beta_fast * 2 * M_PI)) / (2 * lnbase);
+    double high = dim * log(omax / (rs->beta_slow * 2 * M_PI)) / (2 * lnbase);
+    if (rs->truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    low = MAX(low, 0.0);
+    high = MIN(high, (double)(dim - 1));
+    if (low == high) high += 0.001;
+    const float flow = (float)low, fspan = (float)(high - low), ffactor = (float)factor;
+    for (int i = 0; i < half; i++) {
+        float ex = (float)(2 * i) / (float)dim;
+        float pos_freq = (float)pow((double)base, (double)ex);
+        float extra = 1.0f / pos_freq;
+        float inter = 1.0f / (ffactor * pos_freq);
+        float ramp = ((float)i - flow) / fspan;
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        float ef = 1.0f - ramp;
+        inv_freq[i] = inter * (1.0f - ef) + extra * ef;
+    }
+}

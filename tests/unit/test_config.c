@@ -1,0 +1,236 @@
+// test_config.c: config.json parsing for qwen3 / qwen2 / llama, rope types against PyTorch fixtures.
+#include "test.h"
+
+#include "core/fileio.h"
+#include "core/json.h"
+#include "model/config.h"
+
+#include <dirent.h>
+#include <stdint.h>
+
+static Status parse(const char *text, ModelConfig *c, Err *e) { return config_parse(text, strlen(text), "config.json", c, e); }
+
+static const char *qwen3_06b =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":1024,"
+    "\"initializer_range\":0.02,\"intermediate_size\":3072,\"max_position_embeddings\":40960,\"max_window_layers\":28,"
+    "\"model_type\":\"qwen3\",\"num_attention_heads\":16,\"num_hidden_layers\":28,\"num_key_value_heads\":8,"
+    "\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_window\":null,"
+    "\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.51.0\",\"use_cache\":true,"
+    "\"use_sliding_window\":false,\"vocab_size\":151936}";
+
+static void test_qwen3(void) {
+    ModelConfig c;
+    Err e = {0};
+    EXPECT_MSG(parse(qwen3_06b, &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(!strcmp(c.model_type, "qwen3"));
+    EXPECT(c.head_dim == 128);  // explicit, not 1024/16
+    EXPECT(c.hidden_size == 1024 && c.num_attention_heads == 16 && c.num_key_value_heads == 8);
+    EXPECT(c.intermediate_size == 3072 && c.num_hidden_layers == 28 && c.vocab_size == 151936);
+    EXPECT(c.tie_word_embeddings == 1 && c.qk_norm == 1);
+    EXPECT(c.qkv_bias == 0 && c.o_bias == 0 && c.mlp_bias == 0);
+    EXPECT(c.rms_norm_eps == 1e-6 && c.rope_theta == 1e6 && c.rope_scaling.type == ROPE_DEFAULT);
+    EXPECT(c.max_position_embeddings == 40960);
+    EXPECT(c.torch_dtype == DT_BF16);
+    EXPECT(c.bos_token_id == 151643 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 151645);
+    EXPECT(c.pad_token_id == -1);
+    config_free(&c);
+}
+
+static void test_qwen3_defaults(void) {
+    // Absent head_dim is Qwen3Config's 128; absent num_key_value_heads is num_attention_heads.
+    ModelConfig c;
+    Err e = {0};
+    EXPECT_MSG(parse("{\"model_type\":\"qwen3\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+                     "\"num_hidden_layers\":1,\"num_attention_heads\":4}",
+                     &c, &e) == ST_OK,
+               "%s", e.msg);
+    EXPECT(c.head_dim == 128 && c.num_key_value_heads == 4);
+    EXPECT(c.tie_word_embeddings == 0 && c.rope_theta == 10000.0 && c.rms_norm_eps == 1e-6);
+    EXPECT(c.max_position_embeddings == 32768 && c.initializer_range == 0.02);
+    EXPECT(c.n_eos_token_ids == 0 && c.bos_token_id == -1);
+    config_free(&c);
+}
+
+static void test_qwen2(void) {
+    ModelConfig c;
+    Err e = {0};
+    const char *j = "{\"model_type\":\"qwen2\",\"vocab_size\":151936,\"hidden_size\":896,\"intermediate_size\":4864,"
+                    "\"num_hidden_layers\":24,\"num_attention_heads\":14,\"num_key_value_heads\":2,"
+                    "\"use_sliding_window\":false,\"sliding_window\":32768,\"max_window_layers\":21,"
+                    "\"attention_bias\":false,\"tie_word_embeddings\":true,\"torch_dtype\":\"float32\","
+                    "\"rope_theta\":1000000.0,\"eos_token_id\":151645}";
+    EXPECT_MSG(parse(j, &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(c.head_dim == 64);  // 896 / 14
+    EXPECT(c.qkv_bias == 1 && c.o_bias == 0 && c.qk_norm == 0 && c.mlp_bias == 0);
+    EXPECT(c.torch_dtype == DT_F32 && c.tie_word_embeddings == 1);
+    config_free(&c);
+    // Sliding window switched on but covering no layer (max_window_layers >= L) is full attention.
+    const char *j2 = "{\"model_type\":\"qwen2\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"use_sliding_window\":true,"
+                     "\"sliding_window\":16,\"max_window_layers\":2}";
+    EXPECT_MSG(parse(j2, &c, &e) == ST_OK, "%s", e.msg);
+    config_free(&c);
+}
+
+static void test_llama(void) {
+    ModelConfig c;
+    Err e = {0};
+    const char *j = "{\"model_type\":\"llama\",\"vocab_size\":128256,\"hidden_size\":2048,\"intermediate_size\":8192,"
+                    "\"num_hidden_layers\":16,\"num_attention_heads\":32,\"num_key_value_heads\":8,\"head_dim\":64,"
+                    "\"attention_bias\":true,\"mlp_bias\":true,\"rms_norm_eps\":1e-05,\"rope_theta\":500000.0,"
+                    "\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000,\"tie_word_embeddings\":true,"
+                    "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+                    "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},\"dtype\":\"bfloat16\"}";
+    EXPECT_MSG(parse(j, &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(c.qkv_bias == 1 && c.o_bias == 1 && c.mlp_bias == 1 && c.qk_norm == 0);
+    EXPECT(c.n_eos_token_ids == 3 && c.eos_token_ids[2] == 128009 && c.bos_token_id == 128000);
+    EXPECT(c.rope_scaling.type == ROPE_LLAMA3 && c.rope_scaling.factor == 32.0);
+    EXPECT(c.rope_scaling.original_max_position_embeddings == 8192 && c.rope_scaling.high_freq_factor == 4.0);
+    EXPECT(c.rms_norm_eps == 1e-5 && c.max_position_embeddings == 2048);
+    config_free(&c);
+    // LlamaConfig defaults: bos 1, eos 2, head_dim = hidden / heads.
+    EXPECT_MSG(parse("{\"model_type\":\"llama\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+                     "\"num_hidden_layers\":1,\"num_attention_heads\":4}",
+                     &c, &e) == ST_OK,
+               "%s", e.msg);
+    EXPECT(c.head_dim == 8 && c.bos_token_id == 1 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 2);
+    EXPECT(c.qkv_bias == 0 && c.o_bias == 0);
+    config_free(&c);
+}
+
+static void test_rope_parameters_v5(void) {
+    ModelConfig c;
+    Err e = {0};
+    const char *j = "{\"model_type\":\"qwen3\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+                    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"head_dim\":16,"
+                    "\"layer_types\":[\"full_attention\",\"full_attention\"],"
+                    "\"rope_parameters\":{\"rope_type\":\"yarn\",\"rope_theta\":5000000.0,\"factor\":4.0,"
+                    "\"original_max_position_embeddings\":32768}}";
+    EXPECT_MSG(parse(j, &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(c.rope_theta == 5e6 && c.rope_scaling.type == ROPE_YARN && c.rope_scaling.factor == 4.0);
+    EXPECT(c.rope_scaling.original_max_position_embeddings == 32768 && c.rope_scaling.truncate == 1);
+    EXPECT(c.rope_scaling.beta_fast == 32 && c.rope_scaling.beta_slow == 1 && c.rope_scaling.attention_factor < 0);
+    config_free(&c);
+    const char *j2 = "{\"model_type\":\"qwen3\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"head_dim\":16,"
+                     "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000}}";
+    EXPECT_MSG(parse(j2, &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(c.rope_theta == 1e6 && c.rope_scaling.type == ROPE_DEFAULT);
+    config_free(&c);
+}
+
+static void test_errors_inline(void) {
+    ModelConfig c;
+    Err e = {0};
+    EXPECT(parse("{\"model_type\":\"qwen3_moe\"}", &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "config.json: model_type \"qwen3_moe\" is not supported (supported: qwen3, qwen2, llama)");
+    EXPECT(parse("{\"model_type\":\"qwen3\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":6,\"num_key_value_heads\":4}",
+                 &c, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "num_key_value_heads");
+    EXPECT(parse("{\"model_type\":\"llama\",\"vocab_size\":64,\"hidden_size\":30,\"intermediate_size\":48,"
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":4}",
+                 &c, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "hidden_size (30) is not a multiple of num_attention_heads (4)");
+    EXPECT(parse("{\"model_type\":\"qwen3\",\"vocab_size\":0,\"hidden_size\":32,\"intermediate_size\":48,"
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":4}",
+                 &c, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "\"vocab_size\" is 0, expected a positive integer");
+    EXPECT(parse("[1,2]", &c, &e) == ST_EINVAL);
+    EXPECT(parse("{\"model_type\":", &c, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "config.json: invalid JSON");
+    EXPECT(c.raw == NULL);
+}
+
+static void test_to_json(void) {
+    ModelConfig c, d;
+    Err e = {0};
+    const char *j = "{\"vocab_size\":64,\"model_type\":\"qwen3\",\"hidden_size\":32,\"intermediate_size\":48,"
+                    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"head_dim\":8,\"custom_key\":\"kept\"}";
+    EXPECT_MSG(parse(j, &c, &e) == ST_OK, "%s", e.msg);
+    char *s = config_to_json(&c);
+    // Given keys first, in their order, untouched; defaults appended.
+    const char *p1 = strstr(s, "\"vocab_size\""), *p2 = strstr(s, "\"model_type\""), *p3 = strstr(s, "\"custom_key\"");
+    const char *p4 = strstr(s, "\"rope_theta\""), *p5 = strstr(s, "\"num_key_value_heads\"");
+    EXPECT(p1 && p2 && p3 && p4 && p5 && p1 < p2 && p2 < p3 && p3 < p4 && p3 < p5);
+    EXPECT(strstr(s, "\"head_dim\":\t8") != NULL);
+    EXPECT(strstr(s, "Qwen3ForCausalLM") != NULL);
+    EXPECT(strstr(s, "\"tie_word_embeddings\":\tfalse") != NULL);
+    EXPECT_MSG(parse(s, &d, &e) == ST_OK, "%s", e.msg);
+    EXPECT(d.head_dim == 8 && d.num_key_value_heads == 4 && d.rope_theta == c.rope_theta);
+    EXPECT(d.torch_dtype == c.torch_dtype && d.rms_norm_eps == c.rms_norm_eps);
+    // Idempotent: a second pass adds nothing.
+    char *s2 = config_to_json(&d);
+    EXPECT(!strcmp(s, s2));
+    free(s);
+    free(s2);
+    config_free(&c);
+    config_free(&d);
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+// Every fixture of scripts/ref_rope.py: inv_freq within 1 ulp of PyTorch's fp32 (and counted
+// exact), attention factor to double precision.
+static void test_rope_fixtures(void) {
+    DIR *d = opendir("tests/data/rope");
+    EXPECT(d != NULL);
+    if (!d) return;
+    struct dirent *de;
+    int files = 0, exact = 0, total = 0;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 5 || strcmp(de->d_name + n - 5, ".json")) continue;
+        char *p = path_join("tests/data/rope", de->d_name);
+        cJSON *root = NULL;
+        Err e = {0};
+        EXPECT_MSG(json_parse_file(p, &root, &e) == ST_OK, "%s", e.msg);
+        if (!root) {
+            free(p);
+            continue;
+        }
+        char *cfg_text = cJSON_PrintUnformatted(cJSON_GetObjectItem(root, "config"));
+        ModelConfig c;
+        EXPECT_MSG(config_parse(cfg_text, strlen(cfg_text), p, &c, &e) == ST_OK, "%s", e.msg);
+        const cJSON *bits = cJSON_GetObjectItem(root, "inv_freq_bits");
+        int half = cJSON_GetArraySize(bits);
+        EXPECT(half == c.head_dim / 2);
+        float inv[512], ms;
+        config_rope_inv_freq(&c, inv, &ms);
+        for (int i = 0; i < half && i < 512; i++) {
+            uint32_t want = (uint32_t)cJSON_GetArrayItem(bits, i)->valuedouble, got = f32_bits(inv[i]);
+            int64_t ulp = (int64_t)got - (int64_t)want;
+            EXPECT_MSG(ulp >= -1 && ulp <= 1, "%s: inv_freq[%d] = %.9g, torch %.9g", de->d_name, i, inv[i],
+                       cJSON_GetArrayItem(cJSON_GetObjectItem(root, "inv_freq"), i)->valuedouble);
+            exact += ulp == 0;
+            total++;
+        }
+        double af = cJSON_GetObjectItem(root, "attention_factor")->valuedouble;
+        EXPECT_MSG(fabs(ms - af) <= 1e-7 * fabs(af), "%s: attention factor %.9g, torch %.9g", de->d_name, ms, af);
+        config_free(&c);
+        cJSON_free(cfg_text);
+        cJSON_Delete(root);
+        free(p);
+        files++;
+    }
+    closedir(d);
+    EXPECT(files >= 9);
+    printf("# rope fixtures: %d files, %d of %d inv_freq values bit-exact\n", files, exact, total);
+}
+
+int main(void) {
+    RUN(test_qwen3);
+    RUN(test_qwen3_defaults);
+    RUN(test_qwen2);
+    RUN(test_llama);
+    RUN(test_rope_parameters_v5);
+    RUN(test_errors_inline);
+    RUN(test_to_json);
+    RUN(test_rope_fixtures);
+    TEST_MAIN_END();
+}
