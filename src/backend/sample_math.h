@@ -14,11 +14,12 @@
 #define SAMPLE_MASS_BITS 44
 
 // Order-preserving u32 key of a float (larger value -> larger key; -0 and +0 are one key).
+// Branch-free so that loops over keys vectorise; x + 0.0f turns -0 into +0.
 static inline uint32_t sample_key(float x) {
     uint32_t b;
-    if (x == 0.0f) x = 0.0f;
-    memcpy(&b, &x, sizeof b);
-    return b ^ ((b >> 31) ? 0xFFFFFFFFu : 0x80000000u);
+    float y = x + 0.0f;
+    memcpy(&b, &y, sizeof b);
+    return b ^ ((uint32_t)((int32_t)b >> 31) | 0x80000000u);
 }
 
 // e = exp(x - m) in double (the min-p criterion uses it directly).

@@ -145,7 +145,10 @@ static void sample_row(int32_t *id_out, float *lp_out, float *lp_raw_out, float 
     double lp_raw_z = 0.0;
     if (lp_raw_out) {  // raw log-softmax normaliser, before scores (maybe aliased) change
         float m = -INFINITY;
-        for (int i = 0; i < V; i++) m = fmaxf(m, logits[i] / p->temperature);
+        for (int i = 0; i < V; i++) {
+            float v = logits[i] / p->temperature;
+            m = v > m ? v : m;
+        }
         for (int i = 0; i < V; i++) lp_raw_z += sample_rel_exp(logits[i] / p->temperature, m);
         lp_raw_lse_m = m;
     }
