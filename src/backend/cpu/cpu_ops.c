@@ -184,8 +184,7 @@ double cpu_sumsq(Backend *be, const float *x, size_t n) {
 // One thread's range of the AdamW update. The AVX2 loop exists because sqrtf keeps gcc from
 // vectorising the plain one (errno): 3M parameters take ~40 ms scalar, a few ms in AVX2.
 static void adamw_range(float *p, float *m, float *v, const float *g, size_t i0, size_t i1, float b1, float b2,
-                        float step, float inv_sbc2, float decay, float eps, float grad_scale) {
-    float c1 = 1.0f - b1, c2 = 1.0f - b2;
+                        float c1, float c2, float step, float inv_sbc2, float decay, float eps, float grad_scale) {
     size_t i = i0;
 #ifdef __AVX2__
     __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), vc1 = _mm256_set1_ps(c1), vc2 = _mm256_set1_ps(c2);
@@ -213,16 +212,18 @@ static void adamw_range(float *p, float *m, float *v, const float *g, size_t i0,
 }
 
 // torch.optim.AdamW in fp32, the bias corrections computed in double once.
-void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-               float eps, float wd, int t, float grad_scale) {
+void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+               double eps, double wd, int t, float grad_scale) {
     CHECK(t >= 1);
     double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
-    float step = (float)(lr / bc1), inv_sbc2 = (float)(1.0 / sqrt(bc2)), decay = (float)(1.0 - (double)lr * wd);
+    float step = (float)(lr / bc1), inv_sbc2 = (float)(1.0 / sqrt(bc2)), decay = (float)(1.0 - lr * wd);
     int parts = n > PAR_MIN ? be->threads : 1;
 #pragma omp parallel for schedule(static) num_threads(be->threads) if (parts > 1)
     for (int part = 0; part < parts; part++) {
         size_t i0, i1;
         split_range(n, parts, part, &i0, &i1);
-        adamw_range(p, m, v, g, i0, i1, b1, b2, step, inv_sbc2, decay, eps, grad_scale);
+        // torch passes 1 - beta as a Python float, rounded once to fp32
+        adamw_range(p, m, v, g, i0, i1, (float)b1, (float)b2, (float)(1.0 - b1), (float)(1.0 - b2), step, inv_sbc2,
+                    decay, (float)eps, grad_scale);
     }
 }
