@@ -16,11 +16,11 @@ fi
 node scripts/ref_chat_templates.mjs extract
 "$PY" scripts/ref_chat_templates.py
 node scripts/ref_chat_templates.mjs render
-if git diff --quiet --exit-code -- tests/data/chat && [ -z "$(git ls-files --others --exclude-standard tests/data/chat)" ]; then
+if git diff --quiet --exit-code HEAD -- tests/data/chat && [ -z "$(git ls-files --others --exclude-standard tests/data/chat)" ]; then
   echo "refs_chat: fixtures unchanged" >&2
 else
   echo "refs_chat: regenerated fixtures differ from the committed ones:" >&2
   git status --short -- tests/data/chat >&2
-  git diff --stat -- tests/data/chat >&2
+  git diff --stat HEAD -- tests/data/chat >&2
   exit 1
 fi
