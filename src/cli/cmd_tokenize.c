@@ -3,6 +3,8 @@
 
 #include "args.h"
 
+#include "../core/hf_cache.h"
+#include "../core/fileio.h"
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../tokenizer/tokenizer.h"
@@ -15,7 +17,8 @@
 static const char *SUMMARY = "encode text to ids (or decode ids) with tokenizer.json";
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory holding tokenizer.json (and tokenizer_config.json), or a tokenizer.json"},
+    {"model", ARG_STR, NULL, "model directory holding tokenizer.json (and tokenizer_config.json), a tokenizer.json, or a hub id in the local cache"},
+    {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"add_special_tokens", ARG_BOOL, "false", "run the post-processor (e.g. BOS for Llama 2), as transformers' add_special_tokens"},
     {"jsonl", ARG_BOOL, "false", "one JSON string per input line -> one JSON array of ids per output line (reversed with --decode)"},
     {"decode", ARG_BOOL, "false", "ids in, text out"},
@@ -187,8 +190,17 @@ int cmd_tokenize(int argc, char **argv) {
         args_free(&a);
         return 2;
     }
+    // a tokenizer.json path as is; otherwise a directory or a hub id in the local cache
+    char *dir = NULL;
+    if (!file_exists(model) && hf_resolve_model(model, args_str(&a, "revision"), &dir, &e) != ST_OK) {
+        fprintf(stderr, "still tokenize: %s\n", e.msg);
+        args_free(&a);
+        return 1;
+    }
     Tokenizer *tok = NULL;
-    if (tokenizer_load(model, &tok, &e) != ST_OK) {
+    Status lst = tokenizer_load(dir ? dir : model, &tok, &e);
+    free(dir);
+    if (lst != ST_OK) {
         fprintf(stderr, "still tokenize: %s\n", e.msg);
         args_free(&a);
         return 1;

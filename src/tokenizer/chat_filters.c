@@ -85,7 +85,7 @@ static CVal change_case(CVal s, CaseMode mode) {
     int prev_cased = 0, first = 1;
     for (size_t i = 0; i < s.s->len;) {
         size_t adv;
-        uint32_t cp = utf8_decode(s.s->data + i, s.s->len - i, &adv), o = cp;
+        uint32_t cp = chat_utf8_decode(s.s->data + i, s.s->len - i, &adv), o = cp;
         int up = mode == CASE_UPPER || (mode == CASE_TITLE && !prev_cased) || (mode == CASE_CAPITALIZE && first) ||
                  (mode == CASE_SWAP && is_cased(cp) && utf8proc_category((utf8proc_int32_t)cp) == UTF8PROC_CATEGORY_LL);
         if (up && special_upper(&sb, cp, mode == CASE_TITLE || mode == CASE_CAPITALIZE)) {
@@ -117,7 +117,7 @@ static CVal change_case(CVal s, CaseMode mode) {
             break;
         }
         }
-        utf8_encode(&sb, o);
+        chat_utf8_encode(&sb, o);
         first = 0;
         i += adv;
     }
@@ -129,7 +129,7 @@ static int in_set(uint32_t cp, const CStr *set) {
     if (!set) return uni_isspace(cp);
     for (size_t i = 0; i < set->len;) {
         size_t adv;
-        if (utf8_decode(set->data + i, set->len - i, &adv) == cp) return 1;
+        if (chat_utf8_decode(set->data + i, set->len - i, &adv) == cp) return 1;
         i += adv;
     }
     return 0;
@@ -140,7 +140,7 @@ static CVal strip(CVal s, const CStr *set, int left, int right) {
     if (left)
         while (a < b) {
             size_t adv;
-            uint32_t cp = utf8_decode(s.s->data + a, b - a, &adv);
+            uint32_t cp = chat_utf8_decode(s.s->data + a, b - a, &adv);
             if (!in_set(cp, set)) break;
             a += adv;
         }
@@ -149,7 +149,7 @@ static CVal strip(CVal s, const CStr *set, int left, int right) {
             size_t k = b - 1;
             while (k > a && ((unsigned char)s.s->data[k] & 0xC0) == 0x80) k--;
             size_t adv;
-            uint32_t cp = utf8_decode(s.s->data + k, b - k, &adv);
+            uint32_t cp = chat_utf8_decode(s.s->data + k, b - k, &adv);
             if (!in_set(cp, set)) break;
             b = k;
         }
@@ -166,7 +166,7 @@ static Status strip_set(Interp *in, int line, const char *fn, CVal *c, const CSt
 
 static size_t ws_len_at(const char *s, size_t n) {
     size_t adv;
-    uint32_t cp = utf8_decode(s, n, &adv);
+    uint32_t cp = chat_utf8_decode(s, n, &adv);
     return uni_isspace(cp) ? adv : 0;
 }
 
@@ -197,7 +197,7 @@ static Status split(Interp *in, int line, CVal s, CVal *sepv, CVal *maxv, int fr
                 }
                 while (i < n && !ws_len_at(d + i, n - i)) {
                     size_t adv;
-                    utf8_decode(d + i, n - i, &adv);
+                    chat_utf8_decode(d + i, n - i, &adv);
                     i += adv;
                 }
                 cv_list_push(parts, cv_str(d + st, i - st));
@@ -273,7 +273,7 @@ static CVal replace(CVal s, const CStr *old, const CStr *new, int64_t count) {
             done++;
             if (i >= n) break;
             size_t adv;
-            utf8_decode(d + i, n - i, &adv);
+            chat_utf8_decode(d + i, n - i, &adv);
             sb_append(&sb, d + i, adv);
             i += adv;
         }
@@ -293,7 +293,7 @@ static CVal replace(CVal s, const CStr *old, const CStr *new, int64_t count) {
 // Python str.splitlines() boundaries.
 static size_t line_break_at(const char *s, size_t n) {
     size_t adv;
-    uint32_t cp = utf8_decode(s, n, &adv);
+    uint32_t cp = chat_utf8_decode(s, n, &adv);
     if (cp == '\r' && n > 1 && s[1] == '\n') return 2;
     if (cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D || cp == 0x1E || cp == 0x85 ||
         cp == 0x2028 || cp == 0x2029)
@@ -313,7 +313,7 @@ static CVal splitlines(CVal s) {
             st = i;
         } else {
             size_t adv;
-            utf8_decode(d + i, n - i, &adv);
+            chat_utf8_decode(d + i, n - i, &adv);
             i += adv;
         }
     }
@@ -353,7 +353,7 @@ static int all_chars(CVal s, CpPred pred) {
     if (s.s->len == 0) return 0;
     for (size_t i = 0; i < s.s->len;) {
         size_t adv;
-        if (!pred(utf8_decode(s.s->data + i, s.s->len - i, &adv))) return 0;
+        if (!pred(chat_utf8_decode(s.s->data + i, s.s->len - i, &adv))) return 0;
         i += adv;
     }
     return 1;
@@ -364,7 +364,7 @@ static int case_test(CVal s, int upper) {
     int cased = 0;
     for (size_t i = 0; i < s.s->len;) {
         size_t adv;
-        uint32_t cp = utf8_decode(s.s->data + i, s.s->len - i, &adv);
+        uint32_t cp = chat_utf8_decode(s.s->data + i, s.s->len - i, &adv);
         utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)cp);
         if (k == UTF8PROC_CATEGORY_LT) return 0;
         if (k == UTF8PROC_CATEGORY_LU) { if (!upper) return 0; cased = 1; }
@@ -536,7 +536,7 @@ static Status str_method(Interp *in, int line, const char *m, CVal s, CVal *args
             size_t b = 0;
             for (int64_t c = 0; c < at; c++) {
                 size_t adv;
-                utf8_decode(s.s->data + b, s.s->len - b, &adv);
+                chat_utf8_decode(s.s->data + b, s.s->len - b, &adv);
                 b += adv;
             }
             cv_list_push(t, cv_str(s.s->data, b));
@@ -1236,11 +1236,11 @@ static CVal jinja_title(CVal s) {
     int at_start = 1;
     for (size_t i = 0; i < s.s->len;) {
         size_t adv;
-        uint32_t cp = utf8_decode(s.s->data + i, s.s->len - i, &adv);
+        uint32_t cp = chat_utf8_decode(s.s->data + i, s.s->len - i, &adv);
         int sep = uni_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-        if (sep) { utf8_encode(&sb, cp); at_start = 1; }
+        if (sep) { chat_utf8_encode(&sb, cp); at_start = 1; }
         else {
-            utf8_encode(&sb, at_start ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+            chat_utf8_encode(&sb, at_start ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
             at_start = 0;
         }
         i += adv;
@@ -1306,7 +1306,7 @@ Status chat_filter(Interp *in, int line, const char *f, CVal v, CVal *args, size
             int inword = 0;
             for (size_t i = 0; i < s.s->len;) {
                 size_t adv;
-                uint32_t cp = utf8_decode(s.s->data + i, s.s->len - i, &adv);
+                uint32_t cp = chat_utf8_decode(s.s->data + i, s.s->len - i, &adv);
                 int w = cp_alnum(cp) || cp == '_';
                 if (w && !inword) n++;
                 inword = w;

@@ -141,8 +141,8 @@ CVal cv_from_cjson(const cJSON *j);
 Status cv_from_json_text(const char *text, const char *what, CVal *out, Err *e);
 
 // UTF-8 helpers.
-uint32_t utf8_decode(const char *s, size_t n, size_t *adv);
-void utf8_encode(StrBuf *sb, uint32_t cp);
+uint32_t chat_utf8_decode(const char *s, size_t n, size_t *adv);
+void chat_utf8_encode(StrBuf *sb, uint32_t cp);
 int uni_isspace(uint32_t cp);   // Python str.isspace
 
 // ---------------------------------------------------------------- tokens

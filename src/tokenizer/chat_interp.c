@@ -152,7 +152,7 @@ Status interp_getitem(Interp *in, int line, CVal obj, CVal key, CVal *out) {
         }
         if (obj.t == CV_LIST) { *out = cv_retain(obj.l->items[i]); return ST_OK; }
         size_t a = char_offset(obj.s, (size_t)i), adv;
-        utf8_decode(obj.s->data + a, obj.s->len - a, &adv);
+        chat_utf8_decode(obj.s->data + a, obj.s->len - a, &adv);
         *out = cv_str(obj.s->data + a, adv);
         return ST_OK;
     }
@@ -227,7 +227,7 @@ Status chat_iterate(Interp *in, int line, CVal v, CVal *out) {
         CVal l = cv_list(v.s->len);
         for (size_t i = 0; i < v.s->len;) {
             size_t adv;
-            utf8_decode(v.s->data + i, v.s->len - i, &adv);
+            chat_utf8_decode(v.s->data + i, v.s->len - i, &adv);
             cv_list_push(l, cv_str(v.s->data + i, adv));
             i += adv;
         }

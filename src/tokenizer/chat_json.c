@@ -73,7 +73,7 @@ static Status jp_string(JP *j, CVal *out) {
             } else if (cp >= 0xD800 && cp < 0xE000) {
                 cp = 0xFFFD;   // a lone surrogate cannot be UTF-8
             }
-            utf8_encode(&sb, cp);
+            chat_utf8_encode(&sb, cp);
             break;
         }
         default: sb_free(&sb); j->p--; return jp_fail(j, "bad escape");

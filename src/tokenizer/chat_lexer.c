@@ -47,7 +47,7 @@ static size_t ws_run(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         size_t adv;
-        uint32_t cp = utf8_decode(s + i, n - i, &adv);
+        uint32_t cp = chat_utf8_decode(s + i, n - i, &adv);
         if (!uni_isspace(cp)) break;
         i += adv;
     }
@@ -59,7 +59,7 @@ static size_t rstrip_len(const char *s, size_t n) {
     size_t keep = 0, i = 0;
     while (i < n) {
         size_t adv;
-        uint32_t cp = utf8_decode(s + i, n - i, &adv);
+        uint32_t cp = chat_utf8_decode(s + i, n - i, &adv);
         i += adv;
         if (!uni_isspace(cp)) keep = i;
     }
@@ -109,7 +109,7 @@ static void unescape(StrBuf *sb, const char *s, size_t n) {
             if (d >= '0' && d <= '7') {
                 cp = (uint32_t)(d - '0');
                 for (int k = 0; k < 2 && i + 1 < n && s[i + 1] >= '0' && s[i + 1] <= '7'; k++) cp = cp * 8 + (uint32_t)(s[++i] - '0');
-                utf8_encode(sb, cp);
+                chat_utf8_encode(sb, cp);
             } else {
                 sb_putc(sb, '\\');
                 sb_putc(sb, d);
@@ -125,7 +125,7 @@ static void unescape(StrBuf *sb, const char *s, size_t n) {
                 else cp = cp * 16 + (uint32_t)v;
             }
             if (ok) {
-                utf8_encode(sb, (cp >= 0xD800 && cp < 0xE000) ? 0xFFFD : cp);
+                chat_utf8_encode(sb, (cp >= 0xD800 && cp < 0xE000) ? 0xFFFD : cp);
                 i += (size_t)hexn;
             } else {   // Python refuses a truncated escape; keep the text so the error is visible
                 sb_putc(sb, '\\');
@@ -240,7 +240,7 @@ static Status lex_tag(Lx *x, int is_block) {
         if (!oplen) {
             char ch[8] = {0};
             size_t adv;
-            utf8_decode(s, rem, &adv);
+            chat_utf8_decode(s, rem, &adv);
             memcpy(ch, s, MIN(adv, 4));
             return lx_fail(x, x->line, "unexpected char '%s'", ch);
         }

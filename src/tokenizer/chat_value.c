@@ -1,6 +1,7 @@
 // chat_value.c: template values with Python semantics: reference counting, str(), repr(),
 // json.dumps(ensure_ascii=False), equality, ordering and truthiness.
 #include "chat_internal.h"
+#include "unicode.h"
 
 #include <math.h>
 #include <string.h>
@@ -9,34 +10,20 @@
 #define CV_MAX_NEST 512   // repr / json of deeper structures (or of cycles) is an error
 
 // ---------------------------------------------------------------- UTF-8
-uint32_t utf8_decode(const char *s, size_t n, size_t *adv) {
-    const unsigned char *u = (const unsigned char *)s;
-    if (n == 0) { *adv = 0; return 0; }
-    if (u[0] < 0x80) { *adv = 1; return u[0]; }
-    int len = u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 1;
-    if (len == 1 || (size_t)len > n) { *adv = 1; return 0xFFFD; }
-    uint32_t cp = u[0] & (0x3F >> (len - 1));
-    for (int i = 1; i < len; i++) {
-        if ((u[i] & 0xC0) != 0x80) { *adv = 1; return 0xFFFD; }
-        cp = (cp << 6) | (u[i] & 0x3F);
+// Invalid bytes decode as U+FFFD and advance one byte, as Python's "replace" error handler.
+uint32_t chat_utf8_decode(const char *s, size_t n, size_t *adv) {
+    if (n == 0) {
+        *adv = 0;
+        return 0;
     }
-    *adv = (size_t)len;
-    return cp;
+    int32_t cp = utf8_decode(s, n, adv);
+    return cp < 0 ? 0xFFFD : (uint32_t)cp;
 }
 
-void utf8_encode(StrBuf *sb, uint32_t cp) {
+void chat_utf8_encode(StrBuf *sb, uint32_t cp) {
     char b[4];
-    if (cp > 0x10FFFF) cp = 0xFFFD;
-    if (cp < 0x80) { b[0] = (char)cp; sb_append(sb, b, 1); }
-    else if (cp < 0x800) { b[0] = (char)(0xC0 | (cp >> 6)); b[1] = (char)(0x80 | (cp & 0x3F)); sb_append(sb, b, 2); }
-    else if (cp < 0x10000) {
-        b[0] = (char)(0xE0 | (cp >> 12)); b[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); b[2] = (char)(0x80 | (cp & 0x3F));
-        sb_append(sb, b, 3);
-    } else {
-        b[0] = (char)(0xF0 | (cp >> 18)); b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        b[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); b[3] = (char)(0x80 | (cp & 0x3F));
-        sb_append(sb, b, 4);
-    }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
+    sb_append(sb, b, (size_t)utf8_encode(cp, b));
 }
 
 int uni_isspace(uint32_t cp) {
@@ -363,7 +350,7 @@ static void repr_str(StrBuf *sb, const char *s, size_t n) {
     sb_putc(sb, q);
     for (size_t i = 0; i < n;) {
         size_t adv;
-        uint32_t cp = utf8_decode(s + i, n - i, &adv);
+        uint32_t cp = chat_utf8_decode(s + i, n - i, &adv);
         if (cp == (uint32_t)q || cp == '\\') { sb_putc(sb, '\\'); sb_putc(sb, (char)cp); }
         else if (cp == '\n') sb_puts(sb, "\\n");
         else if (cp == '\r') sb_puts(sb, "\\r");
@@ -445,7 +432,7 @@ static void json_str(StrBuf *sb, const char *s, size_t n, int ascii) {
         if (c < 0x20) { sb_printf(sb, "\\u%04x", c); i++; continue; }
         if (c < 0x80 || !ascii) { sb_putc(sb, (char)c); i++; continue; }
         size_t adv;
-        uint32_t cp = utf8_decode(s + i, n - i, &adv);
+        uint32_t cp = chat_utf8_decode(s + i, n - i, &adv);
         if (cp >= 0x10000) {
             cp -= 0x10000;
             sb_printf(sb, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tokenizer_bench.sh: encode throughput (MB/s, one thread) of still against the transformers.js
+# bench_tokenizer.sh: encode throughput (MB/s, one thread) of still against the transformers.js
 # reference in the same run, on a large mixed corpus; appends rows to bench/RESULTS.md.
-#   bench/tokenizer_bench.sh [--no-record]
+#   bench/bench_tokenizer.sh [--no-record]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
