@@ -56,7 +56,7 @@ check error_not_an_id $([ $rc -ne 0 ] && grep -q 'line 2: "x7" is not an integer
 printf 'bad \xff byte' | "$BIN" tokenize --model "$L" >/dev/null 2>"$tmp/err"; rc=$?
 check error_invalid_utf8 $([ $rc -ne 0 ] && grep -q 'not valid UTF-8 (byte 4' "$tmp/err"; echo $?) "rc=$rc $(cat "$tmp/err")"
 "$BIN" tokenize --model "$tmp/none" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
-check error_missing_model $([ $rc -ne 0 ] && grep -q 'tokenizer.json' "$tmp/err"; echo $?) "rc=$rc $(cat "$tmp/err")"
+check error_missing_model $([ $rc -ne 0 ] && grep -q 'no such directory' "$tmp/err"; echo $?) "rc=$rc $(cat "$tmp/err")"
 mkdir -p "$tmp/bad" && echo '{"model": {"type": "Unigram", "vocab": []}}' >"$tmp/bad/tokenizer.json"
 "$BIN" tokenize --model "$tmp/bad" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 check error_unsupported_model $([ $rc -ne 0 ] && grep -q 'model type "Unigram" is not supported' "$tmp/err"; echo $?) "rc=$rc $(cat "$tmp/err")"
