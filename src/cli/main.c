@@ -11,7 +11,7 @@ static const Command commands[] = {
     {"info", cmd_info, "architecture, parameter count, plans and memory at a shape"},
     {"logits", cmd_logits, "logits for token ids, one line per position"},
     {"loss", cmd_loss, "mean next-token cross-entropy (and every gradient)"},
-    {"tokenize", NULL, "encode text to ids (or decode ids) with tokenizer.json"},
+    {"tokenize", cmd_tokenize, "encode text to ids (or decode ids) with tokenizer.json"},
     {"chat-template", NULL, "render messages through the model's chat template"},
     {"generate", NULL, "generate text (static KV cache, sort-free sampling)"},
     {"chat", NULL, "interactive chat through the chat template"},
