@@ -12,7 +12,7 @@ static const Command commands[] = {
     {"logits", cmd_logits, "logits for token ids, one line per position"},
     {"loss", cmd_loss, "mean next-token cross-entropy (and every gradient)"},
     {"tokenize", cmd_tokenize, "encode text to ids (or decode ids) with tokenizer.json"},
-    {"chat-template", NULL, "render messages through the model's chat template"},
+    {"chat-template", cmd_chat_template, "render messages through the model's chat template"},
     {"generate", NULL, "generate text (static KV cache, sort-free sampling)"},
     {"chat", NULL, "interactive chat through the chat template"},
     {"eval", NULL, "generate for a dataset and report metrics"},
