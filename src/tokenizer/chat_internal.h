@@ -141,6 +141,10 @@ CVal cv_from_cjson(const cJSON *j);
 Status cv_from_json_text(const char *text, const char *what, CVal *out, Err *e);
 
 // UTF-8 helpers.
+// The tokenizer's unicode.c defines utf8_decode / utf8_encode with other signatures; these are the
+// template interpreter's own, renamed at link level so both modules live in one library.
+#define utf8_decode chat_utf8_decode
+#define utf8_encode chat_utf8_encode
 uint32_t utf8_decode(const char *s, size_t n, size_t *adv);
 void utf8_encode(StrBuf *sb, uint32_t cp);
 int uni_isspace(uint32_t cp);   // Python str.isspace
