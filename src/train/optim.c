@@ -69,9 +69,8 @@ void optim_step(Optim *o, Model *m, double *grad_norm, double *lr) {
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *ti = &m->tt.t[i];
         float *p = (float *)((char *)m->params + ti->offset);
-        be->adamw(be, p, o->m + ti->goffset, o->v + ti->goffset, m->grads + ti->goffset, ti->numel, (float)rate,
-                  (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
-                  ti->decay ? (float)o->cfg.weight_decay : 0.0f, o->t, clip);
+        be->adamw(be, p, o->m + ti->goffset, o->v + ti->goffset, m->grads + ti->goffset, ti->numel, rate, o->cfg.beta1,
+                  o->cfg.beta2, o->cfg.eps, ti->decay ? o->cfg.weight_decay : 0.0, o->t, clip);
     }
     if (grad_norm) *grad_norm = norm;
     if (lr) *lr = rate;
