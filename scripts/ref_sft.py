@@ -140,6 +140,53 @@ def one_case(cfg, w32, ex, c):
     return out
 
 
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_tiny_tokenizer(d):
+    """A byte-level BPE tokenizer.json with no merges (ids 0-255 = bytes) and three ChatML special
+    tokens, for end-to-end tests of text formats on models with vocab 384."""
+    os.makedirs(d, exist_ok=True)
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": 256 + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for i, s in enumerate(specials)],
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab, "merges": []}}
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False, indent=1)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    tmpl = open(os.path.join(root, "tests", "data", "chat", "templates", "sft_generation.jinja")).read()
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
+                   "chat_template": tmpl}, f, indent=1)
+    plain = tmpl.replace("{%- generation %}", "").replace("{%- endgeneration %}", "")
+    d2 = d + "_nogen"
+    os.makedirs(d2, exist_ok=True)
+    with open(os.path.join(d2, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False, indent=1)
+    with open(os.path.join(d2, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
+                   "chat_template": plain}, f, indent=1)
+
+
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "data", "sft")
@@ -147,6 +194,7 @@ def main():
     mdir = os.path.join(root, "tests", "data", "models", MODEL)
     cfg = json.load(open(os.path.join(mdir, "config.json")))
     w32 = read_safetensors(os.path.join(mdir, "model.safetensors"))
+    write_tiny_tokenizer(os.path.join(out_dir, "tok"))
     ex = make_examples()
     with open(os.path.join(out_dir, "ids.jsonl"), "w") as f:
         for e in ex:

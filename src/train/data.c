@@ -175,7 +175,7 @@ static Status get_int_list(const cJSON *row, const char *key, int vocab, I32Vec 
 }
 
 static Status row_ids(const RowCtx *c, const cJSON *row, I32Vec *ids, I32Vec *mask, Err *e) {
-    int vocab = c->codec ? c->codec->vocab_size : 0;
+    int vocab = c->cfg->vocab_size > 0 ? c->cfg->vocab_size : c->codec ? c->codec->vocab_size : 0;
     TRY(get_int_list(row, "input_ids", vocab, ids, e));
     if (ids->n == 0) return err_set(e, ST_EINVAL, "\"input_ids\" is empty");
     for (size_t t = 0; t < ids->n; t++) i32vec_push(mask, 1);

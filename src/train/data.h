@@ -58,6 +58,7 @@ typedef struct DataConfig {
     int assistant_only_loss;
     const cJSON *chat_template_kwargs;  // object or NULL
     int skip_bad_rows;
+    int vocab_size;                // > 0: ids must lie in [0, vocab_size) (the model's)
 } DataConfig;
 
 typedef struct Example {

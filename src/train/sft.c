@@ -1,6 +1,7 @@
 // sft.c: SFT = TRL's data rules (data.c) + packing/padding (batch.c) + the shared loop.
 #include "sft.h"
 
+#include "../core/fileio.h"
 #include "../core/json.h"
 #include "../core/log.h"
 #include "codec.h"
@@ -48,6 +49,16 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
         have_codec = st == ST_OK;
     }
     c->data.truncate = !c->packing;
+    {  // the model's vocabulary bounds pre-tokenised ids (checked per row, with file:line)
+        char *cp = path_join(c->model_dir, "config.json");
+        ModelConfig mcfg;
+        if (config_load(cp, &mcfg, e) == ST_OK) {
+            c->data.vocab_size = mcfg.vocab_size;
+            config_free(&mcfg);
+        }
+        err_clear(e);
+        free(cp);
+    }
     Dataset train = {0}, eval = {0};
     if (st == ST_OK) st = load_set(c, c->dataset, have_codec ? &mc.codec : NULL, "dataset", &train, e);
     if (st == ST_OK && c->eval_dataset)
