@@ -9,6 +9,18 @@ import resource
 import sys
 import time
 
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+if not hasattr(F, "scaled_dot_product_attention"):  # Debian's torch 1.13 predates it
+    def _sdpa(q, k, v, is_causal=False):
+        s = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5)
+        if is_causal:
+            n = s.shape[-1]
+            s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+        return torch.softmax(s, -1) @ v
+    F.scaled_dot_product_attention = _sdpa
+
 src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_model_bench.py")).read()
 exec(compile(src.split("\ndef timeit")[0], "torch_model_bench.py", "exec"))  # the model definition only
 steps = int(sys.argv[5]) if len(sys.argv) > 5 else 3
