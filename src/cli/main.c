@@ -16,7 +16,7 @@ static const Command commands[] = {
     {"generate", NULL, "generate text (static KV cache, sort-free sampling)"},
     {"chat", NULL, "interactive chat through the chat template"},
     {"eval", NULL, "generate for a dataset and report metrics"},
-    {"sft", NULL, "supervised fine-tuning (TRL SFTTrainer semantics)"},
+    {"sft", cmd_sft, "supervised fine-tuning (TRL SFTTrainer semantics)"},
     {"distill", NULL, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
     {"grpo", NULL, "online RL with GRPO"},
     {"rloo", NULL, "online RL with RLOO"},
