@@ -81,38 +81,129 @@ Status trainer_evaluate(Model *m, Batcher *eval, double *loss, double *accuracy,
     return ST_OK;
 }
 
-typedef struct LogWindow {
-    double loss_sum;      // sum of step losses
-    int steps;
-    double acc_sum, ent_sum;  // sums of per-micro-batch means (TRL averages those)
-    int micro;
-} LogWindow;
+void step_report_add(StepReport *r, const char *name, double value, double weight) {
+    for (int i = 0; i < r->n_metrics; i++)
+        if (!strcmp(r->names[i], name)) {
+            r->sums[i] += value;
+            r->counts[i] += weight;
+            return;
+        }
+    CHECK(r->n_metrics < STEP_MAX_METRICS);
+    r->names[r->n_metrics] = name;
+    r->sums[r->n_metrics] = value;
+    r->counts[r->n_metrics] = weight;
+    r->n_metrics++;
+}
 
-static Status run_eval_and_log(Model *m, Batcher *eval, Metrics *mt, int step, double epoch, double *out, Err *e) {
+// ---- SFT: batches of rows, cross-entropy over the targets ------------------------------------
+
+typedef struct SftSource {
+    Batcher *train, *eval;
+    int grad_accum;
+    HostBatch *hb;  // (grad_accum)
+    RowStats rs;
+} SftSource;
+
+static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
+    SftSource *s = ctx;
+    Batcher *train = s->train;
+    int GA = s->grad_accum, mb = train->n_batches, spe = trainer_steps_per_epoch(mb, GA);
+    int epoch = step / spe, j = step % spe;
+    int first = j * GA, n_micro = MIN(GA, mb - first);
+    int n_targets = 0, n_tok = 0;
+    for (int g = 0; g < n_micro; g++) {
+        batcher_fill(train, epoch, first + g, &s->hb[g]);
+        n_targets += s->hb[g].n_targets;
+        n_tok += s->hb[g].n_tokens;
+    }
+    // TRL: the loss of a step is the token mean over every micro-batch of the step.
+    float scale = n_targets > 0 ? 1.0f / (float)n_targets : 0.0f;
+    for (int g = 0; g < n_micro; g++) {
+        HostBatch *hb = &s->hb[g];
+        Plan *p;
+        TRY(get_plan(m, PLAN_TRAIN, hb->B, hb->T, &p, e));
+        qwen3_set_inputs(m, p, hb->ids, hb->pos, hb->seg, hb->targets, NULL);
+        qwen3_forward(m, p);
+        qwen3_ce_loss(m, p, scale, 1);
+        double l, c, h;
+        sum_rows(m, p, hb, &s->rs, &l, &c, &h);
+        r->loss += l * scale;
+        if (hb->n_targets > 0) {
+            step_report_add(r, "mean_token_accuracy", c / hb->n_targets, 1);
+            step_report_add(r, "entropy", h / hb->n_targets, 1);
+        }
+    }
+    r->n_tokens = n_tok;
+    return ST_OK;
+}
+
+static Status sft_evaluate(void *ctx, Model *m, cJSON *o, double *eval_loss, Err *e) {
+    SftSource *s = ctx;
     double l, a, h;
-    TRY(trainer_evaluate(m, eval, &l, &a, &h, e));
-    cJSON *o = cJSON_CreateObject();
+    TRY(trainer_evaluate(m, s->eval, &l, &a, &h, e));
     cJSON_AddNumberToObject(o, "eval_loss", l);
     cJSON_AddNumberToObject(o, "eval_mean_token_accuracy", a);
     cJSON_AddNumberToObject(o, "eval_entropy", h);
-    cJSON_AddNumberToObject(o, "epoch", epoch);
-    cJSON_AddNumberToObject(o, "step", step);
-    metrics_write(mt, o);
-    cJSON_Delete(o);
-    log_info("step %d: eval_loss %.6f, eval_mean_token_accuracy %.4f", step, l, a);
-    *out = l;
+    *eval_loss = l;
     return ST_OK;
 }
 
 Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *cfg, TrainResult *res, Err *e) {
-    memset(res, 0, sizeof *res);
-    res->eval_loss = NAN;
-    CHECK(m->matrix_dtype == DT_F32);
     int GA = MAX(1, cfg->grad_accum), mb = train->n_batches;
     if (mb == 0)
         return err_set(e, ST_EINVAL, "the training set has %d rows, fewer than one batch of %d (drop_last)",
                        train->rows->n, train->cfg.B);
-    int spe = trainer_steps_per_epoch(mb, GA);
+    SftSource s = {.train = train, .eval = eval, .grad_accum = GA};
+    s.hb = xcalloc((size_t)GA, sizeof(HostBatch));
+    for (int g = 0; g < GA; g++) host_batch_init(&s.hb[g], train);
+    stats_init(&s.rs, (size_t)train->cfg.B * train->Tmax);
+    StepSource src = {.ctx = &s, .what = "rows", .n_items = train->rows->n,
+                      .steps_per_epoch = trainer_steps_per_epoch(mb, GA), .micro_batches = mb,
+                      .batch_size = train->cfg.B, .grad_accum = GA, .step = sft_step,
+                      .evaluate = eval ? sft_evaluate : NULL};
+    Status st = trainer_loop(m, &src, cfg, res, e);
+    for (int g = 0; g < GA; g++) host_batch_free(&s.hb[g]);
+    free(s.hb);
+    stats_free(&s.rs);
+    return st;
+}
+
+// ---- the loop ----------------------------------------------------------------------------
+
+typedef struct LogWindow {
+    double loss_sum;  // sum of step losses
+    int steps;
+    StepReport acc;   // metric sums and counts over the window
+} LogWindow;
+
+static void window_add(LogWindow *w, const StepReport *r) {
+    w->loss_sum += r->loss;
+    w->steps++;
+    for (int i = 0; i < r->n_metrics; i++) {
+        step_report_add(&w->acc, r->names[i], r->sums[i], r->counts[i]);
+    }
+}
+
+static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int step, double epoch, double *out, Err *e) {
+    cJSON *o = cJSON_CreateObject();
+    double l = NAN;
+    Status st = src->evaluate(src->ctx, m, o, &l, e);
+    if (st == ST_OK) {
+        cJSON_AddNumberToObject(o, "epoch", epoch);
+        cJSON_AddNumberToObject(o, "step", step);
+        metrics_write(mt, o);
+        log_info("step %d: eval_loss %.6f", step, l);
+        *out = l;
+    }
+    cJSON_Delete(o);
+    return st;
+}
+
+Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
+    memset(res, 0, sizeof *res);
+    res->eval_loss = NAN;
+    CHECK(m->matrix_dtype == DT_F32);
+    int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
     if (total <= 0) return err_set(e, ST_EINVAL, "nothing to train: 0 steps (num_train_epochs %g)", cfg->num_train_epochs);
     OptimConfig oc = cfg->opt;
@@ -121,8 +212,8 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
     model_alloc_grads(m);
     Optim opt;
     optim_init(&opt, m, &oc);
-    TrainState ts = {.total_steps = total, .steps_per_epoch = spe, .micro_batches = mb, .batch_size = train->cfg.B,
-                     .grad_accum = GA, .seed = cfg->seed};
+    TrainState ts = {.total_steps = total, .steps_per_epoch = spe, .micro_batches = src->micro_batches,
+                     .batch_size = src->batch_size, .grad_accum = src->grad_accum, .seed = cfg->seed};
     Status st = dir_create(cfg->output_dir, e);
     char *resume_dir = NULL;
     if (st == ST_OK && cfg->resume) {
@@ -132,13 +223,13 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
             resume_dir = xstrdup(cfg->resume);
         TrainState saved;
         if (st == ST_OK) st = checkpoint_load(resume_dir, m, &opt, &saved, e);
-        if (st == ST_OK && (saved.micro_batches != mb || saved.batch_size != ts.batch_size || saved.grad_accum != GA ||
-                            saved.seed != cfg->seed))
-            st = err_set(e, ST_EINVAL, "%s was written with %d micro-batches per epoch of %d rows, gradient "
+        if (st == ST_OK && (saved.micro_batches != ts.micro_batches || saved.batch_size != ts.batch_size ||
+                            saved.grad_accum != ts.grad_accum || saved.seed != cfg->seed))
+            st = err_set(e, ST_EINVAL, "%s was written with %d micro-batches per epoch of %d, gradient "
                                        "accumulation %d, seed %llu; this run has %d, %d, %d, %llu: resume needs the "
                                        "same data, batch and seed flags", resume_dir, saved.micro_batches,
-                         saved.batch_size, saved.grad_accum, (unsigned long long)saved.seed, mb, ts.batch_size, GA,
-                         (unsigned long long)cfg->seed);
+                         saved.batch_size, saved.grad_accum, (unsigned long long)saved.seed, ts.micro_batches,
+                         ts.batch_size, ts.grad_accum, (unsigned long long)cfg->seed);
         if (st == ST_OK) {
             ts.step = saved.step;
             ts.num_tokens = saved.num_tokens;
@@ -152,60 +243,31 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
         optim_free(&opt, m->be);
         return st;
     }
-    log_info("training: %d rows, %d micro-batches of %d per epoch, %d steps per epoch (gradient accumulation %d), "
-             "%d steps, warmup %d, lr %g (%s)", train->rows->n, mb, train->cfg.B, spe, GA, total, oc.warmup_steps,
-             oc.lr, optim_schedule_name(oc.sched));
+    log_info("training: %d %s, %d micro-batches of %d per epoch, %d steps per epoch (gradient accumulation %d), "
+             "%d steps, warmup %d, lr %g (%s)", src->n_items, src->what, src->micro_batches, src->batch_size, spe,
+             src->grad_accum, total, oc.warmup_steps, oc.lr, optim_schedule_name(oc.sched));
 
-    HostBatch *hb = xcalloc((size_t)GA, sizeof(HostBatch));
-    for (int g = 0; g < GA; g++) host_batch_init(&hb[g], train);
-    RowStats rs;
-    stats_init(&rs, (size_t)train->cfg.B * train->Tmax);
     LogWindow win = {0};
     double t_start = metrics_now(), tokens_run = 0;
     int steps_run = 0;
     while (st == ST_OK && ts.step < total) {
-        int epoch = ts.step / spe, j = ts.step % spe;
-        int first = j * GA, n_micro = MIN(GA, mb - first);
-        int n_targets = 0, n_tok = 0;
-        for (int g = 0; g < n_micro; g++) {
-            batcher_fill(train, epoch, first + g, &hb[g]);
-            n_targets += hb[g].n_targets;
-            n_tok += hb[g].n_tokens;
-        }
-        // TRL: the loss of a step is the token mean over every micro-batch of the step.
-        float scale = n_targets > 0 ? 1.0f / (float)n_targets : 0.0f;
+        StepReport rep;
+        memset(&rep, 0, sizeof rep);
         m->be->zero(m->be, m->grads, m->tt.n_params * sizeof(float));
-        double step_loss = 0;
-        for (int g = 0; g < n_micro && st == ST_OK; g++) {
-            Plan *p;
-            st = get_plan(m, PLAN_TRAIN, hb[g].B, hb[g].T, &p, e);
-            if (st != ST_OK) break;
-            qwen3_set_inputs(m, p, hb[g].ids, hb[g].pos, hb[g].seg, hb[g].targets, NULL);
-            qwen3_forward(m, p);
-            qwen3_ce_loss(m, p, scale, 1);
-            double l, c, h;
-            sum_rows(m, p, &hb[g], &rs, &l, &c, &h);
-            step_loss += l * scale;
-            if (hb[g].n_targets > 0) {
-                win.acc_sum += c / hb[g].n_targets;
-                win.ent_sum += h / hb[g].n_targets;
-                win.micro++;
-            }
-        }
+        st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st != ST_OK) break;
-        if (!isfinite(step_loss)) {
+        if (!isfinite(rep.loss)) {
             st = err_set(e, ST_ERUNTIME, "step %d: the loss is %g; lower --learning_rate or check the data", ts.step + 1,
-                         step_loss);
+                         rep.loss);
             break;
         }
         double gnorm, lr;
         optim_step(&opt, m, &gnorm, &lr);
         ts.step++;
         steps_run++;
-        ts.num_tokens += n_tok;
-        tokens_run += n_tok;
-        win.loss_sum += step_loss;
-        win.steps++;
+        ts.num_tokens += rep.n_tokens;
+        tokens_run += rep.n_tokens;
+        window_add(&win, &rep);
         int log_now = (cfg->logging_steps > 0 && ts.step % cfg->logging_steps == 0) ||
                       (cfg->logging_first_step && ts.step == 1) || ts.step == total;
         if (log_now) {
@@ -216,8 +278,9 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
             cJSON_AddNumberToObject(o, "learning_rate", lr);
             cJSON_AddNumberToObject(o, "epoch", (double)ts.step / spe);
             cJSON_AddNumberToObject(o, "num_tokens", ts.num_tokens);
-            cJSON_AddNumberToObject(o, "mean_token_accuracy", win.micro ? win.acc_sum / win.micro : NAN);
-            cJSON_AddNumberToObject(o, "entropy", win.micro ? win.ent_sum / win.micro : NAN);
+            for (int i = 0; i < win.acc.n_metrics; i++)
+                cJSON_AddNumberToObject(o, win.acc.names[i],
+                                        win.acc.counts[i] > 0 ? win.acc.sums[i] / win.acc.counts[i] : NAN);
             cJSON_AddNumberToObject(o, "tokens_per_second", el > 0 ? tokens_run / el : 0);
             cJSON_AddNumberToObject(o, "plans", m->plans.n);
             cJSON_AddNumberToObject(o, "step", ts.step);
@@ -226,9 +289,9 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
             res->last_loss = win.loss_sum / win.steps;
             memset(&win, 0, sizeof win);
         }
-        metrics_progress(&mt, ts.step, total, step_loss, log_now);
-        if (eval && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
-            st = run_eval_and_log(m, eval, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
+        metrics_progress(&mt, ts.step, total, rep.loss, log_now);
+        if (src->evaluate && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
+            st = run_eval_and_log(m, src, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
         if (st == ST_OK && cfg->save_steps > 0 && ts.step % cfg->save_steps == 0 && ts.step < total) {
             st = checkpoint_save(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
                                  cfg->src_model_dir, e);
@@ -241,9 +304,9 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
     res->train_seconds = secs;
     res->tokens_per_second = secs > 0 ? tokens_run / secs : 0;
     int finished = st == ST_OK && ts.step >= total;
-    if (finished && eval && (cfg->eval_steps <= 0 || ts.step % cfg->eval_steps != 0))
-        st = run_eval_and_log(m, eval, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
-    if (finished && cfg->save_steps > 0) {
+    if (finished && src->evaluate && (cfg->eval_steps <= 0 || ts.step % cfg->eval_steps != 0))
+        st = run_eval_and_log(m, src, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
+    if (finished && st == ST_OK && cfg->save_steps > 0) {
         st = checkpoint_save(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
                              cfg->src_model_dir, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
@@ -259,9 +322,6 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *c
                  res->tokens_per_second, m->plans.n, m->plans.bytes / 1048576.0, cfg->output_dir,
                  dtype_torch_name(cfg->save_dtype));
     }
-    for (int g = 0; g < GA; g++) host_batch_free(&hb[g]);
-    free(hb);
-    stats_free(&rs);
     free(resume_dir);
     optim_free(&opt, m->be);
     return st;

@@ -35,6 +35,37 @@ typedef struct TrainResult {
     double eval_loss;            // NAN without an eval set
 } TrainResult;
 
+// What one optimizer step of a trainer reports. Metrics are (sum, count) pairs so the logging
+// window averages them the way TRL does (SFT: the mean over micro-batches; RL: over steps).
+#define STEP_MAX_METRICS 48
+typedef struct StepReport {
+    double loss;                               // the step's loss, as differentiated
+    double n_tokens;                           // tokens processed (TRL's num_tokens)
+    int n_metrics;
+    const char *names[STEP_MAX_METRICS];       // TRL metric names, static strings
+    double sums[STEP_MAX_METRICS], counts[STEP_MAX_METRICS];
+} StepReport;
+
+// Add a value to a report (sum += value, count += weight).
+void step_report_add(StepReport *r, const char *name, double value, double weight);
+
+// A trainer plugs into the loop with one function per optimizer step: fill m->grads (zeroed by
+// the loop) with the gradient of the step's loss and report it. The step function must be a pure
+// function of (weights, step index, seed) so that resuming reproduces the run bit for bit.
+typedef struct StepSource {
+    void *ctx;
+    const char *what;          // "rows", "prompts": for log lines
+    int n_items;               // dataset rows / prompts
+    int steps_per_epoch;
+    int micro_batches, batch_size, grad_accum;  // checked on resume: same data and batch flags
+    Status (*step)(void *ctx, Model *m, int step, StepReport *r, Err *e);
+    // Evaluation (may be NULL): writes its metrics into o and the loss into *eval_loss.
+    Status (*evaluate)(void *ctx, Model *m, cJSON *o, double *eval_loss, Err *e);
+} StepSource;
+
+// The loop every trainer shares: steps, AdamW, logging, evaluation, checkpoints, resume.
+Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e);
+
 // Steps of one epoch: micro-batches / grad_accum, rounded up (the last step of an epoch may
 // take fewer micro-batches, as transformers does).
 int trainer_steps_per_epoch(int micro_batches, int grad_accum);
