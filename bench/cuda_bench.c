@@ -109,7 +109,7 @@ static double mean_loss(Run *r, int N, int ntgt) {
 
 static void adamw_step(Run *r, int t) {
     float *p = (float *)r->m->params;
-    r->be->adamw(r->be, p, r->mom, r->var, r->m->grads, r->m->tt.n_params, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t, 1.0f);
+    r->be->adamw(r->be, p, r->mom, r->var, r->m->grads, r->m->tt.n_params, 1e-3, 0.9, 0.999, 1e-8, 0.01, t, 1.0f);
 }
 
 static int failures = 0;

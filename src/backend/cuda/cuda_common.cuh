@@ -192,8 +192,8 @@ double cu_sumsq(Backend *be, const float *x, size_t n);
 void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights, float grad_scale,
                 float *scratch, int chunk, int N, int C, int V);
-void cu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-              float eps, float wd, int t, float grad_scale);
+void cu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+              double eps, double wd, int t, float grad_scale);
 void cu_sample_seen_update(Backend *be, uint8_t *seen, const int32_t *ids, int B, int T, int V);
 void cu_sample_logits(Backend *be, int32_t *ids, float *logprob, float *logprob_raw, float *scores,
                       const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,

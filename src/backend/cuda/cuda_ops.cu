@@ -313,12 +313,11 @@ __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, size_
     }
 }
 
-void cu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-              float eps, float wd, int t, float grad_scale) {
+void cu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+              double eps, double wd, int t, float grad_scale) {
     CHECK(t >= 1);
     double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
-    adamw_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(p, m, v, g, n, (double)lr, (double)b1, (double)b2,
-                                                                     (double)eps, (double)wd, (double)lr / bc1,
+    adamw_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(p, m, v, g, n, lr, b1, b2, eps, wd, lr / bc1,
                                                                      sqrt(bc2), (double)grad_scale);
     LAUNCH_CHECK();
 }
