@@ -162,6 +162,20 @@ struct Backend {
                           const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,
                           const int32_t *banned, int K, int B, int V);
     // ---- end of sampling ---------------------------------------------------------------
+
+    // ---- captured step graphs (docs/backends.md). NULL on backends that run ops eagerly
+    // (ref, cpu): callers test the pointer and otherwise just call the ops. ------------------
+    // graph_begin: the ops called until graph_end are recorded, not run, as the graph `key`
+    // (a plan's shape and step kind). Only device-side ops may be recorded: upload, download,
+    // sync and sumsq (host transfers) abort while recording. Run a shape once eagerly before
+    // recording it, so that every scratch buffer already has its size.
+    void (*graph_begin)(Backend *be, uint64_t key);
+    // graph_end: stop recording and instantiate the graph `key` (replacing one of that key).
+    void (*graph_end)(Backend *be, uint64_t key);
+    // graph_launch: replay graph `key` on the backend's stream; returns 0 when there is none.
+    // A replay reads and writes the same device buffers, with the same scalar arguments, as
+    // the recorded calls: inputs change by uploading into those buffers first.
+    int (*graph_launch)(Backend *be, uint64_t key);
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
