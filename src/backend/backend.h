@@ -25,6 +25,18 @@
 
 typedef struct Backend Backend;
 
+// Per-row sampling parameters of `sample_logits` (device memory, uploaded once per generate call).
+// The HF GenerationConfig fields they mirror and their "off" values are in docs/sampling.md.
+typedef struct SampleParams {
+    float temperature;         // > 0; divides the scores of sampling rows (1 = off)
+    float repetition_penalty;  // > 0; applied to every seen id, greedy or not (1 = off)
+    float min_p;               // in [0, 1]; 0 = off
+    int32_t top_k;             // <= 0 = off; k' = min(max(k, 1), V), ties at the threshold kept
+    double top_p;              // in [0, 1]; >= 1 = off. double: HF compares with fp32(1 - top_p)
+    int32_t do_sample;         // 0 = greedy argmax (temperature / top-k / top-p / min-p ignored)
+    int32_t pad_;
+} SampleParams;
+
 struct Backend {
     const char *name;  // "ref", "cpu", "cuda"
     void *ctx;         // backend-private state (thread count, BLAS handles, streams)
@@ -119,6 +131,37 @@ struct Backend {
     // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
     void (*adamw)(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
                   float eps, float wd, int t, float grad_scale);
+
+    // ---- sampling: logits processors and the token choice, on the device (docs/sampling.md) ----
+    // During decoding only ids (B) and, when asked, the chosen token's log-probs (B) cross to the
+    // host. Token history stays on the host; what needs it reaches the op as `seen` (device
+    // state) and `banned` (a small per-step upload).
+
+    // seen (B,V) |= onehot(ids (B,T)): marks every id of prompt (incl. pads) and generated tokens
+    // for the repetition penalty. ids outside [0, V) are skipped. Start from be->zero(seen).
+    void (*sample_seen_update)(Backend *be, uint8_t *seen, const int32_t *ids, int B, int T, int V);
+
+    // One decoding step. logits (B,V) raw fp32 -> scores (B,V) processed, ids (B) chosen.
+    // Per row b with p = params[b], in HF order:
+    //   s = logits; repetition penalty on ids with seen[b,i] != 0 (s < 0 ? s*θ : s/θ);
+    //   s[banned[b,j]] = -inf for j < K (host-computed: no_repeat_ngram, bad_words, EOS while
+    //   below min_new_tokens / min_length; entries outside [0, V) are padding);
+    //   greedy (p.do_sample == 0): ids[b] = first index of max s;
+    //   sampling: s /= T; top-k; top-p on the renormalised survivors; min-p; every removed score
+    //   -inf; ids[b] = inverse-CDF draw in index order with the uniform u[b] in [0, 1).
+    // scores (B,V) ends as HF's final `scores` (removed = -inf). It may alias logits (in place).
+    // Outputs that may be NULL:
+    //   logprob (B)     = log softmax(scores[b])[ids[b]]: the chosen token under the processed
+    //                     distribution the draw used (for greedy rows: penalties and bans only);
+    //   logprob_raw (B) = log softmax(logits[b] / p.temperature)[ids[b]] on the raw logits, no
+    //                     penalties or filters (what TRL's RL losses recompute); needs
+    //                     scores != logits.
+    // seen may be NULL when every repetition_penalty is 1; banned may be NULL when K == 0; u may
+    // be NULL when no row samples. params, u, seen, banned are device memory.
+    void (*sample_logits)(Backend *be, int32_t *ids, float *logprob, float *logprob_raw, float *scores,
+                          const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,
+                          const int32_t *banned, int K, int B, int V);
+    // ---- end of sampling ---------------------------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
@@ -129,6 +172,9 @@ void backend_destroy(Backend *be);
 // Constructors of the individual backends (backend/ref/ref.c, backend/cpu/cpu.c, ...).
 Backend *backend_ref_create(int threads);
 Backend *backend_cpu_create(int threads);
+// Install the sampling ops into a backend (called by the constructors above).
+void backend_ref_install_sampling(Backend *be);
+void backend_cpu_install_sampling(Backend *be);
 #ifdef STILL_CUDA
 Status backend_cuda_create(int threads, Backend **out, Err *e);
 #endif
