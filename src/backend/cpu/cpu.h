@@ -1,0 +1,124 @@
+// cpu.h: the CPU backend's private interface: context with grow-only scratch, the GEMM wrapper
+// and the op functions (each with the signature and semantics of its slot in backend.h).
+//
+// Determinism: for a fixed thread count every result is the same run to run. Reductions that
+// cross threads write per-thread (or per-block) partials that are summed in a fixed order; no
+// atomics. Work is split with static schedules only.
+#ifndef STILL_BACKEND_CPU_H
+#define STILL_BACKEND_CPU_H
+
+#include "../backend.h"
+
+#include <string.h>
+
+// Scratch slots: each grows to the largest size asked for and is kept until destroy, so a
+// steady-state step allocates nothing.
+typedef enum {
+    CPU_SCR_PANEL,     // fp32 copy of a panel of bf16/f16 weight rows
+    CPU_SCR_PARTIAL,   // per-thread / per-block partial sums
+    CPU_SCR_ATTN,      // per-thread attention score blocks
+    CPU_SCR_ATTN_ACC,  // per-part dk/dv accumulators when kv heads are fewer than threads
+    CPU_SCR_INDEX,     // int32 indices: attention key bounds, gathered ce rows
+    CPU_SCR_COUNT
+} CpuScratchSlot;
+
+typedef struct CpuCtx {
+    int threads;
+    void *scratch[CPU_SCR_COUNT];
+    size_t scratch_cap[CPU_SCR_COUNT];
+} CpuCtx;
+
+static inline CpuCtx *cpu_ctx(Backend *be) { return (CpuCtx *)be->ctx; }
+// Scratch of at least `bytes` bytes in slot `slot` (64-byte aligned; contents unspecified).
+void *cpu_scratch(Backend *be, CpuScratchSlot slot, size_t bytes);
+
+// Row-major C (M,N) = alpha op(A) op(B) + beta C, op = transpose when ta / tb; beta == 0 ignores
+// C's contents. OpenBLAS when built with it; called inside an OpenMP region it runs on the
+// calling thread.
+void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc);
+
+// dst (n) = elements [off, off + n) of a weight table stored as wdt, as fp32 (serial).
+static inline void cpu_convert_f32(float *dst, const void *w, DType wdt, size_t off, size_t n) {
+    if (wdt == DT_BF16) {
+        const uint16_t *src = (const uint16_t *)w + off;
+        uint32_t *d = (uint32_t *)dst;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
+    } else if (wdt == DT_F16) {
+        const uint16_t *src = (const uint16_t *)w + off;
+        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+    } else {
+        memcpy(dst, (const float *)w + off, n * sizeof(float));
+    }
+}
+
+// Rows [r0, r0 + rows) of a (.,C) weight table stored as wdt, as fp32 in dst (rows, C), using
+// the backend's threads.
+void cpu_weight_rows(Backend *be, float *dst, const void *w, DType wdt, size_t r0, size_t rows, int C);
+// Rows of a bf16/f16 weight converted per panel: how many rows a panel holds for width C.
+int cpu_panel_rows(int C, int total);
+
+// expf without a libm call, so loops that use it vectorise: x clamped to [-87.3, 88] (below:
+// exactly 0, so -inf gives 0), x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor
+// polynomial (truncation < 1e-8 relative), 2^n through the exponent bits. Relative error is a
+// few ulp (tests/ops/test_backend_parity.c measures it). NaN gives an unspecified finite value.
+static inline float cpu_expf(float x) {
+    float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+    float t = xc * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: rounds to an integer
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693145751953125f;  // ln 2 split in a part exact in fp32 and the rest
+    r = r - n * 1.428606765330187e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return x < -87.3f ? 0.0f : p * scale;
+}
+
+// cpu_ops.c
+void cpu_embedding_forward(Backend *be, float *out, const int32_t *ids, const void *wte, DType wdt, int N, int C);
+void cpu_embedding_backward(Backend *be, float *dwte, const float *dout, const int32_t *ids, int N, int C);
+void cpu_rmsnorm_forward(Backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         float eps);
+void cpu_rmsnorm_backward(Backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, int N, int C);
+void cpu_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
+                      int HD);
+void cpu_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
+                       int HD);
+void cpu_swiglu_forward(Backend *be, float *out, const float *gate, const float *up, size_t n);
+void cpu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                         size_t n);
+void cpu_add(Backend *be, float *out, const float *a, const float *b, size_t n);
+void cpu_scale(Backend *be, float *x, float s, size_t n);
+double cpu_sumsq(Backend *be, const float *x, size_t n);
+void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
+               float eps, float wd, int t, float grad_scale);
+
+// cpu_matmul.c
+void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
+                        int C, int OC);
+void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                         const void *w, DType wdt, int N, int C, int OC);
+
+// cpu_attention.c
+void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int32_t *seg, int B, int T, int NH, int NKV, int HD);
+void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                            int B, int T, int NH, int NKV, int HD);
+
+// cpu_loss.c
+void cpu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                 float grad_scale, float *scratch, int chunk, int N, int C, int V);
+
+#endif

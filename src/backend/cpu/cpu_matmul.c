@@ -1,0 +1,90 @@
+// cpu_matmul.c: the linear layer on sgemm. fp32 weights go to sgemm directly; bf16/f16 weights
+// are converted to fp32 one panel of rows at a time into backend scratch and multiplied panel
+// by panel, except for a handful of rows (decode), where a fused convert-and-dot is cheaper
+// than writing and re-reading a converted panel.
+#include "cpu.h"
+
+#include <omp.h>
+
+#define GEMV_MAX_ROWS 4  // at most this many input rows: the fused bf16 path
+
+// out (N,OC) = inp (N,C) w^T for 16-bit w, converting each weight row once into a thread-local
+// row and dotting it with every input row.
+static void matmul_forward_gemv16(Backend *be, float *out, const float *inp, const void *w, DType wdt,
+                                  const float *bias, int N, int C, int OC) {
+    size_t stride = ((size_t)C + 15) / 16 * 16;
+    float *rows = cpu_scratch(be, CPU_SCR_PANEL, (size_t)be->threads * stride * sizeof(float));
+#pragma omp parallel num_threads(be->threads) if ((size_t)OC * C > 65536)
+    {
+        float *row = rows + (size_t)omp_get_thread_num() * stride;
+#pragma omp for schedule(static)
+        for (int o = 0; o < OC; o++) {
+            cpu_convert_f32(row, w, wdt, (size_t)o * C, (size_t)C);
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C;
+                float acc = 0;
+#pragma omp simd reduction(+ : acc)
+                for (int c = 0; c < C; c++) acc += x[c] * row[c];
+                out[(size_t)n * OC + o] = acc + (bias ? bias[o] : 0.0f);
+            }
+        }
+    }
+}
+
+// inp (N,C), w (OC,C) as wdt, bias (OC) or NULL -> out (N,OC) = inp w^T + bias
+void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
+                        int C, int OC) {
+    if (wdt != DT_F32 && N <= GEMV_MAX_ROWS) {
+        matmul_forward_gemv16(be, out, inp, w, wdt, bias, N, C, OC);
+        return;
+    }
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)N * OC > 65536)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    if (wdt == DT_F32) {
+        cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, (const float *)w, C, beta, out, OC);
+        return;
+    }
+    int P = cpu_panel_rows(C, OC);
+    float *panel = cpu_scratch(be, CPU_SCR_PANEL, (size_t)P * C * sizeof(float));
+    for (int o0 = 0; o0 < OC; o0 += P) {
+        int p = MIN(P, OC - o0);
+        cpu_weight_rows(be, panel, w, wdt, (size_t)o0, (size_t)p, C);
+        cpu_sgemm(0, 1, N, p, C, 1.0f, inp, C, panel, C, beta, out + o0, OC);
+    }
+}
+
+// dinp (N,C) += dout w ; dw (OC,C) += dout^T inp ; dbias (OC) += colsum(dout)
+void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                         const void *w, DType wdt, int N, int C, int OC) {
+    if (dinp) {
+        if (wdt == DT_F32) {
+            cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, (const float *)w, C, 1.0f, dinp, C);
+        } else {
+            int P = cpu_panel_rows(C, OC);
+            float *panel = cpu_scratch(be, CPU_SCR_PANEL, (size_t)P * C * sizeof(float));
+            for (int o0 = 0; o0 < OC; o0 += P) {
+                int p = MIN(P, OC - o0);
+                cpu_weight_rows(be, panel, w, wdt, (size_t)o0, (size_t)p, C);
+                cpu_sgemm(0, 0, N, C, p, 1.0f, dout + o0, OC, panel, C, 1.0f, dinp, C);
+            }
+        }
+    }
+    if (dw) cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dbias) {
+        // each thread owns a range of columns and walks the rows in order
+        int parts = (size_t)N * OC > 65536 ? MIN(be->threads, OC) : 1;
+#pragma omp parallel for schedule(static) num_threads(be->threads) if (parts > 1)
+        for (int part = 0; part < parts; part++) {
+            size_t o0 = (size_t)OC * part / parts, o1 = (size_t)OC * (part + 1) / parts;
+            for (int n = 0; n < N; n++) {
+                const float *g = dout + (size_t)n * OC;
+#pragma omp simd
+                for (size_t o = o0; o < o1; o++) dbias[o] += g[o];
+            }
+        }
+    }
+}

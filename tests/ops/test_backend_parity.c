@@ -1,0 +1,560 @@
+// test_backend_parity.c: every op of every backend this build can create (except ref) against
+// the reference backend, forward and backward, on awkward shapes: T = 1, sizes that are no
+// multiple of any tile (N=7, C=13, OC=29, V=1031, HD=10), GQA (NH=6, NKV=2), left padding,
+// packed and recurring segments, odd chunks, fp32 and bf16 weights. Every buffer the op writes
+// is followed by guard words that must come back untouched; forward outputs start as NaN so
+// that `=` must overwrite every element; gradients start random so that `+=` is checked.
+// Also: AdamW on every backend (ref included) against torch.optim.AdamW's formula written out
+// in double, sumsq, and run-to-run determinism.
+//
+// Tolerances, as max |got - ref| / max |ref| over a buffer (norm-wise, because the backends
+// sum in a different order and a sum that cancels has error relative to its terms):
+//   TOL_EW 2e-6: elementwise ops (a few fp32 ulp; exp and sin/cos by different routines)
+//   TOL_RED 2e-5: ops that reduce in fp32 over up to ~5000 terms (matmul, rmsnorm, attention,
+//                 ce_head, whose logits feed exp) against double accumulation
+#include "ops_util.h"
+
+#include "backend/cpu/cpu.h"
+
+#define TOL_EW 2e-6
+#define TOL_RED 2e-5
+#define GUARD_WORDS 16
+
+static const char *backend_names[] = {"cpu", "cuda"};  // every backend held to ref
+static Backend *R, *X;
+
+// ---------------------------------------------------------------- device buffers with guards
+// Guard word i after the buffer at dev: a signalling NaN (quiet bit clear) whose payload depends
+// on the buffer, so neither arithmetic (which would quiet it) nor a copy of a neighbour's guard
+// can write it back unchanged.
+static uint32_t guard_word(const void *dev, int i) {
+    return 0x7f800000u | 0x100000u | (uint32_t)((((uintptr_t)dev >> 6) * 31u + (uint32_t)i * 977u) & 0xfffffu);
+}
+
+static void put_guard(Backend *be, void *dev, size_t bytes) {
+    uint32_t g[GUARD_WORDS];
+    for (int i = 0; i < GUARD_WORDS; i++) g[i] = guard_word(dev, i);
+    be->upload(be, (char *)dev + bytes, g, sizeof g);
+}
+
+// A device copy of host data (bytes), followed by guard words.
+static void *dev_from(const void *host, size_t bytes) {
+    void *d = X->alloc(X, bytes + GUARD_WORDS * 4);
+    if (bytes) X->upload(X, d, host, bytes);
+    put_guard(X, d, bytes);
+    return d;
+}
+
+// A device buffer of n floats filled with NaN (a forward output), followed by guard words.
+static float *dev_nan(size_t n) {
+    uint32_t *h = xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7fc00001u;
+    float *d = dev_from(h, n * 4);
+    free(h);
+    return d;
+}
+
+// Download n floats and check the guard words after them.
+static float *dev_fetch(const char *what, const void *dev, size_t n) {
+    float *h = xmalloc(n * 4 + GUARD_WORDS * 4);
+    X->download(X, h, dev, n * 4 + GUARD_WORDS * 4);
+    uint32_t g[GUARD_WORDS];
+    memcpy(g, h + n, sizeof g);
+    int ok = 1;
+    for (int i = 0; i < GUARD_WORDS; i++) ok &= g[i] == guard_word(dev, i);
+    EXPECT_MSG(ok, "%s: %s wrote past the end of its buffer (%zu floats)", what, X->name, n);
+    return h;
+}
+
+// got (device, n floats) against want (host): norm-wise relative error <= tol, no NaN.
+static void expect_close(const char *what, const void *got_dev, const float *want, size_t n, double tol) {
+    float *got = dev_fetch(what, got_dev, n);
+    double maxref = 0, maxerr = 0;
+    size_t worst = 0, nan_at = (size_t)-1;
+    for (size_t i = 0; i < n; i++) maxref = fmax(maxref, fabs(want[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(want[i])) {
+            if (nan_at == (size_t)-1) nan_at = i;
+            continue;
+        }
+        double e = fabs((double)got[i] - want[i]);
+        if (e > maxerr) maxerr = e, worst = i;
+    }
+    double rel = maxref > 0 ? maxerr / maxref : maxerr;
+    if (getenv("OPS_VERBOSE")) printf("  %-34s rel err %.2e (tol %.0e)\n", what, rel, tol);
+    EXPECT_MSG(nan_at == (size_t)-1, "%s: %s gives %g at [%zu], ref %g", what, X->name, got[nan_at == (size_t)-1 ? 0 : nan_at],
+               nan_at, want[nan_at == (size_t)-1 ? 0 : nan_at]);
+    EXPECT_MSG(rel <= tol, "%s: %s rel err %.3g > %.0g at [%zu]: %.8g vs ref %.8g", what, X->name, rel, tol, worst,
+               got[worst], want[worst]);
+    free(got);
+}
+
+static uint16_t *to_bf16(const float *x, size_t n) {
+    uint16_t *b = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) b[i] = f32_to_bf16(x[i]);
+    return b;
+}
+
+// ---------------------------------------------------------------- ops
+static void check_embedding(int N, int C, int V, DType wdt) {
+    char what[96];
+    int32_t *ids = xmalloc(N * 4);
+    for (int n = 0; n < N; n++) ids[n] = (int32_t)rng_below(&ops_rng, (uint64_t)(n % 3 == 2 ? 3 : V));  // repeats
+    float *wte = new_normal((size_t)V * C, 1), *dout = new_normal((size_t)N * C, 1);
+    uint16_t *wb = to_bf16(wte, (size_t)V * C);
+    const void *w = wdt == DT_BF16 ? (const void *)wb : wte;
+    size_t wbytes = (size_t)V * C * dtype_size(wdt);
+    float *out = xmalloc((size_t)N * C * 4), *dwte = new_normal((size_t)V * C, 1);
+    float *d_out = dev_nan((size_t)N * C), *d_dwte = dev_from(dwte, (size_t)V * C * 4);
+    int32_t *d_ids = dev_from(ids, N * 4);
+    void *d_w = dev_from(w, wbytes);
+    float *d_dout = dev_from(dout, (size_t)N * C * 4);
+    R->embedding_forward(R, out, ids, w, wdt, N, C);
+    X->embedding_forward(X, d_out, d_ids, d_w, wdt, N, C);
+    snprintf(what, sizeof what, "embedding fwd N%d C%d %s", N, C, dtype_st_name(wdt));
+    expect_close(what, d_out, out, (size_t)N * C, 0);
+    R->embedding_backward(R, dwte, dout, ids, N, C);
+    X->embedding_backward(X, d_dwte, d_dout, d_ids, N, C);
+    snprintf(what, sizeof what, "embedding bwd N%d C%d", N, C);
+    expect_close(what, d_dwte, dwte, (size_t)V * C, TOL_EW);
+    X->free(X, d_out), X->free(X, d_dwte), X->free(X, d_ids), X->free(X, d_w), X->free(X, d_dout);
+    free(ids), free(wte), free(dout), free(wb), free(out), free(dwte);
+}
+
+static void test_embedding(void) {
+    check_embedding(7, 13, 29, DT_F32);
+    check_embedding(1, 13, 29, DT_BF16);
+    check_embedding(300, 77, 50, DT_BF16);  // large enough for the parallel paths
+}
+
+static void check_rmsnorm(int N, int C) {
+    char what[96];
+    size_t nc = (size_t)N * C;
+    float *inp = new_normal(nc, 2), *w = new_normal(C, 1), *dout = new_normal(nc, 1);
+    float *out = xmalloc(nc * 4), *rstd = xmalloc(N * 4), *dinp = new_normal(nc, 1), *dw = new_normal(C, 1);
+    float *d_inp = dev_from(inp, nc * 4), *d_w = dev_from(w, C * 4), *d_dout = dev_from(dout, nc * 4);
+    float *d_out = dev_nan(nc), *d_rstd = dev_nan(N), *d_dinp = dev_from(dinp, nc * 4), *d_dw = dev_from(dw, C * 4);
+    R->rmsnorm_forward(R, out, rstd, inp, w, N, C, 1e-6f);
+    X->rmsnorm_forward(X, d_out, d_rstd, d_inp, d_w, N, C, 1e-6f);
+    snprintf(what, sizeof what, "rmsnorm fwd N%d C%d", N, C);
+    expect_close(what, d_out, out, nc, TOL_RED);
+    expect_close(what, d_rstd, rstd, N, TOL_RED);
+    // backward from the reference's rstd on both, so only the backward op differs
+    float *d_rstd_ref = dev_from(rstd, N * 4);
+    R->rmsnorm_backward(R, dinp, dw, dout, inp, w, rstd, N, C);
+    X->rmsnorm_backward(X, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd_ref, N, C);
+    snprintf(what, sizeof what, "rmsnorm bwd dinp N%d C%d", N, C);
+    expect_close(what, d_dinp, dinp, nc, TOL_RED);
+    snprintf(what, sizeof what, "rmsnorm bwd dw N%d C%d", N, C);
+    expect_close(what, d_dw, dw, C, TOL_RED);
+    X->free(X, d_inp), X->free(X, d_w), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_rstd);
+    X->free(X, d_dinp), X->free(X, d_dw), X->free(X, d_rstd_ref);
+    free(inp), free(w), free(dout), free(out), free(rstd), free(dinp), free(dw);
+}
+
+static void test_rmsnorm(void) {
+    check_rmsnorm(7, 13);
+    check_rmsnorm(1, 10);
+    check_rmsnorm(300, 77);
+}
+
+static void check_matmul(int N, int C, int OC, DType wdt, int with_bias) {
+    char what[96];
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float *inp = new_normal(ni, 1), *w = new_normal(nw, 1), *bias = with_bias ? new_normal(OC, 1) : NULL;
+    float *dout = new_normal(no, 1);
+    uint16_t *wb = to_bf16(w, nw);
+    const void *wp = wdt == DT_BF16 ? (const void *)wb : w;
+    float *out = xmalloc(no * 4), *dinp = new_normal(ni, 1), *dw = new_normal(nw, 1), *db = new_normal(OC, 1);
+    float *d_inp = dev_from(inp, ni * 4), *d_bias = bias ? dev_from(bias, OC * 4) : NULL;
+    void *d_w = dev_from(wp, nw * dtype_size(wdt));
+    float *d_dout = dev_from(dout, no * 4), *d_out = dev_nan(no);
+    float *d_dinp = dev_from(dinp, ni * 4), *d_dw = dev_from(dw, nw * 4), *d_db = dev_from(db, OC * 4);
+    R->matmul_forward(R, out, inp, wp, wdt, bias, N, C, OC);
+    X->matmul_forward(X, d_out, d_inp, d_w, wdt, d_bias, N, C, OC);
+    snprintf(what, sizeof what, "matmul fwd %dx%dx%d %s%s", N, C, OC, dtype_st_name(wdt), bias ? " bias" : "");
+    expect_close(what, d_out, out, no, TOL_RED);
+    R->matmul_backward(R, dinp, dw, bias ? db : NULL, dout, inp, wp, wdt, N, C, OC);
+    X->matmul_backward(X, d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, wdt, N, C, OC);
+    snprintf(what, sizeof what, "matmul bwd dinp %dx%dx%d %s", N, C, OC, dtype_st_name(wdt));
+    expect_close(what, d_dinp, dinp, ni, TOL_RED);
+    snprintf(what, sizeof what, "matmul bwd dw %dx%dx%d", N, C, OC);
+    expect_close(what, d_dw, dw, nw, TOL_RED);
+    snprintf(what, sizeof what, "matmul bwd dbias %dx%dx%d", N, C, OC);
+    expect_close(what, d_db, db, OC, TOL_RED);  // untouched when bias is NULL
+    // NULL gradients: only dw
+    R->matmul_backward(R, NULL, dw, NULL, dout, inp, wp, wdt, N, C, OC);
+    X->matmul_backward(X, NULL, d_dw, NULL, d_dout, d_inp, d_w, wdt, N, C, OC);
+    snprintf(what, sizeof what, "matmul bwd dw only %dx%dx%d", N, C, OC);
+    expect_close(what, d_dw, dw, nw, TOL_RED);
+    X->free(X, d_inp), X->free(X, d_w), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_dinp), X->free(X, d_dw);
+    X->free(X, d_db);
+    if (d_bias) X->free(X, d_bias);
+    free(inp), free(w), free(bias), free(dout), free(wb), free(out), free(dinp), free(dw), free(db);
+}
+
+static void test_matmul(void) {
+    check_matmul(7, 13, 29, DT_F32, 1);
+    check_matmul(7, 13, 29, DT_BF16, 0);
+    check_matmul(1, 13, 29, DT_F32, 0);
+    check_matmul(1, 13, 29, DT_BF16, 1);   // decode-sized: the fused bf16 path
+    check_matmul(3, 100, 700, DT_BF16, 1);
+    check_matmul(9, 1000, 2200, DT_BF16, 0);  // more than one converted panel (2M floats each)
+    check_matmul(64, 96, 33, DT_F32, 1);
+}
+
+static void check_rope(int N, int NH, int HD, float mscale) {
+    char what[96];
+    size_t n = (size_t)N * NH * HD;
+    int32_t *pos = xmalloc(N * 4);
+    for (int i = 0; i < N; i++) pos[i] = i == N - 1 ? 40000 : (int32_t)rng_below(&ops_rng, 3000);
+    float *inv = xmalloc(HD / 2 * 4);
+    for (int i = 0; i < HD / 2; i++) inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / HD));
+    float *x = new_normal(n, 1), *d_x = dev_from(x, n * 4), *d_inv = dev_from(inv, HD / 2 * 4);
+    int32_t *d_pos = dev_from(pos, N * 4);
+    R->rope_forward(R, x, pos, inv, mscale, N, NH, HD);
+    X->rope_forward(X, d_x, d_pos, d_inv, mscale, N, NH, HD);
+    snprintf(what, sizeof what, "rope fwd N%d NH%d HD%d", N, NH, HD);
+    expect_close(what, d_x, x, n, TOL_EW);
+    R->rope_backward(R, x, pos, inv, mscale, N, NH, HD);
+    X->rope_backward(X, d_x, d_pos, d_inv, mscale, N, NH, HD);
+    snprintf(what, sizeof what, "rope bwd N%d NH%d HD%d", N, NH, HD);
+    expect_close(what, d_x, x, n, TOL_EW);
+    X->free(X, d_x), X->free(X, d_inv), X->free(X, d_pos);
+    free(pos), free(inv), free(x);
+}
+
+static void test_rope(void) {
+    check_rope(7, 6, 10, 1.0f);
+    check_rope(1, 2, 4, 1.25f);
+    check_rope(200, 4, 64, 1.1f);
+}
+
+static void check_attention(int B, int T, int NH, int NKV, int HD, const int32_t *seg, const char *label) {
+    char what[128];
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
+    float *q = new_normal(nq, 1), *k = new_normal(nk, 1), *v = new_normal(nk, 1), *dout = new_normal(nq, 1);
+    float *out = xmalloc(nq * 4), *lse = xmalloc(nl * 4);
+    float *dq = new_normal(nq, 1), *dk = new_normal(nk, 1), *dv = new_normal(nk, 1);
+    float *d_q = dev_from(q, nq * 4), *d_k = dev_from(k, nk * 4), *d_v = dev_from(v, nk * 4);
+    float *d_dout = dev_from(dout, nq * 4), *d_out = dev_nan(nq), *d_lse = dev_nan(nl);
+    float *d_dq = dev_from(dq, nq * 4), *d_dk = dev_from(dk, nk * 4), *d_dv = dev_from(dv, nk * 4);
+    int32_t *d_seg = dev_from(seg, (size_t)B * T * 4);
+    R->attention_forward(R, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
+    X->attention_forward(X, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
+    snprintf(what, sizeof what, "attention fwd out %s", label);
+    expect_close(what, d_out, out, nq, TOL_RED);
+    snprintf(what, sizeof what, "attention fwd lse %s", label);
+    expect_close(what, d_lse, lse, nl, TOL_RED);
+    // backward from the reference's out and lse on both
+    float *d_out_ref = dev_from(out, nq * 4), *d_lse_ref = dev_from(lse, nl * 4);
+    R->attention_backward(R, dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
+    X->attention_backward(X, d_dq, d_dk, d_dv, d_dout, d_out_ref, d_lse_ref, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
+    snprintf(what, sizeof what, "attention bwd dq %s", label);
+    expect_close(what, d_dq, dq, nq, TOL_RED);
+    snprintf(what, sizeof what, "attention bwd dk %s", label);
+    expect_close(what, d_dk, dk, nk, TOL_RED);
+    snprintf(what, sizeof what, "attention bwd dv %s", label);
+    expect_close(what, d_dv, dv, nk, TOL_RED);
+    // only dk (dq and dv NULL)
+    R->attention_backward(R, NULL, dk, NULL, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
+    X->attention_backward(X, NULL, d_dk, NULL, d_dout, d_out_ref, d_lse_ref, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
+    snprintf(what, sizeof what, "attention bwd dk only %s", label);
+    expect_close(what, d_dk, dk, nk, TOL_RED);
+    X->free(X, d_q), X->free(X, d_k), X->free(X, d_v), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_lse);
+    X->free(X, d_dq), X->free(X, d_dk), X->free(X, d_dv), X->free(X, d_seg), X->free(X, d_out_ref);
+    X->free(X, d_lse_ref);
+    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+}
+
+static void test_attention(void) {
+    int32_t one[2] = {1, 4};
+    check_attention(2, 1, 6, 2, 10, one, "T1");
+    int32_t seg7[14] = {0, 0, 0, 1, 1, 1, 1, /**/ 2, 2, 2, 3, 3, 4, 4};
+    check_attention(2, 7, 6, 2, 10, seg7, "T7 pad+packed");
+    check_attention(1, 7, 6, 6, 10, seg7 + 7, "T7 no GQA");
+    // T=150: more than one query block (64), a fully padded block, documents across block edges,
+    // a segment id that recurs after another (it is still one document for the mask)
+    int T = 150;
+    int32_t *seg = xmalloc(2 * T * 4);
+    for (int t = 0; t < T; t++) seg[t] = t < 70 ? 0 : (t < 100 ? 5 : (t < 140 ? 6 : 5));
+    for (int t = 0; t < T; t++) seg[T + t] = 1 + t / 37;
+    check_attention(2, T, 6, 2, 10, seg, "T150 B2 NKV2");
+    check_attention(1, T, 4, 1, 16, seg, "T150 B1 NKV1");  // fewer kv groups than threads
+    free(seg);
+}
+
+static void check_swiglu(size_t n) {
+    char what[96];
+    float *g = new_normal(n, 3), *u = new_normal(n, 1), *dout = new_normal(n, 1);
+    g[0] = -95.0f, g[1] = 95.0f, g[2] = 0.0f;  // saturated and zero gates
+    float *out = xmalloc(n * 4), *dg = new_normal(n, 1), *du = new_normal(n, 1);
+    float *d_g = dev_from(g, n * 4), *d_u = dev_from(u, n * 4), *d_dout = dev_from(dout, n * 4);
+    float *d_out = dev_nan(n), *d_dg = dev_from(dg, n * 4), *d_du = dev_from(du, n * 4);
+    R->swiglu_forward(R, out, g, u, n);
+    X->swiglu_forward(X, d_out, d_g, d_u, n);
+    snprintf(what, sizeof what, "swiglu fwd n%zu", n);
+    expect_close(what, d_out, out, n, TOL_EW);
+    R->swiglu_backward(R, dg, du, dout, g, u, n);
+    X->swiglu_backward(X, d_dg, d_du, d_dout, d_g, d_u, n);
+    snprintf(what, sizeof what, "swiglu bwd dgate n%zu", n);
+    expect_close(what, d_dg, dg, n, TOL_EW);
+    snprintf(what, sizeof what, "swiglu bwd dup n%zu", n);
+    expect_close(what, d_du, du, n, TOL_EW);
+    X->free(X, d_g), X->free(X, d_u), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_dg), X->free(X, d_du);
+    free(g), free(u), free(dout), free(out), free(dg), free(du);
+}
+
+static void test_swiglu(void) {
+    check_swiglu(1037);
+    check_swiglu(40001);
+}
+
+static void check_elementwise(size_t n) {
+    char what[96];
+    float *a = new_normal(n, 1), *b = new_normal(n, 1), *out = xmalloc(n * 4);
+    float *d_a = dev_from(a, n * 4), *d_b = dev_from(b, n * 4), *d_out = dev_nan(n);
+    R->add(R, out, a, b, n);
+    X->add(X, d_out, d_a, d_b, n);
+    snprintf(what, sizeof what, "add n%zu", n);
+    expect_close(what, d_out, out, n, 0);
+    R->add(R, a, a, b, n);  // aliased output
+    X->add(X, d_a, d_a, d_b, n);
+    snprintf(what, sizeof what, "add aliased n%zu", n);
+    expect_close(what, d_a, a, n, 0);
+    R->scale(R, a, 0.37f, n);
+    X->scale(X, d_a, 0.37f, n);
+    snprintf(what, sizeof what, "scale n%zu", n);
+    expect_close(what, d_a, a, n, 0);
+    double want = R->sumsq(R, a, n), got = X->sumsq(X, d_a, n);
+    EXPECT_MSG(test_rel_err(got, want, 1e-300) < 1e-12, "sumsq n%zu: %s %.17g vs ref %.17g", n, X->name, got, want);
+    float *chk = dev_fetch("elementwise guards", d_b, n);
+    free(chk);
+    X->free(X, d_a), X->free(X, d_b), X->free(X, d_out);
+    free(a), free(b), free(out);
+}
+
+static void test_elementwise(void) {
+    check_elementwise(1037);
+    check_elementwise(70001);
+    check_elementwise(1);
+}
+
+// ---------------------------------------------------------------- cross-entropy head
+typedef struct {
+    int N, C, V, chunk;
+    DType wdt;
+    int grads;  // 0: forward only, 1: dh only, 2: dh and dW
+    int with_weights;
+} CeCase;
+
+static void check_ce(CeCase cc) {
+    char what[128], label[96];
+    int N = cc.N, C = cc.C, V = cc.V;
+    snprintf(label, sizeof label, "N%d C%d V%d chunk%d %s grads%d%s", N, C, V, cc.chunk, dtype_st_name(cc.wdt),
+             cc.grads, cc.with_weights ? " weights" : "");
+    size_t nh = (size_t)N * C, nw = (size_t)V * C, ns = (size_t)cc.chunk * (V + C);
+    float *h = new_normal(nh, 1), *W = new_normal(nw, 0.5f), *weights = xmalloc(N * 4);
+    int32_t *targets = xmalloc(N * 4);
+    for (int n = 0; n < N; n++) {
+        targets[n] = n % 4 == 1 ? IGNORE_INDEX : (int32_t)rng_below(&ops_rng, V);
+        weights[n] = n % 5 == 3 ? 0.0f : 0.25f + rng_uniform(&ops_rng);
+    }
+    targets[0] = V - 1;
+    // row 2 predicts its target (argmax hits): the target's row of W is row 2's hidden state
+    if (N > 2 && targets[2] != IGNORE_INDEX)
+        for (int c = 0; c < C; c++) W[(size_t)targets[2] * C + c] = h[2 * C + c];
+    uint16_t *Wb = to_bf16(W, nw);
+    const void *Wp = cc.wdt == DT_BF16 ? (const void *)Wb : W;
+    const float *wts = cc.with_weights ? weights : NULL;
+    float *loss = xmalloc(N * 4), *corr = xmalloc(N * 4), *ent = xmalloc(N * 4), *scratch = xmalloc(ns * 4);
+    float *dh = new_normal(nh, 1), *dW = new_normal(nw, 1);
+    float *d_h = dev_from(h, nh * 4), *d_wts = dev_from(weights, N * 4);
+    void *d_W = dev_from(Wp, nw * dtype_size(cc.wdt));
+    int32_t *d_t = dev_from(targets, N * 4);
+    float *d_loss = dev_nan(N), *d_corr = dev_nan(N), *d_ent = dev_nan(N), *d_scr = dev_nan(ns);
+    float *d_dh = dev_from(dh, nh * 4), *d_dW = dev_from(dW, nw * 4);
+    R->ce_head(R, loss, corr, ent, cc.grads ? dh : NULL, cc.grads == 2 ? dW : NULL, h, Wp, cc.wdt, targets, wts, 0.3f,
+               scratch, cc.chunk, N, C, V);
+    X->ce_head(X, d_loss, d_corr, d_ent, cc.grads ? d_dh : NULL, cc.grads == 2 ? d_dW : NULL, d_h, d_W, cc.wdt, d_t,
+               cc.with_weights ? d_wts : NULL, 0.3f, d_scr, cc.chunk, N, C, V);
+    snprintf(what, sizeof what, "ce loss %s", label);
+    expect_close(what, d_loss, loss, N, TOL_RED);
+    snprintf(what, sizeof what, "ce correct %s", label);
+    expect_close(what, d_corr, corr, N, 0);
+    snprintf(what, sizeof what, "ce entropy %s", label);
+    expect_close(what, d_ent, ent, N, TOL_RED);
+    snprintf(what, sizeof what, "ce dh %s", label);
+    expect_close(what, d_dh, dh, nh, TOL_RED);
+    snprintf(what, sizeof what, "ce dW %s", label);
+    expect_close(what, d_dW, dW, nw, TOL_RED);
+    free(dev_fetch("ce scratch", d_scr, ns));  // the op stays inside (chunk, V + C)
+    EXPECT(N <= 2 || targets[2] == IGNORE_INDEX || corr[2] == 1.0f);
+    // every output may be NULL
+    X->ce_head(X, NULL, NULL, NULL, NULL, NULL, d_h, d_W, cc.wdt, d_t, NULL, 1.0f, d_scr, cc.chunk, N, C, V);
+    X->free(X, d_h), X->free(X, d_wts), X->free(X, d_W), X->free(X, d_t), X->free(X, d_loss), X->free(X, d_corr);
+    X->free(X, d_ent), X->free(X, d_scr), X->free(X, d_dh), X->free(X, d_dW);
+    free(h), free(W), free(weights), free(targets), free(Wb), free(loss), free(corr), free(ent), free(scratch);
+    free(dh), free(dW);
+}
+
+static void test_ce_head(void) {
+    check_ce((CeCase){9, 13, 1031, 4, DT_F32, 2, 1});
+    check_ce((CeCase){9, 13, 1031, 3, DT_BF16, 2, 1});
+    check_ce((CeCase){9, 13, 1031, 20, DT_F32, 1, 0});
+    check_ce((CeCase){9, 13, 1031, 1, DT_BF16, 0, 1});
+    check_ce((CeCase){1, 13, 1031, 7, DT_F32, 2, 1});
+    check_ce((CeCase){2, 16, 64, 5, DT_F32, 2, 1});  // row 1 ignored: a chunk of one row
+    check_ce((CeCase){3, 520, 4099, 2, DT_BF16, 2, 1});  // more than one converted panel
+}
+
+// ---------------------------------------------------------------- determinism
+static void test_determinism(void) {
+    int B = 1, T = 150, NH = 4, NKV = 1, HD = 16, N = 9, C = 13, V = 1031, chunk = 4;
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
+    float *buf[3];
+    for (int rep = 0; rep < 2; rep++) {
+        rng_init(&ops_rng, 99, 0);
+        int32_t *seg = xmalloc(T * 4);
+        for (int t = 0; t < T; t++) seg[t] = t < 20 ? 0 : 1 + t / 50;
+        float *q = new_normal(nq, 1), *k = new_normal(nk, 1), *v = new_normal(nk, 1), *dout = new_normal(nq, 1);
+        float *h = new_normal((size_t)N * C, 1), *W = new_normal((size_t)V * C, 1);
+        int32_t tg[9] = {1, 5, IGNORE_INDEX, 7, 1030, 0, 3, 3, 9};
+        float *d_q = dev_from(q, nq * 4), *d_k = dev_from(k, nk * 4), *d_v = dev_from(v, nk * 4);
+        float *d_dout = dev_from(dout, nq * 4), *d_out = dev_nan(nq), *d_lse = dev_nan(nl);
+        float *d_dq = dev_from(q, nq * 4), *d_dk = dev_from(k, nk * 4), *d_dv = dev_from(v, nk * 4);
+        int32_t *d_seg = dev_from(seg, T * 4), *d_tg = dev_from(tg, sizeof tg);
+        float *d_h = dev_from(h, (size_t)N * C * 4), *d_W = dev_from(W, (size_t)V * C * 4);
+        float *d_dh = dev_from(h, (size_t)N * C * 4), *d_dW = dev_from(W, (size_t)V * C * 4);
+        float *d_scr = dev_nan((size_t)chunk * (V + C)), *d_loss = dev_nan(N);
+        X->attention_forward(X, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
+        X->attention_backward(X, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
+        X->ce_head(X, d_loss, NULL, NULL, d_dh, d_dW, d_h, d_W, DT_F32, d_tg, NULL, 0.5f, d_scr, chunk, N, C, V);
+        size_t n = 2 * nq + 2 * nk + N + (size_t)N * C + (size_t)V * C;
+        float *all = xmalloc(n * 4), *p = all;
+        X->download(X, p, d_out, nq * 4), p += nq;
+        X->download(X, p, d_dq, nq * 4), p += nq;
+        X->download(X, p, d_dk, nk * 4), p += nk;
+        X->download(X, p, d_dv, nk * 4), p += nk;
+        X->download(X, p, d_loss, N * 4), p += N;
+        X->download(X, p, d_dh, (size_t)N * C * 4), p += (size_t)N * C;
+        X->download(X, p, d_dW, (size_t)V * C * 4);
+        buf[rep] = all;
+        buf[2] = (float *)(uintptr_t)n;
+        void *ds[] = {d_q, d_k, d_v, d_dout, d_out, d_lse, d_dq, d_dk, d_dv, d_seg, d_tg, d_h, d_W, d_dh, d_dW, d_scr, d_loss};
+        for (size_t i = 0; i < ARRAY_LEN(ds); i++) X->free(X, ds[i]);
+        free(seg), free(q), free(k), free(v), free(dout), free(h), free(W);
+    }
+    EXPECT_MSG(!memcmp(buf[0], buf[1], (size_t)(uintptr_t)buf[2] * 4), "%s: two identical runs differ", X->name);
+    free(buf[0]), free(buf[1]);
+}
+
+// ---------------------------------------------------------------- AdamW and sumsq on every backend
+// torch.optim.AdamW (torch/optim/adamw.py, single-tensor path), written out in double:
+//   param.mul_(1 - lr * weight_decay)
+//   exp_avg.lerp_(grad, 1 - beta1)           ; m = b1 m + (1 - b1) g
+//   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+//   bias_correction1 = 1 - beta1 ** step ; bias_correction2 = 1 - beta2 ** step
+//   step_size = lr / bias_correction1
+//   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)
+//   param.addcdiv_(exp_avg, denom, value=-step_size)
+// with the gradient multiplied by grad_scale first (clipping / loss scaling).
+static void adamw_double(double *p, double *m, double *v, const float *g, size_t n, double lr, double b1, double b2,
+                         double eps, double wd, int t, double gs) {
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i] * gs;
+        p[i] *= 1 - lr * wd;
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+        p[i] -= lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + eps);
+    }
+}
+
+// Each step starts the double formula from the backend's own fp32 state, so the comparison
+// measures one step's arithmetic: p within a few ulp of |p| plus 1e-5 of the step size lr, m and
+// v within 1e-6 relative. The hyperparameters enter the formula as the fp32 values the op
+// receives: backend.h passes betas as float, and 1 - 0.999f differs from torch's 1 - 0.999
+// (double, then rounded) by 5e-5 relative.
+static void check_adamw(Backend *be) {
+    size_t n = 1037;
+    const double lr = (float)1e-2;
+    float *p = new_normal(n, 1), *m = xcalloc(n, 4), *v = xcalloc(n, 4), *g = xmalloc(n * 4), *m_old = xmalloc(n * 4);
+    double *pd = xmalloc(n * 8), *md = xmalloc(n * 8), *vd = xmalloc(n * 8);
+    float *d_p = be->alloc(be, n * 4), *d_m = be->alloc(be, n * 4), *d_v = be->alloc(be, n * 4);
+    float *d_g = be->alloc(be, n * 4);
+    be->upload(be, d_p, p, n * 4);  // m and v start at zero: alloc zero-fills
+    double worst = 0;
+    for (int t = 1; t <= 4; t++) {
+        for (size_t i = 0; i < n; i++) pd[i] = p[i], md[i] = m[i], vd[i] = v[i], m_old[i] = m[i];
+        fill_normal(g, n, t == 3 ? 1e-4f : 1.0f);  // a step of tiny gradients: eps matters
+        be->upload(be, d_g, g, n * 4);
+        be->adamw(be, d_p, d_m, d_v, d_g, n, (float)lr, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f);
+        adamw_double(pd, md, vd, g, n, lr, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5);
+        be->download(be, p, d_p, n * 4);
+        be->download(be, m, d_m, n * 4);
+        be->download(be, v, d_v, n * 4);
+        for (size_t i = 0; i < n; i++) {
+            worst = fmax(worst, fabs(p[i] - pd[i]) / (5e-7 * fabs(pd[i]) + 1e-5 * lr));
+            // m = b1 m + (1 - b1) g can cancel: its error is relative to the terms
+            worst = fmax(worst, fabs(m[i] - md[i]) / (1e-6 * (fabs(m_old[i]) + 0.1 * 0.5 * fabs(g[i])) + 1e-30));
+            worst = fmax(worst, fabs(v[i] - vd[i]) / (1e-6 * fabs(vd[i]) + 1e-30));
+        }
+    }
+    if (getenv("OPS_VERBOSE")) printf("  adamw on %s: worst error / allowed %.3g\n", be->name, worst);
+    EXPECT_MSG(worst <= 1, "adamw on %s: worst error / allowed %.3g", be->name, worst);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)p[i] * p[i];
+    EXPECT_MSG(test_rel_err(be->sumsq(be, d_p, n), ss, 1e-300) < 1e-12, "sumsq on %s", be->name);
+    be->free(be, d_p), be->free(be, d_m), be->free(be, d_v), be->free(be, d_g);
+    free(p), free(m), free(v), free(pd), free(md), free(vd), free(g), free(m_old);
+}
+
+static void test_adamw_all_backends(void) {
+    check_adamw(R);
+    for (size_t i = 0; i < ARRAY_LEN(backend_names); i++) {
+        Backend *be = NULL;
+        Err e = {0};
+        if (backend_create(backend_names[i], 2, &be, &e) != ST_OK) continue;
+        check_adamw(be);
+        backend_destroy(be);
+    }
+}
+
+// cpu_expf, which the cpu backend's softmax, SwiGLU and attention use, against exp in double.
+static void test_cpu_expf(void) {
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -87.0f + 175.0f * i / 200000.0f;
+        worst = fmax(worst, test_rel_err(cpu_expf(x), exp((double)x), 1e-300));
+    }
+    EXPECT_MSG(worst < 5e-7, "cpu_expf worst relative error %.3g", worst);
+    EXPECT(cpu_expf(-INFINITY) == 0.0f && cpu_expf(-100.0f) == 0.0f && cpu_expf(0.0f) == 1.0f);
+}
+
+int main(void) {
+    rng_init(&ops_rng, 4321, 0);
+    R = backend_ref_create(1);
+    RUN(test_adamw_all_backends);
+    RUN(test_cpu_expf);
+    for (size_t i = 0; i < ARRAY_LEN(backend_names); i++) {
+        Err e = {0};
+        if (backend_create(backend_names[i], 2, &X, &e) != ST_OK) {
+            printf("skip parity %s: %s\n", backend_names[i], e.msg);
+            continue;
+        }
+        printf("# backend %s\n", X->name);
+        RUN(test_embedding);
+        RUN(test_rmsnorm);
+        RUN(test_matmul);
+        RUN(test_rope);
+        RUN(test_attention);
+        RUN(test_swiglu);
+        RUN(test_elementwise);
+        RUN(test_ce_head);
+        RUN(test_determinism);
+        backend_destroy(X);
+    }
+    backend_destroy(R);
+    TEST_MAIN_END();
+}
