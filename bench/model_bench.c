@@ -9,6 +9,7 @@
 #ifdef STILL_OPENBLAS
 #include <cblas.h>
 #endif
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>

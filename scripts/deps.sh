@@ -6,10 +6,10 @@
 set -euo pipefail
 [ "${NO_DEPS:-0}" = 1 ] && exit 0
 what=${1:-build}
-pkgs=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev)
+pkgs=(gcc make pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libopenmpi-dev openmpi-bin)
 case "$what" in
   build) ;;
-  mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
+
   refs) pkgs+=(python3 python3-torch python3-numpy python3-jinja2 nodejs npm) ;;
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
   *) echo "deps.sh: unknown set '$what'" >&2; exit 2 ;;

@@ -16,10 +16,12 @@ Status backend_create(const char *name, int threads, Backend **out, Err *e) {
     omp_set_num_threads(threads);
     if (!strcmp(name, "cpu")) {
         *out = backend_cpu_create(threads);
+        backend_cpu_install_sampling(*out);
         return ST_OK;
     }
     if (!strcmp(name, "ref")) {
         *out = backend_ref_create(threads);
+        backend_ref_install_sampling(*out);
         return ST_OK;
     }
     if (!strcmp(name, "cuda")) {

@@ -129,8 +129,8 @@ struct Backend {
     // torch.optim.AdamW on a flat range, step t >= 1, gradient multiplied by grad_scale first:
     // p *= 1 - lr*wd ; m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2 ;
     // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
-    void (*adamw)(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-                  float eps, float wd, int t, float grad_scale);
+    void (*adamw)(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+                  double eps, double wd, int t, float grad_scale);
 
     // ---- sampling: logits processors and the token choice, on the device (docs/sampling.md) ----
     // During decoding only ids (B) and, when asked, the chosen token's log-probs (B) cross to the

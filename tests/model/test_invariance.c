@@ -30,12 +30,12 @@ static float *solo(Model *m, const int32_t *ids, int n) {
     return out;
 }
 
-// Norm-wise: max |a - b| / max |b|. The cpu backend's sgemm blocks differently for different
-// row counts, so element-wise relative error on near-zero logits measures fp32 rounding only.
+// Norm-wise relative difference: padding or packing may change the summation order of the
+// fp32 kernels (a different GEMM blocking), never the result beyond rounding.
 static double max_rel(const float *a, const float *b, size_t n) {
-    double worst = 0, ref = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i])), ref = fmax(ref, fabs((double)b[i]));
-    return worst / fmax(ref, 1e-30);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return sqrt(num / fmax(den, 1e-30));
 }
 
 static const int32_t A[] = {5, 17, 300, 42, 42, 7, 250, 99, 1};             // 9 tokens
@@ -63,7 +63,7 @@ static void test_left_padding(void) {
     be->download(be, out, dev, (size_t)2 * T * V * 4);
     double ea = max_rel(out + (size_t)(T - na) * V, la, (size_t)na * V);
     double eb = max_rel(out + (size_t)(2 * T - nb) * V, lb, (size_t)nb * V);
-    EXPECT_MSG(ea < 1e-4 && eb < 1e-4, "left padding changed logits: %.3g %.3g", ea, eb);
+    EXPECT_MSG(ea < 1e-5 && eb < 1e-5, "left padding changed logits: %.3g %.3g", ea, eb);
     free(la), free(lb), free(out);
     be->free(be, dev);
     model_free(m);
@@ -89,14 +89,14 @@ static void test_packing(void) {
     qwen3_logits(m, p, 0, T, dev);
     be->download(be, out, dev, (size_t)T * V * 4);
     double ea = max_rel(out, la, (size_t)na * V), eb = max_rel(out + (size_t)na * V, lb, (size_t)nb * V);
-    EXPECT_MSG(ea < 1e-4 && eb < 1e-4, "packing changed logits: %.3g %.3g", ea, eb);
+    EXPECT_MSG(ea < 1e-5 && eb < 1e-5, "packing changed logits: %.3g %.3g", ea, eb);
     // and the documents really do interact when not separated (the mask is what keeps them apart)
     for (int t = 0; t < na + nb; t++) seg[t] = 1;
     qwen3_set_inputs(m, p, ids, pos, seg, NULL, NULL);
     qwen3_forward(m, p);
     qwen3_logits(m, p, 0, T, dev);
     be->download(be, out, dev, (size_t)T * V * 4);
-    EXPECT(max_rel(out + (size_t)na * V, lb, (size_t)nb * V) > 1e-3);
+    EXPECT(max_rel(out + (size_t)na * V, lb, (size_t)nb * V) > 1e-2);
     free(la), free(lb), free(out);
     be->free(be, dev);
     model_free(m);

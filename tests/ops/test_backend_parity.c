@@ -473,9 +473,7 @@ static void adamw_double(double *p, double *m, double *v, const float *g, size_t
 
 // Each step starts the double formula from the backend's own fp32 state, so the comparison
 // measures one step's arithmetic: p within a few ulp of |p| plus 1e-5 of the step size lr, m and
-// v within 1e-6 relative. The hyperparameters enter the formula as the fp32 values the op
-// receives: backend.h passes betas as float, and 1 - 0.999f differs from torch's 1 - 0.999
-// (double, then rounded) by 5e-5 relative.
+// v within 1e-6 relative. The hyperparameters are doubles, as torch's Python floats are.
 static void check_adamw(Backend *be) {
     size_t n = 1037;
     const double lr = (float)1e-2;
@@ -489,8 +487,8 @@ static void check_adamw(Backend *be) {
         for (size_t i = 0; i < n; i++) pd[i] = p[i], md[i] = m[i], vd[i] = v[i], m_old[i] = m[i];
         fill_normal(g, n, t == 3 ? 1e-4f : 1.0f);  // a step of tiny gradients: eps matters
         be->upload(be, d_g, g, n * 4);
-        be->adamw(be, d_p, d_m, d_v, d_g, n, (float)lr, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f);
-        adamw_double(pd, md, vd, g, n, lr, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5);
+        be->adamw(be, d_p, d_m, d_v, d_g, n, lr, 0.9, 0.999, 1e-8, 0.1, t, 0.5f);
+        adamw_double(pd, md, vd, g, n, lr, 0.9, 0.999, 1e-8, 0.1, t, 0.5);
         be->download(be, p, d_p, n * 4);
         be->download(be, m, d_m, n * 4);
         be->download(be, v, d_v, n * 4);

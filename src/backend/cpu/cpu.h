@@ -100,8 +100,8 @@ void cpu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dou
 void cpu_add(Backend *be, float *out, const float *a, const float *b, size_t n);
 void cpu_scale(Backend *be, float *x, float s, size_t n);
 double cpu_sumsq(Backend *be, const float *x, size_t n);
-void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-               float eps, float wd, int t, float grad_scale);
+void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+               double eps, double wd, int t, float grad_scale);
 
 // cpu_matmul.c
 void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,

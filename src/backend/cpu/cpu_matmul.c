@@ -1,16 +1,17 @@
 // cpu_matmul.c: the linear layer on sgemm. fp32 weights go to sgemm directly; bf16/f16 weights
 // are converted to fp32 one panel of rows at a time into backend scratch and multiplied panel
-// by panel, except for a handful of rows (decode), where a fused convert-and-dot is cheaper
-// than writing and re-reading a converted panel.
+// by panel. For a handful of input rows (decode) a dot product per weight row is faster than
+// sgemm (1x512x1536: fp32 0.21 -> 0.06 ms) and, for 16-bit weights, avoids writing and
+// re-reading a converted panel.
 #include "cpu.h"
 
 #include <omp.h>
 
-#define GEMV_MAX_ROWS 4  // at most this many input rows: the fused bf16 path
+#define GEMV_MAX_ROWS 4  // at most this many input rows: one dot product per output
 
-// out (N,OC) = inp (N,C) w^T for 16-bit w, converting each weight row once into a thread-local
-// row and dotting it with every input row.
-static void matmul_forward_gemv16(Backend *be, float *out, const float *inp, const void *w, DType wdt,
+// out (N,OC) = inp (N,C) w^T + bias, one weight row at a time (16-bit rows converted once into a
+// thread-local row), dotted with every input row.
+static void matmul_forward_gemv(Backend *be, float *out, const float *inp, const void *w, DType wdt,
                                   const float *bias, int N, int C, int OC) {
     size_t stride = ((size_t)C + 15) / 16 * 16;
     float *rows = cpu_scratch(be, CPU_SCR_PANEL, (size_t)be->threads * stride * sizeof(float));
@@ -19,12 +20,16 @@ static void matmul_forward_gemv16(Backend *be, float *out, const float *inp, con
         float *row = rows + (size_t)omp_get_thread_num() * stride;
 #pragma omp for schedule(static)
         for (int o = 0; o < OC; o++) {
-            cpu_convert_f32(row, w, wdt, (size_t)o * C, (size_t)C);
+            const float *wr = row;
+            if (wdt == DT_F32)
+                wr = (const float *)w + (size_t)o * C;
+            else
+                cpu_convert_f32(row, w, wdt, (size_t)o * C, (size_t)C);
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C;
                 float acc = 0;
 #pragma omp simd reduction(+ : acc)
-                for (int c = 0; c < C; c++) acc += x[c] * row[c];
+                for (int c = 0; c < C; c++) acc += x[c] * wr[c];
                 out[(size_t)n * OC + o] = acc + (bias ? bias[o] : 0.0f);
             }
         }
@@ -34,8 +39,8 @@ static void matmul_forward_gemv16(Backend *be, float *out, const float *inp, con
 // inp (N,C), w (OC,C) as wdt, bias (OC) or NULL -> out (N,OC) = inp w^T + bias
 void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                         int C, int OC) {
-    if (wdt != DT_F32 && N <= GEMV_MAX_ROWS) {
-        matmul_forward_gemv16(be, out, inp, w, wdt, bias, N, C, OC);
+    if (N <= GEMV_MAX_ROWS) {
+        matmul_forward_gemv(be, out, inp, w, wdt, bias, N, C, OC);
         return;
     }
     float beta = 0.0f;

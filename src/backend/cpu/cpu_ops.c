@@ -3,6 +3,9 @@
 #include "cpu.h"
 
 #include <math.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #define PAR_MIN 16384  // below this many elements a parallel region costs more than it saves
 
@@ -102,10 +105,10 @@ static void rope_apply(Backend *be, float *x, const int32_t *pos, const float *i
         float cs[half], sn[half];
         for (int i = 0; i < half; i++) {
             float angle = (float)pos[n] * inv_freq[i];
-            double s, c;
-            sincos((double)angle, &s, &c);
-            cs[i] = (float)(c * mscale);
-            sn[i] = (float)(dir * s * mscale);
+            float s, c;
+            sincosf(angle, &s, &c);
+            cs[i] = c * mscale;
+            sn[i] = dir * s * mscale;
         }
         for (int h = 0; h < NH; h++) {
             float *xh = x + ((size_t)n * NH + h) * HD;
@@ -178,20 +181,49 @@ double cpu_sumsq(Backend *be, const float *x, size_t n) {
     return total;
 }
 
-// torch.optim.AdamW in fp32 with the bias corrections computed in double once.
-void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-               float eps, float wd, int t, float grad_scale) {
-    CHECK(t >= 1);
-    double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
-    float step = (float)(lr / bc1), inv_sbc2 = (float)(1.0 / sqrt(bc2)), decay = (float)(1.0 - (double)lr * wd);
-    float c1 = 1.0f - b1, c2 = 1.0f - b2;
-#pragma omp parallel for simd schedule(static) num_threads(be->threads) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+// One thread's range of the AdamW update. The AVX2 loop exists because sqrtf keeps gcc from
+// vectorising the plain one (errno): 3M parameters take ~40 ms scalar, a few ms in AVX2.
+static void adamw_range(float *p, float *m, float *v, const float *g, size_t i0, size_t i1, float b1, float b2,
+                        float c1, float c2, float step, float inv_sbc2, float decay, float eps, float grad_scale) {
+    size_t i = i0;
+#ifdef __AVX2__
+    __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), vc1 = _mm256_set1_ps(c1), vc2 = _mm256_set1_ps(c2);
+    __m256 vgs = _mm256_set1_ps(grad_scale), vstep = _mm256_set1_ps(step), vinv = _mm256_set1_ps(inv_sbc2);
+    __m256 vdecay = _mm256_set1_ps(decay), veps = _mm256_set1_ps(eps);
+    for (; i + 8 <= i1; i += 8) {
+        __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), vgs);
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(vc1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(vc2, gi), gi));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), vinv), veps);
+        __m256 upd = _mm256_div_ps(_mm256_mul_ps(vstep, mi), den);
+        _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p + i), vdecay), upd));
+    }
+#endif
+    for (; i < i1; i++) {
         float gi = g[i] * grad_scale;
         float mi = b1 * m[i] + c1 * gi;
         float vi = b2 * v[i] + c2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
         p[i] = p[i] * decay - step * mi / (sqrtf(vi) * inv_sbc2 + eps);
+    }
+}
+
+// torch.optim.AdamW in fp32, the bias corrections computed in double once.
+void cpu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+               double eps, double wd, int t, float grad_scale) {
+    CHECK(t >= 1);
+    double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
+    float step = (float)(lr / bc1), inv_sbc2 = (float)(1.0 / sqrt(bc2)), decay = (float)(1.0 - lr * wd);
+    int parts = n > PAR_MIN ? be->threads : 1;
+#pragma omp parallel for schedule(static) num_threads(be->threads) if (parts > 1)
+    for (int part = 0; part < parts; part++) {
+        size_t i0, i1;
+        split_range(n, parts, part, &i0, &i1);
+        // torch passes 1 - beta as a Python float, rounded once to fp32
+        adamw_range(p, m, v, g, i0, i1, (float)b1, (float)b2, (float)(1.0 - b1), (float)(1.0 - b2), step, inv_sbc2,
+                    decay, (float)eps, grad_scale);
     }
 }

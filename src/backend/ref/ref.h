@@ -35,8 +35,8 @@ void ref_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dou
 void ref_add(Backend *be, float *out, const float *a, const float *b, size_t n);
 void ref_scale(Backend *be, float *x, float s, size_t n);
 double ref_sumsq(Backend *be, const float *x, size_t n);
-void ref_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-               float eps, float wd, int t, float grad_scale);
+void ref_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+               double eps, double wd, int t, float grad_scale);
 
 // ref_attention.c
 void ref_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -172,8 +172,8 @@ double ref_sumsq(Backend *be, const float *x, size_t n) {
 
 // torch.optim.AdamW (decoupled weight decay, bias-corrected moments), in double; m and v are
 // rounded to fp32 when stored and the update uses the stored values, as torch does.
-void ref_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
-               float eps, float wd, int t, float grad_scale) {
+void ref_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+               double eps, double wd, int t, float grad_scale) {
     CHECK(t >= 1);
     double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
     double step = (double)lr / bc1, sbc2 = sqrt(bc2);

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# dist.sh: collectives on 2 MPI ranks, and a stalled rank turning into a timeout error.
+set -u
+BUILD=${STILL_BUILD:-build}
+source tests/mpi_env.sh
+if ! mpi_available "$BUILD/tests/unit/test_dist"; then echo "skip dist: this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
+out=$(timeout 120 mpirun $MPI_FLAGS -np 2 "$BUILD/tests/unit/test_dist" 2>&1); rc=$?
+n=$(grep -c '^ok ' <<<"$out")
+if [ $rc -eq 0 ] && [ "$n" -eq 4 ]; then echo "ok collectives_2_ranks"; else echo "FAIL collectives_2_ranks: rc=$rc $out"; fi
+# rank 1 stalls; rank 0 must fail with the timeout error (1 s) long before the 10x kill
+t0=$(date +%s)
+out=$(STILL_TEST_STALL=1 timeout 10 mpirun $MPI_FLAGS -x STILL_TEST_STALL -np 2 "$BUILD/tests/unit/test_dist" 2>&1); rc=$?
+t1=$(date +%s)
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^ok timeout: rank 0: gradient all-reduce of 1 elements did not complete within --ddp_timeout 1 s" <<<"$out"; then
+  echo "ok stalled_rank_times_out ($((t1 - t0)) s)"
+else
+  echo "FAIL stalled_rank_times_out: rc=$rc after $((t1 - t0)) s: $out"
+fi
