@@ -176,6 +176,24 @@ struct Backend {
     // A replay reads and writes the same device buffers, with the same scalar arguments, as
     // the recorded calls: inputs change by uploading into those buffers first.
     int (*graph_launch)(Backend *be, uint64_t key);
+    // ---- KV cache / decode (generation on a static cache, ARCHITECTURE §6) -----------------
+    // One layer's cache is kc, vc (B,NKV,S,HD): S = max_cache_len slots per row, written at
+    // absolute slot indices (left padding occupies slots; RoPE positions are separate).
+
+    // kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD). Other slots untouched.
+    void (*kv_cache_write)(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
+                           int HD, int S, int start);
+
+    // Attention of a chunk of queries against the cache (prefill chunks; decode is T = 1).
+    // q (B,T,NH,HD) are the queries at cache slots [start, start+T); kc, vc (B,NKV,S,HD);
+    // kmask (B,S) -> out (B,T,NH,HD).
+    // Query t attends key slot s iff s <= start+t and kmask[b,s] != 0 (0 = left padding), so
+    // only slots [0, start+T) are ever read. Query head h uses kv head h / (NH/NKV); scale
+    // 1/sqrt(HD). A query with no key to attend (a padding slot) gets out = 0. Masked keys are
+    // skipped, never weighted, so whatever a masked or unwritten slot holds has no effect.
+    void (*attention_cached)(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                             const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start);
+    // ---- end of KV cache / decode ----------------------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
@@ -189,6 +207,9 @@ Backend *backend_cpu_create(int threads);
 // Install the sampling ops into a backend (called by the constructors above).
 void backend_ref_install_sampling(Backend *be);
 void backend_cpu_install_sampling(Backend *be);
+// Install the KV cache / decode ops (called by the constructors above).
+void backend_ref_install_kv(Backend *be);
+void backend_cpu_install_kv(Backend *be);
 #ifdef STILL_CUDA
 Status backend_cuda_create(int threads, Backend **out, Err *e);
 #endif

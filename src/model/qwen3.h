@@ -13,6 +13,14 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
 // Forward to the final norm: fills p->lnf (N,C); TRAIN plans keep every layer's activations.
 void qwen3_forward(Model *m, Plan *p);
 
+// Generation on a static KV cache (PREFILL chunks and DECODE steps). p is a PREFILL plan (B,T)
+// or the DECODE plan dp itself; p->ids and p->pos hold the chunk's tokens, which occupy cache
+// slots [start, start+T) of every row. Each layer writes its keys and values into dp's cache
+// and attends to slots [0, start+T) under dp->kmask. Leaves the residual in p->res_out.
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp, int start);
+// Final norm and LM head for the last position (T-1) of every row of p only -> dp->logits (B,V).
+void qwen3_last_logits(Model *m, Plan *p, Plan *dp);
+
 // Cross-entropy head over p->lnf: fills p->row_loss / row_correct / row_entropy (N).
 // With backward (TRAIN plans, m->grads allocated): every parameter gradient ACCUMULATES
 // d(grad_scale * sum_r row_loss_r)/d(param) into m->grads.
