@@ -204,3 +204,36 @@ double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
     double attn = 2.0 * 2.0 * B * cfg->num_attention_heads * cfg->head_dim * (T * (T + 1.0) / 2.0);
     return cfg->num_hidden_layers * (per_layer + attn) + 2 * N * C * V;
 }
+
+// ---- distillation and RL heads ----------------------------------------------------------
+void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp) {
+    Backend *be = m->be;
+    int N = p->B * p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const TensorInfo *head = model_lm_head(m);
+    CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && m->grads), "qwen3_logprob: a backward pass needs a train plan and "
+                                                             "gradients");
+    if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
+    be->logprob_head(be, out_logp, p->row_entropy, coef ? p->dln : NULL, coef ? m->grads + head->goffset : NULL, p->lnf,
+                     (char *)m->params + head->offset, m->matrix_dtype, p->targets, coef, tau, p->head_scratch,
+                     p->head_chunk, N, C, V);
+    if (coef) qwen3_backward_from_lnf(m, p);
+}
+
+void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float beta, int top_k, float grad_scale,
+                        int backward, float *row_kl) {
+    Backend *be = m->be;
+    int N = p->B * p->T, C = m->cfg.hidden_size, Ct = mt->cfg.hidden_size, V = m->cfg.vocab_size;
+    CHECK_MSG(mt->be == be, "qwen3_distill_loss: student and teacher on different backends");
+    CHECK_MSG(pt->B == p->B && pt->T == p->T, "qwen3_distill_loss: teacher plan %dx%d, student plan %dx%d", pt->B,
+              pt->T, p->B, p->T);
+    CHECK_MSG(mt->cfg.vocab_size == V, "qwen3_distill_loss: teacher vocabulary %d, student %d", mt->cfg.vocab_size, V);
+    CHECK(pt->head_chunk == p->head_chunk);  // the same V gives the same chunk
+    const TensorInfo *head = model_lm_head(m), *thead = model_lm_head(mt);
+    int bw = backward && p->mode == PLAN_TRAIN && m->grads;
+    if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
+    be->distill_head(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL, p->lnf,
+                     (char *)m->params + head->offset, m->matrix_dtype, pt->lnf, (char *)mt->params + thead->offset,
+                     mt->matrix_dtype, p->targets, p->weights, tau, beta, top_k, grad_scale, p->head_scratch,
+                     pt->head_scratch, p->head_chunk, N, C, Ct, V);
+    if (bw) qwen3_backward_from_lnf(m, p);
+}

@@ -37,4 +37,21 @@ void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out);
 // backward is twice this. Used by benchmarks and MFU.
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T);
 
+// ---- distillation and RL heads (docs/heads.md) -------------------------------------------
+// Log-probabilities of p->targets at temperature tau over p->lnf (qwen3_forward has run):
+// out_logp (N, device) = log_softmax(logits / tau)[target] (0 on IGNORE_INDEX rows), entropies
+// into p->row_entropy. With coef (N, device) != NULL (TRAIN plan, m->grads allocated): every
+// parameter gradient ACCUMULATES d(sum_r coef_r * logp_r)/d(param) into m->grads.
+void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp);
+
+// Generalized JSD (beta 0 forward KL, 1 reverse KL) of student m on plan p against teacher mt
+// on plan pt, at temperature tau on both sides, over the whole vocabulary or the teacher's
+// top_k. Both forwards have run on the same B, T and backend; rows are masked by p->targets and
+// weighted by p->weights. Fills p->row_loss (N); row_kl (N, device, may be NULL) =
+// KL(student || teacher) at temperature 1. With backward (TRAIN plan, m->grads allocated):
+// every student parameter gradient ACCUMULATES d(grad_scale * sum_r row_loss_r)/d(param). The
+// teacher is read only.
+void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float beta, int top_k, float grad_scale,
+                        int backward, float *row_kl);
+
 #endif
