@@ -54,6 +54,8 @@ static const ArgSpec specs[] = {
     {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
     {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
+    {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)"},
+    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)"},
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
     {NULL, 0, NULL, NULL},
 };
@@ -141,6 +143,10 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
     t->seed = b->seed;
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    t->zero_stage = (int)args_int(a, "zero_stage");
+    if (t->zero_stage != 0 && t->zero_stage != 1)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", t->zero_stage);
+    if (!(args_float(a, "ddp_timeout") > 0)) return err_set(e, ST_EINVAL, "--ddp_timeout must be a positive number of seconds");
     if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
     return ST_OK;
 }
@@ -154,13 +160,24 @@ int cmd_sft(int argc, char **argv) {
     Err e = {0};
     SftConfig c;
     char *dir = NULL;
+    Dist d;
     Status st = build(&a, &c, &dir, &e);
+    if (st == ST_OK) st = dist_init(&d, args_float(&a, "ddp_timeout"), &e);
+    else dist_single(&d);
+    c.dist = &d;
     TrainResult res;
     if (st == ST_OK) st = sft_run(&c, &res, &e);
-    if (st == ST_OK)
+    if (st == ST_OK && d.rank == 0)
         printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f%s}\n", res.steps,
                res.last_loss, res.train_seconds, res.tokens_per_second, "");
     free(dir);
     args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("sft", &e);
+    if (st == ST_OK) {
+        dist_finalize(&d);
+        return 0;
+    }
+    rc = cli_fail("sft", &e);
+    if (d.world > 1) dist_abort(&d, rc);  // the other ranks would wait in a collective
+    dist_finalize(&d);
+    return rc;
 }
