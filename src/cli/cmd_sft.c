@@ -1,6 +1,7 @@
 // cmd_sft.c: still sft — flags (TRL SFTConfig / TrainingArguments names) -> SftConfig -> sft_run.
 #include "../core/log.h"
 #include "../train/sft.h"
+#include "../core/meminfo.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -69,6 +70,9 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (!c->train.output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
     c->backend = args_str(a, "device");
     c->threads = (int)args_int(a, "threads");
+    const char *mm = args_str(a, "max_memory");
+    if (mm && mem_parse_size(mm, &c->max_memory) != 0)
+        return err_set(e, ST_EINVAL, "--max_memory %s: expected a size such as 8GiB, 512MiB or a number of bytes", mm);
     TRY(cli_dtype(a, &c->dtype, e));
     c->save_dtype = -1;
     if (args_str(a, "save_dtype")) {

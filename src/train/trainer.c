@@ -4,6 +4,7 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
+#include "../core/meminfo.h"
 #include "../model/qwen3.h"
 
 #include <math.h>
@@ -209,6 +210,9 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
+    if (!m->grads)
+        TRY(mem_check(m->tt.n_params * sizeof(float) * 3, m->be->max_memory,
+                      "training state (fp32 gradients and AdamW moments)", e));
     model_alloc_grads(m);
     Optim opt;
     optim_init(&opt, m, &oc);
