@@ -40,6 +40,17 @@ int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *
     return 0;
 }
 
+int cli_run(const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv, CliRunFn run) {
+    Args a;
+    int done;
+    int rc = cli_parse(&a, command, summary, specs, argc, argv, &done);
+    if (rc || done) return rc;
+    Err e = {0};
+    Status st = run(&a, &e);
+    args_free(&a);
+    return st == ST_OK ? 0 : cli_fail(command, &e);
+}
+
 int cli_fail(const char *command, const Err *e) {
     fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
     return e->code == ST_EUNSUPPORTED ? 3 : 1;

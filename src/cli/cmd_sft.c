@@ -149,22 +149,20 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     return ST_OK;
 }
 
-int cmd_sft(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "sft", "Supervised fine-tuning with TRL SFTTrainer semantics on static shapes.", specs, argc,
-                       argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
+static Status run(const Args *a, Err *e) {
     SftConfig c;
     char *dir = NULL;
-    Status st = build(&a, &c, &dir, &e);
+    Status st = build(a, &c, &dir, e);
     TrainResult res;
-    if (st == ST_OK) st = sft_run(&c, &res, &e);
+    if (st == ST_OK) st = sft_run(&c, &res, e);
     if (st == ST_OK)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f%s}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second, "");
+        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
+               res.last_loss, res.train_seconds, res.tokens_per_second);
     free(dir);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("sft", &e);
+    return st;
+}
+
+int cmd_sft(int argc, char **argv) {
+    return cli_run("sft", "Supervised fine-tuning with TRL SFTTrainer semantics on static shapes.", specs, argc, argv,
+                   run);
 }
