@@ -56,6 +56,7 @@ static const ArgSpec specs[] = {
     {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf (default: stop)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -145,6 +146,7 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
     t->seed = b->seed;
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
     return ST_OK;
 }
