@@ -391,17 +391,21 @@ static Status one_row(RowCtx *c, const cJSON *row, int first, const char *where,
     return ST_OK;
 }
 
-Status data_load(const char *path, const DataConfig *cfg, const TextCodec *codec, Dataset *d, Err *e) {
-    memset(d, 0, sizeof *d);
+Status data_check_local(const char *path, Err *e) {
     if (data_looks_like_hub_id(path))
         return err_set(e, ST_EINVAL, "--dataset %s looks like a Hugging Face hub dataset id; still reads local JSONL or "
                                      "JSON files only. Export it once with: python -c \"from datasets import "
                                      "load_dataset; load_dataset('%s', split='train').to_json('data.jsonl')\" "
                                      "(docs/sft.md, \"Hub datasets\")", path, path);
+    return ST_OK;
+}
+
+Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void *ctx, int *n_bad, char *first_bad,
+                        size_t first_bad_size, Err *e) {
+    TRY(data_check_local(path, e));
     char *text;
     size_t len;
     TRY(file_read_all(path, &text, &len, e));
-    RowCtx c = {.cfg = cfg, .codec = codec};
     size_t i = 0;
     while (i < len && isspace((unsigned char)text[i])) i++;
     Status st = ST_OK;
@@ -414,18 +418,14 @@ Status data_load(const char *path, const DataConfig *cfg, const TextCodec *codec
             for (size_t k = 0; k < off && k < len; k++) line += text[k] == '\n';
             st = err_set(e, ST_EINVAL, "%s:%d: invalid JSON (a JSON array of rows was expected)", path, line);
         } else {
-            int n = cJSON_GetArraySize(arr), k = 0;
-            d->ex = xcalloc((size_t)MAX(n, 1), sizeof(Example));
+            int k = 0;
             for (const cJSON *row = arr->child; row && st == ST_OK; row = row->next, k++) {
                 snprintf(where, sizeof where, "%s: row %d", path, k);
-                st = one_row(&c, row, k == 0, where, d, e);
+                st = fn(ctx, row, k == 0, where, e);
             }
             cJSON_Delete(arr);
         }
     } else {  // JSONL
-        size_t n_lines = 1;
-        for (size_t k = 0; k < len; k++) n_lines += text[k] == '\n';
-        d->ex = xcalloc(n_lines, sizeof(Example));
         int line = 0, first = 1;
         size_t p = 0;
         while (p < len && st == ST_OK) {
@@ -440,21 +440,43 @@ Status data_load(const char *path, const DataConfig *cfg, const TextCodec *codec
             cJSON *row = cJSON_ParseWithLength(text + a, b - a);
             if (!row) {
                 err_set(e, ST_EINVAL, "%s: invalid JSON (one object per line expected)", where);
-                if (!cfg->skip_bad_rows || first) {
+                if (!skip_bad_rows || first) {
                     st = ST_EINVAL;
                 } else {
-                    if (!d->n_bad) snprintf(d->first_bad, sizeof d->first_bad, "%s", e->msg);
-                    d->n_bad++;
+                    if (!*n_bad && first_bad) snprintf(first_bad, first_bad_size, "%s", e->msg);
+                    (*n_bad)++;
                     err_clear(e);
                 }
                 continue;
             }
-            st = one_row(&c, row, first, where, d, e);
+            st = fn(ctx, row, first, where, e);
             first = 0;
             cJSON_Delete(row);
         }
     }
     free(text);
+    return st;
+}
+
+typedef struct LoadCtx {
+    RowCtx c;
+    Dataset *d;
+    int cap;
+} LoadCtx;
+
+static Status load_row(void *ctx, const cJSON *row, int first, const char *where, Err *e) {
+    LoadCtx *lc = ctx;
+    if (lc->d->n == lc->cap) {
+        lc->cap = lc->cap ? lc->cap * 2 : 256;
+        lc->d->ex = xrealloc(lc->d->ex, (size_t)lc->cap * sizeof(Example));
+    }
+    return one_row(&lc->c, row, first, where, lc->d, e);
+}
+
+Status data_load(const char *path, const DataConfig *cfg, const TextCodec *codec, Dataset *d, Err *e) {
+    memset(d, 0, sizeof *d);
+    LoadCtx lc = {.c = {.cfg = cfg, .codec = codec}, .d = d};
+    Status st = data_foreach_row(path, cfg->skip_bad_rows, load_row, &lc, &d->n_bad, d->first_bad, sizeof d->first_bad, e);
     if (st == ST_OK && d->n == 0)
         st = err_set(e, ST_EINVAL, "%s: no usable example (%d rows skipped as bad, %d without any label token)", path,
                      d->n_bad, d->n_dropped);

@@ -82,6 +82,15 @@ const char *data_format_name(DataFormat f);
 // Read path and build examples. codec may be NULL for pre-tokenised data. A bad row is an
 // error naming path:line and the reason, or (skip_bad_rows) counted in n_bad.
 Status data_load(const char *path, const DataConfig *cfg, const TextCodec *codec, Dataset *out, Err *e);
+
+// Every row of a JSONL file or JSON array, in order, with its location ("file:line" or
+// "file: row k") for messages. A line that is not JSON is an error, or with skip_bad_rows (and
+// not the first row) counted in *n_bad (the first message kept in first_bad). fn's errors stop.
+typedef Status (*DataRowFn)(void *ctx, const cJSON *row, int first, const char *where, Err *e);
+Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void *ctx, int *n_bad, char *first_bad,
+                        size_t first_bad_size, Err *e);
+// A hub dataset id is an error with the export recipe.
+Status data_check_local(const char *path, Err *e);
 void data_free(Dataset *d);
 // Is this dataset argument a hub id rather than a local file? (owner/name, no such path)
 int data_looks_like_hub_id(const char *s);
