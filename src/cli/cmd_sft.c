@@ -1,6 +1,7 @@
 // cmd_sft.c: still sft — flags (TRL SFTConfig / TrainingArguments names) -> SftConfig -> sft_run.
 #include "../core/log.h"
 #include "../train/sft.h"
+#include "../core/meminfo.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -57,6 +58,7 @@ static const ArgSpec specs[] = {
     {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)"},
     {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)"},
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf (default: stop)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -71,6 +73,9 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (!c->train.output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
     c->backend = args_str(a, "device");
     c->threads = (int)args_int(a, "threads");
+    const char *mm = args_str(a, "max_memory");
+    if (mm && mem_parse_size(mm, &c->max_memory) != 0)
+        return err_set(e, ST_EINVAL, "--max_memory %s: expected a size such as 8GiB, 512MiB or a number of bytes", mm);
     TRY(cli_dtype(a, &c->dtype, e));
     c->save_dtype = -1;
     if (args_str(a, "save_dtype")) {
@@ -143,6 +148,7 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
     t->seed = b->seed;
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     t->zero_stage = (int)args_int(a, "zero_stage");
     if (t->zero_stage != 0 && t->zero_stage != 1)
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", t->zero_stage);
@@ -151,33 +157,26 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     return ST_OK;
 }
 
-int cmd_sft(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "sft", "Supervised fine-tuning with TRL SFTTrainer semantics on static shapes.", specs, argc,
-                       argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
+static Status run(const Args *a, Err *e) {
     SftConfig c;
     char *dir = NULL;
     Dist d;
-    Status st = build(&a, &c, &dir, &e);
-    if (st == ST_OK) st = dist_init(&d, args_float(&a, "ddp_timeout"), &e);
+    Status st = build(a, &c, &dir, e);
+    if (st == ST_OK) st = dist_init(&d, args_float(a, "ddp_timeout"), e);
     else dist_single(&d);
     c.dist = &d;
     TrainResult res;
-    if (st == ST_OK) st = sft_run(&c, &res, &e);
+    if (st == ST_OK) st = sft_run(&c, &res, e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f%s}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second, "");
+        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
+               res.last_loss, res.train_seconds, res.tokens_per_second);
     free(dir);
-    args_free(&a);
-    if (st == ST_OK) {
-        dist_finalize(&d);
-        return 0;
-    }
-    rc = cli_fail("sft", &e);
-    if (d.world > 1) dist_abort(&d, rc);  // the other ranks would wait in a collective
+    if (st != ST_OK && d.world > 1) dist_abort(&d, cli_fail("sft", e));  // the other ranks wait in a collective
     dist_finalize(&d);
-    return rc;
+    return st;
+}
+
+int cmd_sft(int argc, char **argv) {
+    return cli_run("sft", "Supervised fine-tuning with TRL SFTTrainer semantics on static shapes.", specs, argc, argv,
+                   run);
 }

@@ -95,23 +95,27 @@ void optim_free(Optim *o, Backend *be) {
 
 size_t optim_state_bytes(const Optim *o) { return 2 * (o->hi - o->lo) * sizeof(float); }
 
-Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e) {
+Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     Backend *be = m->be;
     Dist *d = o->dist;
-    CHECK_MSG(m->matrix_dtype == DT_F32, "training needs fp32 master weights");
-    size_t k = o->hi - o->lo;
-    const float *g = m->grads;  // the summed gradient of [lo, hi) starts at g[lo]
-    double norm;
     if (o->zero_stage == 1) {
+        size_t k = o->hi - o->lo;
         TRY(dist_reduce_scatter_sum(d, be, o->gshard, m->grads, o->gcounts, e));
         double ss = k ? be->sumsq(be, o->gshard, k) : 0.0;
         TRY(dist_allreduce_sum_host_d(d, &ss, 1, e));
-        norm = sqrt(ss);
-        g = o->gshard - o->lo;
+        *grad_norm = sqrt(ss);
     } else {
         TRY(dist_allreduce_sum(d, be, m->grads, o->n, e));
-        norm = sqrt(be->sumsq(be, m->grads, o->n));
+        *grad_norm = sqrt(be->sumsq(be, m->grads, o->n));
     }
+    return ST_OK;
+}
+
+Status optim_apply(Optim *o, Model *m, double norm, double *lr, Err *e) {
+    Backend *be = m->be;
+    CHECK_MSG(m->matrix_dtype == DT_F32, "training needs fp32 master weights");
+    // the summed gradient of [lo, hi) starts at g[lo]
+    const float *g = o->zero_stage == 1 ? o->gshard - o->lo : m->grads;
     float clip = 1.0f;
     if (o->cfg.max_grad_norm > 0) {
         // torch.nn.utils.clip_grad_norm_: coef = max_norm / (total + 1e-6), clamped to 1 (fp32)
@@ -125,13 +129,19 @@ Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e) {
         size_t a = MAX(ti->goffset, o->lo), b = MIN(ti->goffset + ti->numel, o->hi);
         if (a >= b) continue;
         float *p = (float *)((char *)m->params + ti->offset) + (a - ti->goffset);
-        be->adamw(be, p, o->m + (a - o->lo), o->v + (a - o->lo), (float *)g + a, b - a, rate, o->cfg.beta1,
-                  o->cfg.beta2, o->cfg.eps, ti->decay ? o->cfg.weight_decay : 0.0, o->t, clip);
+        be->adamw(be, p, o->m + (a - o->lo), o->v + (a - o->lo), g + a, b - a, rate, o->cfg.beta1, o->cfg.beta2,
+                  o->cfg.eps, ti->decay ? o->cfg.weight_decay : 0.0, o->t, clip);
     }
-    if (o->zero_stage == 1) TRY(dist_allgather(d, be, (float *)m->params, o->pcounts, e));
-    if (grad_norm) *grad_norm = norm;
+    if (o->zero_stage == 1) TRY(dist_allgather(o->dist, be, (float *)m->params, o->pcounts, e));
     if (lr) *lr = rate;
     return ST_OK;
+}
+
+Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e) {
+    double norm;
+    TRY(optim_reduce_grads(o, m, &norm, e));
+    if (grad_norm) *grad_norm = norm;
+    return optim_apply(o, m, norm, lr, e);
 }
 
 Status optim_gather_state(Optim *o, Backend *be, float *mh, float *vh, Err *e) {

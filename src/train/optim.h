@@ -55,10 +55,14 @@ void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero
 void optim_free(Optim *o, Backend *be);
 // Bytes of optimizer state this rank holds (m and v).
 size_t optim_state_bytes(const Optim *o);
-// One step: the gradient summed over the ranks, its global norm, clip coefficient
-// min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_, AdamW over this rank's block,
-// parameters gathered (ZeRO-1). Returns the pre-clip norm and the lr used; fails only when a
-// collective does (timeout).
+// The gradient summed over the ranks (ZeRO-0: all-reduce; ZeRO-1: reduce-scatter of this rank's
+// block) and its global L2 norm before clipping; fails only when a collective does (timeout).
+Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e);
+// AdamW with clip coefficient min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_, over
+// this rank's block, then the parameters gathered (ZeRO-1). grad_norm: optim_reduce_grads's.
+// Returns the lr used.
+Status optim_apply(Optim *o, Model *m, double grad_norm, double *lr, Err *e);
+// Both.
 Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e);
 // Collective: the complete moments (n each) into host mh, vh on rank 0 (others pass NULL).
 Status optim_gather_state(Optim *o, Backend *be, float *mh, float *vh, Err *e);
