@@ -55,8 +55,7 @@ static const ArgSpec specs[] = {
     {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
     {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
-    {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)"},
-    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)"},
+    CLI_DIST_FLAGS,
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
     {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf (default: stop)"},
     {NULL, 0, NULL, NULL},
@@ -149,10 +148,6 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     t->seed = b->seed;
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
     t->skip_nonfinite = args_bool(a, "skip_nonfinite");
-    t->zero_stage = (int)args_int(a, "zero_stage");
-    if (t->zero_stage != 0 && t->zero_stage != 1)
-        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", t->zero_stage);
-    if (!(args_float(a, "ddp_timeout") > 0)) return err_set(e, ST_EINVAL, "--ddp_timeout must be a positive number of seconds");
     if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
     return ST_OK;
 }
@@ -162,7 +157,7 @@ static Status run(const Args *a, Err *e) {
     char *dir = NULL;
     Dist d;
     Status st = build(a, &c, &dir, e);
-    if (st == ST_OK) st = dist_init(&d, args_float(a, "ddp_timeout"), e);
+    if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;
     TrainResult res;

@@ -267,7 +267,9 @@ Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes,
     }
 #ifdef STILL_MPI
     MPI_Request req;
-    MPI_Iallgather(send, (int)nbytes, MPI_BYTE, recv, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD, &req);
+    int in_place = send == (const char *)recv + (size_t)d->rank * nbytes;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)nbytes, MPI_BYTE, recv, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD,
+                   &req);
     return wait_req(d, &req, "all-gather", nbytes, e);
 #else
     return ST_OK;

@@ -51,7 +51,7 @@ Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Er
 // Host floats: rank 0's recv (sum of counts) = the blocks send (counts[rank]) of every rank in
 // rank order; other ranks may pass recv NULL.
 Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t *counts, Err *e);
-// Host bytes gathered on every rank: recv (world*nbytes).
+// Host bytes gathered on every rank: recv (world*nbytes); send may be this rank's slot of recv.
 Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes, Err *e);
 // Broadcast host bytes from rank 0 (any size).
 Status dist_bcast_host(Dist *d, void *buf, size_t nbytes, Err *e);
