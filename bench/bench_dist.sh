@@ -19,7 +19,7 @@ with open(path, "w") as f:
     for _ in range(B * steps):
         f.write(json.dumps({"input_ids": [r.randrange(8192) for _ in range(T)]}) + "\n")
 PY
-C="--model $tmp/m --dataset $tmp/data.jsonl --max_steps $STEPS --num_train_epochs 1 --shuffle false --threads 1 \
+C="--model $tmp/m --dataset $tmp/data.jsonl --max_steps $STEPS --shuffle false --threads 1 \
    --pad_to_multiple_of 1 --max_length $T --logging_steps 1000 --save_strategy no --learning_rate 1e-4"
 j() { echo "$1" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 one=$("$BIN" sft $C --per_device_train_batch_size "$B" --output_dir "$tmp/o1" 2>/dev/null)
@@ -30,9 +30,9 @@ for z in 0 1; do
   two=$(mpirun $MPI_FLAGS -np 2 "$BIN" sft $C --per_device_train_batch_size $((B / 2)) --zero_stage $z \
         --output_dir "$tmp/o2_$z" 2>/dev/null)
   echo "2 ranks (ZeRO-$z): $two" >&2
-  t1=$(j "$one" tokens_per_second) t2=$(j "$two" tokens_per_second)
+  t1=$(j "$one" tokens_per_second) t2=$(j "$two" tokens_per_second) load=$(cut -d' ' -f1 /proc/loadavg)
   eff=$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b / (2 * a)}')
-  row="| $(date -u +%Y-%m-%d) | $(machine), $(ncpu) cores | \`bench/bench_dist.sh\` (small model, global B=$B, T=$T, $STEPS steps) | $t1 | $t2 | $eff | $z | OpenBLAS-openmp, OMP_NUM_THREADS=1 per rank |"
+  row="| $(date -u +%Y-%m-%d) | $(machine), $(getconf _NPROCESSORS_ONLN) cores shared (load $load) | \`bench/bench_dist.sh\` (small model, global B=$B, T=$T, $STEPS steps) | $t1 | $t2 | $eff | $z | OpenBLAS-openmp, OMP_NUM_THREADS=1 per rank |"
   append_row "dist: data-parallel SFT, 1 rank vs 2 ranks (1 thread each)" "$header" "$row"
   echo "$row"
 done
