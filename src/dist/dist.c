@@ -100,8 +100,10 @@ Status dist_allreduce_sum_host_d(Dist *d, double *buf, size_t n, Err *e) {
 #endif
 }
 
+#ifdef STILL_MPI
 // CPU backends: device memory is host memory. Other backends stage through host buffers.
 static int host_memory(const Backend *be) { return !strcmp(be->name, "cpu") || !strcmp(be->name, "ref"); }
+#endif
 
 Status dist_allreduce_sum(Dist *d, Backend *be, float *buf, size_t n, Err *e) {
     if (d->world == 1 || n == 0) return ST_OK;
