@@ -6,9 +6,10 @@ CC ?= gcc
 ifeq ($(origin CC),default)
 CC := gcc
 endif
-BUILD ?= build
 NO_DEPS ?= 0
 CUDA ?= 0
+# CUDA=1 objects are compiled with -DSTILL_CUDA: they get their own build directory.
+BUILD ?= $(if $(filter 1,$(CUDA)),build-cuda,build)
 MPI ?= auto
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -21,13 +22,27 @@ endif
 endif
 
 PKGS := libcjson libpcre2-8 libutf8proc yaml-0.1
+# DEPS_PREFIX=DIR: the Debian packages unpacked under DIR (`dpkg -x`, scripts/gpu_check.sh) instead of
+# installed ones, for machines without a package registry; pkg-config is bypassed.
+DEPS_PREFIX ?=
+ifneq ($(DEPS_PREFIX),)
+DEPS_MULTIARCH := $(DEPS_PREFIX)/usr/lib/$(shell gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+PKG_CFLAGS := -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/$(notdir $(DEPS_MULTIARCH))
+PKG_LIBS := -L$(DEPS_MULTIARCH) -Wl,-rpath,$(DEPS_MULTIARCH) -lcjson -lpcre2-8 -lutf8proc -lyaml
+OPENBLAS_ROOTS := $(DEPS_MULTIARCH)/openblas-openmp
+OPENBLAS_INC := $(DEPS_PREFIX)/usr/include/$(notdir $(DEPS_MULTIARCH))/openblas-openmp
+$(info still: dependencies from $(DEPS_PREFIX))
+else
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+OPENBLAS_ROOTS := /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+OPENBLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/aarch64-linux-gnu/openblas-openmp
+endif
 
 # OpenBLAS: the OpenMP build, so BLAS and our OpenMP loops share the cores.
-OPENBLAS_DIR := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
+OPENBLAS_DIR := $(firstword $(wildcard $(OPENBLAS_ROOTS)))
 ifneq ($(OPENBLAS_DIR),)
-BLAS_CFLAGS := -DSTILL_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/aarch64-linux-gnu/openblas-openmp
+BLAS_CFLAGS := -DSTILL_OPENBLAS -I$(OPENBLAS_INC)
 BLAS_LIBS := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas
 $(info still: OpenBLAS (openmp) found in $(OPENBLAS_DIR))
 else
@@ -63,7 +78,8 @@ ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRCS := $(wildcard src/backend/cuda/*.cu)
 CFLAGS += -DSTILL_CUDA -I$(CUDA_HOME)/include
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt
+# nvcc objects are C++: the C link adds libstdc++ (static-init guards, new/delete of the runtime).
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=[sm_90,compute_90] -Isrc -Xcompiler -Wall,-Wno-unused-parameter
 $(info still: CUDA on ($(NVCC)))
 else
@@ -86,7 +102,7 @@ FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/bin/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: all test asan refs bench fuzz fuzz-targets check-full demo clean deps
+.PHONY: all test asan refs bench fuzz fuzz-targets check-full demo clean deps FORCE
 all: still
 
 $(BUILD)/%.o: %.c
@@ -96,15 +112,21 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	@ar rcs $@ $^
 
+# ./still is relinked whenever it was last linked from another build directory (CUDA=1 or not).
+ifneq ($(shell cat .still-build 2>/dev/null),$(BUILD))
+still: FORCE
+endif
 still: $(BUILD)/src/cli/main.o $(LIB)
 	@echo "  LD    $@"
-	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(CC) $(CFLAGS) -o $@ $(BUILD)/src/cli/main.o $(LIB) $(LDLIBS)
+	@echo $(BUILD) >.still-build
+FORCE:
 
 $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
 	@mkdir -p $(dir $@)
@@ -167,6 +189,6 @@ demo: still
 	./still demo
 
 clean:
-	rm -rf build build-asan build-fuzz still
+	rm -rf build build-asan build-cuda build-fuzz still .still-build
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(BENCH_BINS:=.d) $(FUZZ_OBJS:.o=.d)

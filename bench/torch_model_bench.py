@@ -52,7 +52,10 @@ class Layer(torch.nn.Module):
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
         k = k.repeat_interleave(NH // NKV, dim=1)
         v = v.repeat_interleave(NH // NKV, dim=1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # torch 1.13 has no scaled_dot_product_attention: HF's eager attention
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(HD)
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        a = torch.softmax(s, -1) @ v
         h = h + self.o(a.transpose(1, 2).reshape(B, T, NH * HD))
         x = self.ln2(h)
         return h + self.d(F.silu(self.g(x)) * self.u(x))

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # refs_tokenizer.sh: regenerate the tokenizer reference fixtures (tests/data/tokenizer) from the npm
-# packages pinned in package-lock.json, then show what changed.
+# packages pinned in package-lock.json, then show what changed: the real tokenizers against
+# transformers.js (scripts/ref_tokenizer.mjs) and the synthetic ones in tests/data/tokenizer/synth
+# against the Rust tokenizers' Node binding and transformers.js (scripts/make_synth_tokenizers.mjs).
 #   scripts/refs_tokenizer.sh                 install (npm ci, cached outside the tree) + regenerate
 #   scripts/refs_tokenizer.sh --node-modules  install only; print the node_modules directory
 # The install lives in $STILL_NPM_CACHE (default ~/.cache/still/npm) and is redone when
@@ -27,4 +29,5 @@ if [ "${1:-}" = --node-modules ]; then
   exit 0
 fi
 node scripts/ref_tokenizer.mjs "$cache/node_modules" tests/data/tokenizer
+node scripts/make_synth_tokenizers.mjs "$cache/node_modules" tests/data/tokenizer/synth
 git --no-pager diff --stat -- tests/data/tokenizer || true

@@ -17,11 +17,13 @@ Status backend_create(const char *name, int threads, Backend **out, Err *e) {
     if (!strcmp(name, "cpu")) {
         *out = backend_cpu_create(threads);
         backend_cpu_install_sampling(*out);
+        backend_cpu_install_heads(*out);
         return ST_OK;
     }
     if (!strcmp(name, "ref")) {
         *out = backend_ref_create(threads);
         backend_ref_install_sampling(*out);
+        backend_ref_install_heads(*out);
         return ST_OK;
     }
     if (!strcmp(name, "cuda")) {

@@ -162,6 +162,78 @@ struct Backend {
                           const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,
                           const int32_t *banned, int K, int B, int V);
     // ---- end of sampling ---------------------------------------------------------------
+
+    // ---- captured step graphs (docs/backends.md). NULL on backends that run ops eagerly
+    // (ref, cpu): callers test the pointer and otherwise just call the ops. ------------------
+    // graph_begin: the ops called until graph_end are recorded, not run, as the graph `key`
+    // (a plan's shape and step kind). Only device-side ops may be recorded: upload, download,
+    // sync and sumsq (host transfers) abort while recording. Run a shape once eagerly before
+    // recording it, so that every scratch buffer already has its size.
+    void (*graph_begin)(Backend *be, uint64_t key);
+    // graph_end: stop recording and instantiate the graph `key` (replacing one of that key).
+    void (*graph_end)(Backend *be, uint64_t key);
+    // graph_launch: replay graph `key` on the backend's stream; returns 0 when there is none.
+    // A replay reads and writes the same device buffers, with the same scalar arguments, as
+    // the recorded calls: inputs change by uploading into those buffers first.
+    int (*graph_launch)(Backend *be, uint64_t key);
+    // ---- KV cache / decode (generation on a static cache, ARCHITECTURE §6) -----------------
+    // One layer's cache is kc, vc (B,NKV,S,HD): S = max_cache_len slots per row, written at
+    // absolute slot indices (left padding occupies slots; RoPE positions are separate).
+
+    // kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD). Other slots untouched.
+    void (*kv_cache_write)(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
+                           int HD, int S, int start);
+
+    // Attention of a chunk of queries against the cache (prefill chunks; decode is T = 1).
+    // q (B,T,NH,HD) are the queries at cache slots [start, start+T); kc, vc (B,NKV,S,HD);
+    // kmask (B,S) -> out (B,T,NH,HD).
+    // Query t attends key slot s iff s <= start+t and kmask[b,s] != 0 (0 = left padding), so
+    // only slots [0, start+T) are ever read. Query head h uses kv head h / (NH/NKV); scale
+    // 1/sqrt(HD). A query with no key to attend (a padding slot) gets out = 0. Masked keys are
+    // skipped, never weighted, so whatever a masked or unwritten slot holds has no effect.
+    void (*attention_cached)(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                             const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start);
+    // ---- end of KV cache / decode ----------------------------------------------------------
+    // ---- distillation and RL heads (docs/heads.md) --------------------------------------
+    // Fused with the LM head and chunked over rows like ce_head: at most `chunk` rows of logits
+    // exist at once. Rows whose target is IGNORE_INDEX are skipped (their outputs are 0).
+
+    // Log-probability of the target under temperature tau > 0 (TRL divides the logits by the
+    // temperature before selective_log_softmax). h (N,C), W (V,C), targets (N), z_r = (h_r W^T) / tau:
+    //   row_logp (N) = z_r[target_r] - logsumexp(z_r)            (may be NULL)
+    //   row_entropy (N) = -sum_v p_v log p_v of softmax(z_r)      (may be NULL)
+    // Backward when coef (N) != NULL (dh required): the gradient of sum_r coef_r * row_logp_r,
+    //   dz_r = coef_r * (onehot(target_r) - softmax(z_r)) / tau ; dh (N,C) += dz W ;
+    //   dW (V,C) += dz^T h (when dW != NULL; NULL for a frozen model).
+    // The host turns a loss into coef_r = d loss / d logp_r (train/rl_math.h).
+    // scratch: (chunk, V + C) floats.
+    void (*logprob_head)(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
+                         const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
+                         float *scratch, int chunk, int N, int C, int V);
+
+    // Generalized JSD between student and teacher next-token distributions (TRL's
+    // generalized_jsd_loss / _jsd_divergence). Student h_s (N,Cs), W_s (V,Cs) as wdt_s; teacher
+    // h_t (N,Ct), W_t (V,Ct) as wdt_t (the teacher gets no gradient). targets (N) only mask rows;
+    // weights (N) per-row loss weights or NULL (1 each). Over the support S, both sides at tau:
+    //   s = log_softmax(h_s W_s^T / tau), t = log_softmax(h_t W_t^T / tau), p = e^s, q = e^t
+    //   S = the whole vocabulary when top_k == 0; else the top_k largest teacher logits (equal
+    //   values by ascending index), both distributions renormalised over S.
+    //   beta == 0: jsd = sum_S q (t - s)                     KL(teacher || student), forward
+    //   beta == 1: jsd = sum_S p (s - t)                     KL(student || teacher), reverse
+    //   else:      m = log((1-beta) p + beta q) ; jsd = beta sum_S q (t - m) + (1-beta) sum_S p (s - m)
+    //   row_loss (N) = weight_r * jsd_r                              (may be NULL)
+    //   row_kl (N) = KL(student || teacher) over the whole vocabulary at temperature 1, whatever
+    //                tau, beta and top_k are (a metric; unweighted)    (may be NULL)
+    // Backward when dh_s != NULL: dz_s = grad_scale * weight_r * d jsd_r / d z_s ;
+    //   dh_s (N,Cs) += dz_s W_s ; dW_s (V,Cs) += dz_s^T h_s (when dW_s != NULL).
+    // scratch_s: (chunk, V + Cs) floats, scratch_t: (chunk, V + Ct) floats (a student and a
+    // teacher plan's head scratch).
+    void (*distill_head)(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                         const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                         const int32_t *targets, const float *weights, float tau, float beta, int top_k,
+                         float grad_scale, float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct,
+                         int V);
+    // ---- end of distillation and RL heads ----------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
@@ -175,6 +247,12 @@ Backend *backend_cpu_create(int threads);
 // Install the sampling ops into a backend (called by the constructors above).
 void backend_ref_install_sampling(Backend *be);
 void backend_cpu_install_sampling(Backend *be);
+// Install the KV cache / decode ops (called by the constructors above).
+void backend_ref_install_kv(Backend *be);
+void backend_cpu_install_kv(Backend *be);
+// Install the distillation and RL heads (backend/ref/ref_heads.c, backend/cpu/cpu_heads.c).
+void backend_ref_install_heads(Backend *be);
+void backend_cpu_install_heads(Backend *be);
 #ifdef STILL_CUDA
 Status backend_cuda_create(int threads, Backend **out, Err *e);
 #endif

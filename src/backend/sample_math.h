@@ -8,6 +8,13 @@
 #include <stdint.h>
 #include <string.h>
 
+// The CUDA backend compiles the same functions for the device (__host__ __device__ under nvcc).
+#ifdef __CUDACC__
+#define SAMPLE_FN static inline __host__ __device__
+#else
+#define SAMPLE_FN static inline
+#endif
+
 // Token masses are fixed point: E = round(exp(x - m) * 2^SAMPLE_MASS_BITS) with m the row max,
 // so E(max) = 2^44 and a row of up to 2^20 tokens sums exactly in a uint64. Integer sums are
 // associative: every backend finds the same top-p boundary and the same drawn token.
@@ -15,7 +22,7 @@
 
 // Order-preserving u32 key of a float (larger value -> larger key; -0 and +0 are one key).
 // Branch-free so that loops over keys vectorise; x + 0.0f turns -0 into +0.
-static inline uint32_t sample_key(float x) {
+SAMPLE_FN uint32_t sample_key(float x) {
     uint32_t b;
     float y = x + 0.0f;
     memcpy(&b, &y, sizeof b);
@@ -23,19 +30,19 @@ static inline uint32_t sample_key(float x) {
 }
 
 // e = exp(x - m) in double (the min-p criterion uses it directly).
-static inline double sample_rel_exp(float x, float m) {
+SAMPLE_FN double sample_rel_exp(float x, float m) {
     if (x == -INFINITY) return 0.0;
     return exp((double)x - (double)m);
 }
 
-static inline uint64_t sample_mass(float x, float m) {
+SAMPLE_FN uint64_t sample_mass(float x, float m) {
     return (uint64_t)(sample_rel_exp(x, m) * 0x1p44 + 0.5);
 }
 
 // Top-p keeps the smallest descending prefix whose mass reaches "keep" (HF removes the ascending
 // prefix whose fp32 cumsum is <= fp32(1 - top_p)). With total mass Z: removable R =
 // floor(fp32(1 - top_p) * Z) computed exactly, keep = Z - R. 0 means "keep only the top token".
-static inline uint64_t sample_topp_keep(double top_p, uint64_t Z) {
+SAMPLE_FN uint64_t sample_topp_keep(double top_p, uint64_t Z) {
     float thr = (float)(1.0 - top_p);
     if (!(thr > 0.0f)) return Z;
     if (thr >= 1.0f) return 0;
@@ -48,7 +55,7 @@ static inline uint64_t sample_topp_keep(double top_p, uint64_t Z) {
 }
 
 // The inverse-CDF target for a uniform u in [0, 1): floor(u * Z) exactly, with u's 53 bits.
-static inline uint64_t sample_target(double u, uint64_t Z) {
+SAMPLE_FN uint64_t sample_target(double u, uint64_t Z) {
     if (!(u > 0.0)) return 0;
     uint64_t u53 = (uint64_t)(u * 0x1p53);
     if (u53 >= (1ull << 53)) u53 = (1ull << 53) - 1;
@@ -56,6 +63,6 @@ static inline uint64_t sample_target(double u, uint64_t Z) {
 }
 
 // The repetition penalty of HF's RepetitionPenaltyLogitsProcessor, in fp32.
-static inline float sample_penalize(float s, float theta) { return s < 0.0f ? s * theta : s / theta; }
+SAMPLE_FN float sample_penalize(float s, float theta) { return s < 0.0f ? s * theta : s / theta; }
 
 #endif

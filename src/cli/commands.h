@@ -17,5 +17,8 @@ int cmd_logits(int argc, char **argv);
 int cmd_loss(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
+int cmd_sft(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 #endif

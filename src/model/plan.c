@@ -7,7 +7,16 @@
 
 #include <string.h>
 
-const char *plan_mode_name(PlanMode mode) { return mode == PLAN_TRAIN ? "train" : "score"; }
+const char *plan_mode_name(PlanMode mode) {
+    switch (mode) {
+    case PLAN_TRAIN: return "train";
+    case PLAN_SCORE: return "score";
+    case PLAN_PREFILL: return "prefill";
+    default: return "decode";
+    }
+}
+
+int plan_ban_cap(int S) { return S + 256; }
 
 int plan_head_chunk(int V) {
     // About 16 MiB of logits per chunk, between 16 and 256 rows.
@@ -45,6 +54,38 @@ static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t
     la->gate = TAKE_F(N * FF);
     la->up = TAKE_F(N * FF);
     la->act = TAKE_F(N * FF);
+}
+
+#define TAKE_B(n) ((uint8_t *)arena_take(a, (size_t)(n)))
+
+// PREFILL / DECODE: one layer of activations shared by every layer; DECODE adds the cache, the
+// last-position head and the sampler's buffers.
+static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int S) {
+    size_t N = (size_t)B * T, C = cfg->hidden_size, V = cfg->vocab_size;
+    int L = cfg->num_hidden_layers;
+    p->ids = TAKE_I(N);
+    p->pos = TAKE_I(N);
+    p->seg = TAKE_I(N);
+    layer_layout(a, &p->layers[0], cfg, N, B, T);
+    for (int l = 1; l < L; l++) p->layers[l] = p->layers[0];
+    p->res_out = TAKE_F(N * C);
+    if (mode != PLAN_DECODE) return;
+    size_t cache = (size_t)L * B * cfg->num_key_value_heads * S * cfg->head_dim;
+    p->kcache = TAKE_F(cache);
+    p->vcache = TAKE_F(cache);
+    p->kmask = TAKE_I((size_t)B * S);
+    p->hlast = TAKE_F((size_t)B * C);
+    p->lnlast = TAKE_F((size_t)B * C);
+    p->rstdlast = TAKE_F(B);
+    p->logits = TAKE_F((size_t)B * V);
+    p->scores = TAKE_F((size_t)B * V);
+    p->logprob = TAKE_F(B);
+    p->logprob_raw = TAKE_F(B);
+    p->sparams = (SampleParams *)arena_take(a, (size_t)B * sizeof(SampleParams));
+    p->u = (double *)arena_take(a, (size_t)B * sizeof(double));
+    p->seen = TAKE_B((size_t)B * V);
+    p->ban_cap = plan_ban_cap(S);
+    p->banned = TAKE_I((size_t)B * p->ban_cap);
 }
 
 // Lay out every buffer; with a->base == NULL this only measures.
@@ -97,37 +138,65 @@ size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_
     return (a.size + 63) / 64 * 64;
 }
 
+size_t plan_bytes_cached(const ModelConfig *cfg, PlanMode mode, int B, int T, int S) {
+    Plan p;
+    memset(&p, 0, sizeof p);
+    LayerActs *layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
+    p.layers = layers;
+    Arena a = {0};
+    plan_layout_cached(&a, &p, cfg, mode, B, T, S);
+    free(layers);
+    return (a.size + 63) / 64 * 64;
+}
+
 Status plan_get(Model *m, PlanMode mode, int B, int T, Plan **out, Err *e) {
+    return plan_get_shape(m, mode, B, T, 0, out, e);
+}
+
+static void shape_text(char *buf, size_t cap, PlanMode mode, int B, int T, int S) {
+    if (mode == PLAN_DECODE) snprintf(buf, cap, "(%s, B=%d, max_cache_len=%d)", plan_mode_name(mode), B, S);
+    else snprintf(buf, cap, "(%s, B=%d, T=%d)", plan_mode_name(mode), B, T);
+}
+
+Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, Err *e) {
     PlanCache *pc = &m->plans;
+    int cached = mode == PLAN_PREFILL || mode == PLAN_DECODE;
+    if (mode != PLAN_DECODE) S = 0;
     for (int i = 0; i < pc->n; i++) {
         Plan *p = pc->plans[i];
-        if (p->mode == mode && p->B == B && p->T == T) {
+        if (p->mode == mode && p->B == B && p->T == T && p->S == S) {
             *out = p;
             return ST_OK;
         }
     }
-    if (B <= 0 || T <= 0) return err_set(e, ST_EINVAL, "plan shape B=%d T=%d must be positive", B, T);
+    char shape[96];
+    shape_text(shape, sizeof shape, mode, B, T, S);
+    if (B <= 0 || T <= 0) return err_set(e, ST_EINVAL, "plan shape %s: sizes must be positive", shape);
+    if (mode == PLAN_DECODE && (T != 1 || S <= 0))
+        return err_set(e, ST_EINVAL, "plan shape %s: a decode plan has T = 1 and a positive cache length", shape);
     if (pc->max_plans > 0 && pc->n >= pc->max_plans)
         return err_set(e, ST_ERUNTIME,
-                       "shape (%s, B=%d, T=%d) needs plan %d but --max_plans is %d; pad to fewer shapes "
-                       "(--pad_to_multiple_of, --padding max_length) or raise --max_plans",
-                       plan_mode_name(mode), B, T, pc->n + 1, pc->max_plans);
+                       "shape %s needs plan %d but --max_plans is %d; pad to fewer shapes "
+                       "(--pad_to_multiple_of, --padding max_length, --max_cache_len) or raise --max_plans",
+                       shape, pc->n + 1, pc->max_plans);
     const ModelConfig *cfg = &m->cfg;
     Plan *p = xcalloc(1, sizeof(Plan));
     p->mode = mode;
     p->B = B;
     p->T = T;
+    p->S = S;
     p->layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
     int chunk = plan_head_chunk(cfg->vocab_size);
-    size_t bytes = plan_bytes(cfg, mode, B, T, chunk);
+    size_t bytes = cached ? plan_bytes_cached(cfg, mode, B, T, S) : plan_bytes(cfg, mode, B, T, chunk);
     p->bytes = bytes;
     p->base = m->be->alloc(m->be, bytes);
     Arena a = {.base = p->base, .size = 0, .cap = bytes};
-    plan_layout(&a, p, cfg, mode, B, T, chunk);
+    if (cached) plan_layout_cached(&a, p, cfg, mode, B, T, S);
+    else plan_layout(&a, p, cfg, mode, B, T, chunk);
     pc->plans = xrealloc(pc->plans, (size_t)(pc->n + 1) * sizeof(Plan *));
     pc->plans[pc->n++] = p;
     pc->bytes += bytes;
-    log_debug("plan %d built: %s B=%d T=%d, %.1f MiB", pc->n, plan_mode_name(mode), B, T, bytes / 1048576.0);
+    log_debug("plan %d built: %s, %.1f MiB", pc->n, shape, bytes / 1048576.0);
     *out = p;
     return ST_OK;
 }

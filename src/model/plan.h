@@ -1,9 +1,11 @@
 // plan.h: execution plans. A plan holds every activation buffer one step of one shape needs,
 // carved out of one arena allocated once ("compile"); later steps of the same shape reuse it.
-// A shape is (mode, B, T); plans are counted and their memory reported (ARCHITECTURE §2).
+// A shape is (mode, B, T, S) with S = max_cache_len for decode plans (0 otherwise); plans are
+// counted and their memory reported (ARCHITECTURE §2).
 #ifndef STILL_PLAN_H
 #define STILL_PLAN_H
 
+#include "../backend/backend.h"
 #include "../core/common.h"
 #include "config.h"
 
@@ -12,6 +14,9 @@ struct Model;
 typedef enum {
     PLAN_TRAIN = 0,  // forward keeping every layer's activations, loss head, backward
     PLAN_SCORE = 1,  // forward (one layer of activations reused) + loss head / logits, no backward
+    PLAN_PREFILL = 2,  // one chunk of T prompt tokens per row into a KV cache (one layer reused)
+    PLAN_DECODE = 3,   // one token per row (T = 1) on a static KV cache of S slots, which it owns,
+                       // with the per-row last-position logits and the sampler's buffers
 } PlanMode;
 
 const char *plan_mode_name(PlanMode mode);
@@ -40,6 +45,7 @@ typedef struct LayerActs {
 typedef struct Plan {
     PlanMode mode;
     int B, T;
+    int S;                 // DECODE: max_cache_len (cache slots per row); else 0
     size_t bytes;          // arena size
     void *base;            // device arena
     int32_t *ids;          // (N)
@@ -63,6 +69,21 @@ typedef struct Plan {
     float *dqr, *dkr;      // (N,NH*HD), (N,NKV*HD)
     float *datt;           // (N,NH*HD)
     float *dact, *dgate, *dup;  // (N,FF)
+    // DECODE only: the static KV cache and one decoding step's head and sampler buffers
+    float *kcache, *vcache;  // (L,B,NKV,S,HD) keys after q/k norm and RoPE; values
+    int32_t *kmask;        // (B,S) 1 = a real token's slot, 0 = left padding
+    float *hlast;          // (B,C) residual at each row's last position (gathered)
+    float *lnlast;         // (B,C) final norm of hlast
+    float *rstdlast;       // (B)
+    float *logits;         // (B,V) raw last-position logits
+    float *scores;         // (B,V) processed scores (sample_logits)
+    float *logprob;        // (B) chosen token under the processed distribution
+    float *logprob_raw;    // (B) chosen token under log_softmax(logits / temperature)
+    SampleParams *sparams; // (B)
+    double *u;             // (B) uniforms of the draw
+    uint8_t *seen;         // (B,V) ids seen so far, for the repetition penalty
+    int32_t *banned;       // (B,ban_cap) ids set to -inf this step, -1 = unused
+    int ban_cap;
 } Plan;
 
 typedef struct PlanCache {
@@ -74,8 +95,15 @@ typedef struct PlanCache {
 
 // Bytes a plan of this shape needs (the estimator `still info` and memory checks use).
 size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk);
-// Get (building on first use) the plan for a shape.
+// Bytes of a PREFILL (S = 0) or DECODE (T = 1, S = max_cache_len) plan.
+size_t plan_bytes_cached(const ModelConfig *cfg, PlanMode mode, int B, int T, int S);
+// Get (building on first use) the plan for a shape (TRAIN / SCORE).
 Status plan_get(struct Model *m, PlanMode mode, int B, int T, Plan **out, Err *e);
+// The same for any mode; S is the cache length of DECODE plans (0 for the others).
+Status plan_get_shape(struct Model *m, PlanMode mode, int B, int T, int S, Plan **out, Err *e);
+// Banned-id slots per row of a DECODE plan with S cache slots (room for a ban of every id of
+// the history plus bad words).
+int plan_ban_cap(int S);
 void plan_cache_free(struct Model *m);
 // Default rows per loss-head chunk for a vocabulary size (bounded logits memory).
 int plan_head_chunk(int V);

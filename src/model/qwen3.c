@@ -35,43 +35,96 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
 #define W(kind, l) model_param(m, (kind), (l))
 #define F(kind, l) ((const float *)model_param(m, (kind), (l)))
 
+// Layer l up to attention: ln1, q/k/v projections, q/k norm, RoPE (a->qr, a->kr, a->v).
+static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int N = p->B * p->T, C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
+    int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
+    float eps = (float)cfg->rms_norm_eps;
+    DType wdt = m->matrix_dtype;
+    be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
+    be->matmul_forward(be, a->q, a->ln1, W(TK_WQ, l), wdt, F(TK_BQ, l), N, C, QD);
+    be->matmul_forward(be, a->k, a->ln1, W(TK_WK, l), wdt, F(TK_BK, l), N, C, KD);
+    be->matmul_forward(be, a->v, a->ln1, W(TK_WV, l), wdt, F(TK_BV, l), N, C, KD);
+    if (cfg->qk_norm) {
+        be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
+        be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
+    }
+    be->rope_forward(be, a->qr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
+    be->rope_forward(be, a->kr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
+}
+
+// Layer l after attention (a->att): output projection, residual, MLP, residual -> next.
+static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int N = p->B * p->T, C = cfg->hidden_size, FF = cfg->intermediate_size;
+    int QD = cfg->num_attention_heads * cfg->head_dim;
+    float eps = (float)cfg->rms_norm_eps;
+    DType wdt = m->matrix_dtype;
+    be->matmul_forward(be, a->res_mid, a->att, W(TK_WO, l), wdt, F(TK_BO, l), N, QD, C);
+    be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
+    be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
+    be->matmul_forward(be, a->gate, a->ln2, W(TK_WG, l), wdt, F(TK_BG, l), N, C, FF);
+    be->matmul_forward(be, a->up, a->ln2, W(TK_WU, l), wdt, F(TK_BU, l), N, C, FF);
+    be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
+    be->matmul_forward(be, next, a->act, W(TK_WD, l), wdt, F(TK_BD, l), N, FF, C);
+    be->add(be, next, next, a->res_mid, (size_t)N * C);
+}
+
 void qwen3_forward(Model *m, Plan *p) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, FF = cfg->intermediate_size;
-    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim;
-    int QD = NH * HD, KD = NKV * HD, L = cfg->num_hidden_layers;
-    float eps = (float)cfg->rms_norm_eps;
-    DType wdt = m->matrix_dtype;
+    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size;
+    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
 
-    be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), wdt, N, C);
+    be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), m->matrix_dtype, N, C);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
         // l-1 in res_out is copied into res_in.
         if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
-        be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
-        be->matmul_forward(be, a->q, a->ln1, W(TK_WQ, l), wdt, F(TK_BQ, l), N, C, QD);
-        be->matmul_forward(be, a->k, a->ln1, W(TK_WK, l), wdt, F(TK_BK, l), N, C, KD);
-        be->matmul_forward(be, a->v, a->ln1, W(TK_WV, l), wdt, F(TK_BV, l), N, C, KD);
-        if (cfg->qk_norm) {
-            be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
-            be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
-        }
-        be->rope_forward(be, a->qr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
-        be->rope_forward(be, a->kr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
+        layer_qkv(m, p, a, l);
         be->attention_forward(be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH, NKV, HD);
-        be->matmul_forward(be, a->res_mid, a->att, W(TK_WO, l), wdt, F(TK_BO, l), N, QD, C);
-        be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
-        be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
-        be->matmul_forward(be, a->gate, a->ln2, W(TK_WG, l), wdt, F(TK_BG, l), N, C, FF);
-        be->matmul_forward(be, a->up, a->ln2, W(TK_WU, l), wdt, F(TK_BU, l), N, C, FF);
-        be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
-        float *next = (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out;
-        be->matmul_forward(be, next, a->act, W(TK_WD, l), wdt, F(TK_BD, l), N, FF, C);
-        be->add(be, next, next, a->res_mid, (size_t)N * C);
+        layer_out(m, p, a, l, (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out);
     }
-    be->rmsnorm_forward(be, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C, eps);
+    be->rmsnorm_forward(be, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C, (float)cfg->rms_norm_eps);
+}
+
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp, int start) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, S = dp->S;
+    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
+    size_t layer_cache = (size_t)B * NKV * S * HD;
+    CHECK(dp->mode == PLAN_DECODE && dp->B == B && start >= 0 && start + T <= S);
+
+    be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), m->matrix_dtype, N, C);
+    for (int l = 0; l < L; l++) {
+        LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
+        if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
+        layer_qkv(m, p, a, l);
+        float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
+        be->kv_cache_write(be, kc, vc, a->kr, a->v, B, T, NKV, HD, S, start);
+        be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask, B, T, NH, NKV, HD, S, start);
+        layer_out(m, p, a, l, p->res_out);
+    }
+}
+
+void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
+    Backend *be = m->be;
+    int B = p->B, T = p->T, C = m->cfg.hidden_size;
+    const float *h = p->res_out;
+    if (T > 1) {  // gather row b's position T-1
+        for (int b = 0; b < B; b++)
+            be->copy(be, dp->hlast + (size_t)b * C, p->res_out + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(float));
+        h = dp->hlast;
+    }
+    be->rmsnorm_forward(be, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C, (float)m->cfg.rms_norm_eps);
+    const TensorInfo *head = model_lm_head(m);
+    be->matmul_forward(be, dp->logits, dp->lnlast, (char *)m->params + head->offset, m->matrix_dtype, NULL, B, C,
+                       m->cfg.vocab_size);
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
@@ -150,4 +203,37 @@ double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
     // causal attention: QK^T and PV over T(T+1)/2 pairs per head
     double attn = 2.0 * 2.0 * B * cfg->num_attention_heads * cfg->head_dim * (T * (T + 1.0) / 2.0);
     return cfg->num_hidden_layers * (per_layer + attn) + 2 * N * C * V;
+}
+
+// ---- distillation and RL heads ----------------------------------------------------------
+void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp) {
+    Backend *be = m->be;
+    int N = p->B * p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const TensorInfo *head = model_lm_head(m);
+    CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && m->grads), "qwen3_logprob: a backward pass needs a train plan and "
+                                                             "gradients");
+    if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
+    be->logprob_head(be, out_logp, p->row_entropy, coef ? p->dln : NULL, coef ? m->grads + head->goffset : NULL, p->lnf,
+                     (char *)m->params + head->offset, m->matrix_dtype, p->targets, coef, tau, p->head_scratch,
+                     p->head_chunk, N, C, V);
+    if (coef) qwen3_backward_from_lnf(m, p);
+}
+
+void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float beta, int top_k, float grad_scale,
+                        int backward, float *row_kl) {
+    Backend *be = m->be;
+    int N = p->B * p->T, C = m->cfg.hidden_size, Ct = mt->cfg.hidden_size, V = m->cfg.vocab_size;
+    CHECK_MSG(mt->be == be, "qwen3_distill_loss: student and teacher on different backends");
+    CHECK_MSG(pt->B == p->B && pt->T == p->T, "qwen3_distill_loss: teacher plan %dx%d, student plan %dx%d", pt->B,
+              pt->T, p->B, p->T);
+    CHECK_MSG(mt->cfg.vocab_size == V, "qwen3_distill_loss: teacher vocabulary %d, student %d", mt->cfg.vocab_size, V);
+    CHECK(pt->head_chunk == p->head_chunk);  // the same V gives the same chunk
+    const TensorInfo *head = model_lm_head(m), *thead = model_lm_head(mt);
+    int bw = backward && p->mode == PLAN_TRAIN && m->grads;
+    if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
+    be->distill_head(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL, p->lnf,
+                     (char *)m->params + head->offset, m->matrix_dtype, pt->lnf, (char *)mt->params + thead->offset,
+                     mt->matrix_dtype, p->targets, p->weights, tau, beta, top_k, grad_scale, p->head_scratch,
+                     pt->head_scratch, p->head_chunk, N, C, Ct, V);
+    if (bw) qwen3_backward_from_lnf(m, p);
 }

@@ -13,6 +13,14 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
 // Forward to the final norm: fills p->lnf (N,C); TRAIN plans keep every layer's activations.
 void qwen3_forward(Model *m, Plan *p);
 
+// Generation on a static KV cache (PREFILL chunks and DECODE steps). p is a PREFILL plan (B,T)
+// or the DECODE plan dp itself; p->ids and p->pos hold the chunk's tokens, which occupy cache
+// slots [start, start+T) of every row. Each layer writes its keys and values into dp's cache
+// and attends to slots [0, start+T) under dp->kmask. Leaves the residual in p->res_out.
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp, int start);
+// Final norm and LM head for the last position (T-1) of every row of p only -> dp->logits (B,V).
+void qwen3_last_logits(Model *m, Plan *p, Plan *dp);
+
 // Cross-entropy head over p->lnf: fills p->row_loss / row_correct / row_entropy (N).
 // With backward (TRAIN plans, m->grads allocated): every parameter gradient ACCUMULATES
 // d(grad_scale * sum_r row_loss_r)/d(param) into m->grads.
@@ -28,5 +36,22 @@ void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out);
 // Model FLOPs of one forward over N tokens at sequence length T (matmuls, attention, LM head);
 // backward is twice this. Used by benchmarks and MFU.
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T);
+
+// ---- distillation and RL heads (docs/heads.md) -------------------------------------------
+// Log-probabilities of p->targets at temperature tau over p->lnf (qwen3_forward has run):
+// out_logp (N, device) = log_softmax(logits / tau)[target] (0 on IGNORE_INDEX rows), entropies
+// into p->row_entropy. With coef (N, device) != NULL (TRAIN plan, m->grads allocated): every
+// parameter gradient ACCUMULATES d(sum_r coef_r * logp_r)/d(param) into m->grads.
+void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp);
+
+// Generalized JSD (beta 0 forward KL, 1 reverse KL) of student m on plan p against teacher mt
+// on plan pt, at temperature tau on both sides, over the whole vocabulary or the teacher's
+// top_k. Both forwards have run on the same B, T and backend; rows are masked by p->targets and
+// weighted by p->weights. Fills p->row_loss (N); row_kl (N, device, may be NULL) =
+// KL(student || teacher) at temperature 1. With backward (TRAIN plan, m->grads allocated):
+// every student parameter gradient ACCUMULATES d(grad_scale * sum_r row_loss_r)/d(param). The
+// teacher is read only.
+void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float beta, int top_k, float grad_scale,
+                        int backward, float *row_kl);
 
 #endif

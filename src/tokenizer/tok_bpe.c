@@ -328,7 +328,7 @@ static void initial_symbols(const Bpe *bpe, const char *s, size_t len, SymVec *s
                 size_t k = 0;
                 while (k < n && bpe->byte_ids[(unsigned char)c[k]] >= 0) k++;
                 if (k == n) {
-                    if (unk_id >= 0) sym_push(sv, unk_id, unk_len), unk_id = -1;
+                    // A pending unk stays pending: Rust adds it after these bytes.
                     for (k = 0; k < n; k++) sym_push(sv, bpe->byte_ids[(unsigned char)c[k]], 1);
                     done = 1;
                 }

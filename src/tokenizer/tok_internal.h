@@ -203,6 +203,7 @@ void decoder_apply(const Decoder *d, StrVec *tokens);
 // ---- added tokens and the tokenizer -----------------------------------------------------------
 typedef struct AddedToken {
     char *content;
+    char *decode_as;    // normalised content when normalized and the normalizer changes it, else NULL
     size_t len;
     int32_t id;
     uint8_t special, lstrip, rstrip, single_word, normalized;
@@ -242,7 +243,9 @@ struct Tokenizer {
     AddedMatcher raw_matcher, norm_matcher;
     int32_t vocab_size;
     const char **id_tok;        // (vocab_size)
+    const char **id_dec;        // (vocab_size) the string decode starts from: id_tok, or decode_as
     uint8_t *special;           // (vocab_size)
+    uint8_t *skip_dec;          // (vocab_size) id_dec is the content of a special token
     int32_t bos_id, eos_id, pad_id, unk_id;
     char *bos, *eos, *pad, *unk;
     int split_special_tokens;

@@ -39,7 +39,7 @@ static Status parse_added(Tokenizer *tok, const cJSON *arr, const char *what, Er
         TRY(get_flag(a, "rstrip", w, 0, &rstrip, e));
         TRY(get_flag(a, "single_word", w, 0, &single_word, e));
         TRY(get_flag(a, "normalized", w, !special, &normalized, e));
-        *t = (AddedToken){xstrdup(content), strlen(content), (int32_t)id, (uint8_t)special, (uint8_t)lstrip,
+        *t = (AddedToken){xstrdup(content), NULL, strlen(content), (int32_t)id, (uint8_t)special, (uint8_t)lstrip,
                           (uint8_t)rstrip, (uint8_t)single_word, (uint8_t)normalized};
         tok->n_added++;
     }
@@ -182,7 +182,7 @@ static Status apply_config(Tokenizer *tok, const cJSON *cfg, const char *what, E
             TRY(get_flag(a, "single_word", what, 0, &single_word, e));
             TRY(get_flag(a, "normalized", what, !special, &normalized, e));
             tok->added = xrealloc(tok->added, (size_t)(tok->n_added + 1) * sizeof *tok->added);
-            tok->added[tok->n_added++] = (AddedToken){xstrdup(content), strlen(content), (int32_t)id, (uint8_t)special,
+            tok->added[tok->n_added++] = (AddedToken){xstrdup(content), NULL, strlen(content), (int32_t)id, (uint8_t)special,
                                                       (uint8_t)lstrip, (uint8_t)rstrip, (uint8_t)single_word,
                                                       (uint8_t)normalized};
         }
@@ -213,6 +213,25 @@ static Status apply_config(Tokenizer *tok, const cJSON *cfg, const char *what, E
         if (add_eos) tok->post_post[tok->n_post_post++] = -3;
     }
     return ST_OK;
+}
+
+// tokenizers >= 0.23 decodes a normalized added token from its normalised form (so that e.g. a
+// byte-level decoder can invert it), and skip_special_tokens drops a token whose decode string is
+// the content of a special token.
+static void decode_forms(Tokenizer *tok) {
+    int32_t vs = tok->vocab_size;
+    StrMap specials = {0};
+    tok->id_dec = xcalloc((size_t)vs + 1, sizeof *tok->id_dec);
+    tok->skip_dec = xcalloc((size_t)vs + 1, 1);
+    memcpy(tok->id_dec, tok->id_tok, (size_t)vs * sizeof *tok->id_dec);
+    for (int i = 0; i < tok->n_added; i++) {
+        const AddedToken *t = &tok->added[i];
+        if (t->special) strmap_put(&specials, t->content, t->len, 1);
+        if (t->decode_as && tok->id_tok[t->id] == t->content) tok->id_dec[t->id] = t->decode_as;
+    }
+    for (int32_t id = 0; id < vs && specials.n; id++)
+        if (tok->id_dec[id]) tok->skip_dec[id] = strmap_get(&specials, tok->id_dec[id], strlen(tok->id_dec[id])) >= 0;
+    strmap_free(&specials);
 }
 
 static int32_t id_of(const Tokenizer *tok, const char *s) { return s ? tokenizer_token_to_id(tok, s) : -1; }
@@ -262,6 +281,7 @@ static Status finish(Tokenizer *tok, const char *what, Err *e) {
         st = normalizer_apply(tok->normalizer, t->content, t->len, &ctx, &s, &len, e);
         if (st == ST_OK && len == 0) st = err_set(e, ST_EINVAL, "%s: added token \"%s\" normalises to nothing", what, t->content);
         if (st == ST_OK) norm[nn++] = (PatRef){t, xstrndup(s, len), len, i};
+        if (st == ST_OK && (len != t->len || memcmp(s, t->content, len))) t->decode_as = xstrndup(s, len);
     }
     if (ctx.md) pcre2_match_data_free(ctx.md);
     for (ArenaBlock *b = ctx.blocks, *nx; b; b = nx) nx = b->next, free(b);
@@ -275,6 +295,7 @@ static Status finish(Tokenizer *tok, const char *what, Err *e) {
     }
     free(raw);
     free(norm);
+    if (st == ST_OK) decode_forms(tok);
     return st;
 }
 
@@ -351,13 +372,15 @@ void tokenizer_free(Tokenizer *tok) {
     bpe_free(&tok->bpe);
     free(tok->post_pre);
     free(tok->post_post);
-    for (int i = 0; i < tok->n_added; i++) free(tok->added[i].content);
+    for (int i = 0; i < tok->n_added; i++) free(tok->added[i].content), free(tok->added[i].decode_as);
     free(tok->added);
     strmap_free(&tok->added_map);
     matcher_free(&tok->raw_matcher);
     matcher_free(&tok->norm_matcher);
     free(tok->id_tok);
+    free(tok->id_dec);
     free(tok->special);
+    free(tok->skip_dec);
     free(tok->bos), free(tok->eos), free(tok->pad), free(tok->unk);
     free(tok->path);
     free(tok);

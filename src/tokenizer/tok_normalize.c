@@ -42,10 +42,9 @@ Status normalizer_parse(const cJSON *j, const char *what, Normalizer **out, Err 
         if (st == ST_OK) n->content = xstrdup(s);
         break;
     case NORM_STRIP:
-        n->left = n->right = 1;
-        json_get_bool(j, "left", what, 0, &n->left, e);
-        json_get_bool(j, "right", what, 0, &n->right, e);
-        err_clear(e);
+        // Serialized as {"strip_left": bool, "strip_right": bool}; both are required in Rust.
+        st = json_get_bool(j, "strip_left", what, 1, &n->left, e);
+        if (st == ST_OK) st = json_get_bool(j, "strip_right", what, 1, &n->right, e);
         break;
     case NORM_SEQUENCE: {
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "normalizers");

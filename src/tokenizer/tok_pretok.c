@@ -235,7 +235,6 @@ static void segs_from_pred(const char *s, size_t len, int (*pred)(uint32_t), Seg
     if (prev < len) seg_push(out, prev, len, 0);
 }
 
-static int is_ascii_digit(uint32_t c) { return c >= '0' && c <= '9'; }
 static int is_ws(uint32_t c) { return unicode_is_whitespace(c); }
 
 static const char *replace_all(EncodeCtx *ctx, const char *s, size_t len, const char *from, size_t fl, const char *to,
@@ -275,7 +274,7 @@ static Status pretok_one(const PreTokenizer *p, const Piece *pc, PieceVec *out, 
         split_apply(pc, segs, SPLIT_REMOVED, 0, out);
         return ST_OK;
     case PRE_DIGITS:
-        segs_from_pred(pc->s, pc->len, is_ascii_digit, segs);
+        segs_from_pred(pc->s, pc->len, unicode_is_numeric, segs);  // Rust: char::is_numeric
         split_apply(pc, segs, p->individual_digits ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS, 0, out);
         return ST_OK;
     case PRE_METASPACE: {

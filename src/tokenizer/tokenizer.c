@@ -197,8 +197,9 @@ Status tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int 
 static char *decode_raw(const Tokenizer *tok, const int32_t *ids, size_t n, int skip_special) {
     StrVec t = {0};
     for (size_t i = 0; i < n; i++) {
-        const char *s = tokenizer_id_to_token(tok, ids[i]);
-        if (!s || (skip_special && tok->special[ids[i]])) continue;
+        if (ids[i] < 0 || ids[i] >= tok->vocab_size) continue;
+        const char *s = tok->id_dec[ids[i]];
+        if (!s || (skip_special && tok->skip_dec[ids[i]])) continue;
         strvec_push(&t, s, strlen(s));
     }
     StrBuf sb = {0};

@@ -58,6 +58,12 @@ int unicode_is_alnum(uint32_t cp) {
            (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
 }
 
+int unicode_is_numeric(uint32_t cp) {
+    if (cp < 0x80) return cp >= '0' && cp <= '9';
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
+}
+
 int unicode_is_word(uint32_t cp) {
     if (cp < 0x80)
         return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';

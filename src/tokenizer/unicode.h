@@ -25,6 +25,8 @@ int utf8_seq_len(unsigned char b);
 int unicode_is_whitespace(uint32_t cp);
 // Rust char::is_alphanumeric (letters and numbers).
 int unicode_is_alnum(uint32_t cp);
+// Rust char::is_numeric (general categories Nd, Nl, No).
+int unicode_is_numeric(uint32_t cp);
 // The regex crate's Unicode \w: letters, marks, Nd, Nl, Pc, ZWNJ/ZWJ.
 int unicode_is_word(uint32_t cp);
 // Replace invalid UTF-8 by U+FFFD, one per maximal invalid subsequence (Rust from_utf8_lossy).
@@ -37,7 +39,8 @@ typedef enum { UNICODE_NFC, UNICODE_NFD, UNICODE_NFKC, UNICODE_NFKD } UnicodeFor
 // Normalise valid UTF-8 s into a new NUL-terminated string (caller frees). ASCII input is
 // returned as a copy without calling utf8proc.
 char *unicode_normalize(const char *s, size_t len, UnicodeForm form, size_t *out_len);
-// Full lowercase mapping (as Rust str::to_lowercase, except the final-sigma context rule).
+// Full lowercase mapping, character by character (Rust char::to_lowercase, as the Lowercase
+// normalizer applies it: no final-sigma rule, so word-final Σ becomes σ, not ς).
 char *unicode_lowercase(const char *s, size_t len, size_t *out_len);
 
 // GPT-2 byte-level alphabet: byte b is shown as code point unicode_byte_to_cp(b); the inverse

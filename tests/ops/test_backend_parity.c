@@ -12,89 +12,34 @@
 //   TOL_EW 2e-6: elementwise ops (a few fp32 ulp; exp and sin/cos by different routines)
 //   TOL_RED 2e-5: ops that reduce in fp32 over up to ~5000 terms (matmul, rmsnorm, attention,
 //                 ce_head, whose logits feed exp) against double accumulation
-#include "ops_util.h"
+//   TOL_BF16 1e-2: GEMMs with bf16 operands and fp32 accumulation (cuda's default, ARCHITECTURE
+//                 §3): each operand is rounded to 8 significant bits (relative error <= 2^-9), so
+//                 each product is off by up to ~2^-8 and a random-signed sum of them by ~2^-9 of
+//                 the sum's scale; 1e-2 leaves room for the max over a buffer, while a wrong index
+//                 or transpose gives errors of order 1. Applies to matmul and the ce_head outputs
+//                 (logits go through the bf16 GEMM); ce's argmax is then compared only on rows whose
+//                 top-2 logit gap exceeds the bf16 error bound.
+//
+// The cuda backend runs twice: with STILL_CUDA_GEMM=fp32 (fp32 GEMM operands: every op held to the
+// fp32 tolerances above) and with its bf16 default (the GEMM ops at TOL_BF16). The sampling ops
+// run on every backend against ref: same ids and processed scores (bit for bit: the fixed-point
+// arithmetic of sample_math.h), log-probs within 1e-5.
+#include "parity_util.h"
 
 #include "backend/cpu/cpu.h"
 
 #define TOL_EW 2e-6
 #define TOL_RED 2e-5
-#define GUARD_WORDS 16
+#define TOL_BF16 1e-2
 
-static const char *backend_names[] = {"cpu", "cuda"};  // every backend held to ref
-static Backend *R, *X;
-
-// ---------------------------------------------------------------- device buffers with guards
-// Guard word i after the buffer at dev: a signalling NaN (quiet bit clear) whose payload depends
-// on the buffer, so neither arithmetic (which would quiet it) nor a copy of a neighbour's guard
-// can write it back unchanged.
-static uint32_t guard_word(const void *dev, int i) {
-    return 0x7f800000u | 0x100000u | (uint32_t)((((uintptr_t)dev >> 6) * 31u + (uint32_t)i * 977u) & 0xfffffu);
-}
-
-static void put_guard(Backend *be, void *dev, size_t bytes) {
-    uint32_t g[GUARD_WORDS];
-    for (int i = 0; i < GUARD_WORDS; i++) g[i] = guard_word(dev, i);
-    be->upload(be, (char *)dev + bytes, g, sizeof g);
-}
-
-// A device copy of host data (bytes), followed by guard words.
-static void *dev_from(const void *host, size_t bytes) {
-    void *d = X->alloc(X, bytes + GUARD_WORDS * 4);
-    if (bytes) X->upload(X, d, host, bytes);
-    put_guard(X, d, bytes);
-    return d;
-}
-
-// A device buffer of n floats filled with NaN (a forward output), followed by guard words.
-static float *dev_nan(size_t n) {
-    uint32_t *h = xmalloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) h[i] = 0x7fc00001u;
-    float *d = dev_from(h, n * 4);
-    free(h);
-    return d;
-}
-
-// Download n floats and check the guard words after them.
-static float *dev_fetch(const char *what, const void *dev, size_t n) {
-    float *h = xmalloc(n * 4 + GUARD_WORDS * 4);
-    X->download(X, h, dev, n * 4 + GUARD_WORDS * 4);
-    uint32_t g[GUARD_WORDS];
-    memcpy(g, h + n, sizeof g);
-    int ok = 1;
-    for (int i = 0; i < GUARD_WORDS; i++) ok &= g[i] == guard_word(dev, i);
-    EXPECT_MSG(ok, "%s: %s wrote past the end of its buffer (%zu floats)", what, X->name, n);
-    return h;
-}
-
-// got (device, n floats) against want (host): norm-wise relative error <= tol, no NaN.
-static void expect_close(const char *what, const void *got_dev, const float *want, size_t n, double tol) {
-    float *got = dev_fetch(what, got_dev, n);
-    double maxref = 0, maxerr = 0;
-    size_t worst = 0, nan_at = (size_t)-1;
-    for (size_t i = 0; i < n; i++) maxref = fmax(maxref, fabs(want[i]));
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(got[i]) != isnan(want[i])) {
-            if (nan_at == (size_t)-1) nan_at = i;
-            continue;
-        }
-        double e = fabs((double)got[i] - want[i]);
-        if (e > maxerr) maxerr = e, worst = i;
-    }
-    double rel = maxref > 0 ? maxerr / maxref : maxerr;
-    if (getenv("OPS_VERBOSE")) printf("  %-34s rel err %.2e (tol %.0e)\n", what, rel, tol);
-    EXPECT_MSG(nan_at == (size_t)-1, "%s: %s gives %g at [%zu], ref %g", what, X->name, got[nan_at == (size_t)-1 ? 0 : nan_at],
-               nan_at, want[nan_at == (size_t)-1 ? 0 : nan_at]);
-    EXPECT_MSG(rel <= tol, "%s: %s rel err %.3g > %.0g at [%zu]: %.8g vs ref %.8g", what, X->name, rel, tol, worst,
-               got[worst], want[worst]);
-    free(got);
-}
-
-static uint16_t *to_bf16(const float *x, size_t n) {
-    uint16_t *b = xmalloc(n * 2);
-    for (size_t i = 0; i < n; i++) b[i] = f32_to_bf16(x[i]);
-    return b;
-}
-
+// Every backend held to ref; gemm: STILL_CUDA_GEMM for the run (NULL: leave it alone).
+typedef struct {
+    const char *name, *gemm;
+} BackendRun;
+static const BackendRun backend_runs[] = {{"cpu", NULL}, {"cuda", "fp32"}, {"cuda", "bf16"}};
+static const char *backend_names[] = {"cpu", "cuda"};
+static double tol_gemm = TOL_RED;  // tolerance of the GEMM-based ops in this run
+static int gemm_bf16 = 0;          // this run's GEMMs round operands to bf16
 // ---------------------------------------------------------------- ops
 static void check_embedding(int N, int C, int V, DType wdt) {
     char what[96];
@@ -173,20 +118,20 @@ static void check_matmul(int N, int C, int OC, DType wdt, int with_bias) {
     R->matmul_forward(R, out, inp, wp, wdt, bias, N, C, OC);
     X->matmul_forward(X, d_out, d_inp, d_w, wdt, d_bias, N, C, OC);
     snprintf(what, sizeof what, "matmul fwd %dx%dx%d %s%s", N, C, OC, dtype_st_name(wdt), bias ? " bias" : "");
-    expect_close(what, d_out, out, no, TOL_RED);
+    expect_close(what, d_out, out, no, tol_gemm);
     R->matmul_backward(R, dinp, dw, bias ? db : NULL, dout, inp, wp, wdt, N, C, OC);
     X->matmul_backward(X, d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, wdt, N, C, OC);
     snprintf(what, sizeof what, "matmul bwd dinp %dx%dx%d %s", N, C, OC, dtype_st_name(wdt));
-    expect_close(what, d_dinp, dinp, ni, TOL_RED);
+    expect_close(what, d_dinp, dinp, ni, tol_gemm);
     snprintf(what, sizeof what, "matmul bwd dw %dx%dx%d", N, C, OC);
-    expect_close(what, d_dw, dw, nw, TOL_RED);
+    expect_close(what, d_dw, dw, nw, tol_gemm);
     snprintf(what, sizeof what, "matmul bwd dbias %dx%dx%d", N, C, OC);
     expect_close(what, d_db, db, OC, TOL_RED);  // untouched when bias is NULL
     // NULL gradients: only dw
     R->matmul_backward(R, NULL, dw, NULL, dout, inp, wp, wdt, N, C, OC);
     X->matmul_backward(X, NULL, d_dw, NULL, d_dout, d_inp, d_w, wdt, N, C, OC);
     snprintf(what, sizeof what, "matmul bwd dw only %dx%dx%d", N, C, OC);
-    expect_close(what, d_dw, dw, nw, TOL_RED);
+    expect_close(what, d_dw, dw, nw, tol_gemm);
     X->free(X, d_inp), X->free(X, d_w), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_dinp), X->free(X, d_dw);
     X->free(X, d_db);
     if (d_bias) X->free(X, d_bias);
@@ -348,6 +293,23 @@ typedef struct {
     int with_weights;
 } CeCase;
 
+// 1 when the top-2 gap of logits h W^T (in double) exceeds what bf16 operands can move them:
+// |dz_v| <= 2^-7 sum_c |h_c W_vc| (each operand rounded by <= 2^-9 relative, with room to spare).
+static int ce_argmax_clear(const float *h, const float *W, DType wdt, int C, int V) {
+    double z1 = -INFINITY, z2 = -INFINITY, b1 = 0, b2 = 0;
+    for (int v = 0; v < V; v++) {
+        double z = 0, a = 0;
+        for (int c = 0; c < C; c++) {
+            double w = wdt == DT_BF16 ? bf16_to_f32(f32_to_bf16(W[(size_t)v * C + c])) : W[(size_t)v * C + c];
+            z += h[c] * w;
+            a += fabs(h[c] * w);
+        }
+        if (z > z1) z2 = z1, b2 = b1, z1 = z, b1 = a;
+        else if (z > z2) z2 = z, b2 = a;
+    }
+    return z1 - z2 > ldexp(b1 + b2, -7);
+}
+
 static void check_ce(CeCase cc) {
     char what[128], label[96];
     int N = cc.N, C = cc.C, V = cc.V;
@@ -379,15 +341,24 @@ static void check_ce(CeCase cc) {
     X->ce_head(X, d_loss, d_corr, d_ent, cc.grads ? d_dh : NULL, cc.grads == 2 ? d_dW : NULL, d_h, d_W, cc.wdt, d_t,
                cc.with_weights ? d_wts : NULL, 0.3f, d_scr, cc.chunk, N, C, V);
     snprintf(what, sizeof what, "ce loss %s", label);
-    expect_close(what, d_loss, loss, N, TOL_RED);
+    expect_close(what, d_loss, loss, N, tol_gemm);
     snprintf(what, sizeof what, "ce correct %s", label);
-    expect_close(what, d_corr, corr, N, 0);
+    if (!gemm_bf16) {
+        expect_close(what, d_corr, corr, N, 0);
+    } else {
+        float *got = dev_fetch(what, d_corr, N);
+        for (int n = 0; n < N; n++)
+            if (targets[n] != IGNORE_INDEX && ce_argmax_clear(h + (size_t)n * C, W, cc.wdt, C, V))
+                EXPECT_MSG(got[n] == corr[n], "%s: row %d correct %g vs ref %g (clear top-2 gap)", what, n, got[n],
+                           corr[n]);
+        free(got);
+    }
     snprintf(what, sizeof what, "ce entropy %s", label);
-    expect_close(what, d_ent, ent, N, TOL_RED);
+    expect_close(what, d_ent, ent, N, tol_gemm);
     snprintf(what, sizeof what, "ce dh %s", label);
-    expect_close(what, d_dh, dh, nh, TOL_RED);
+    expect_close(what, d_dh, dh, nh, tol_gemm);
     snprintf(what, sizeof what, "ce dW %s", label);
-    expect_close(what, d_dW, dW, nw, TOL_RED);
+    expect_close(what, d_dW, dW, nw, tol_gemm);
     free(dev_fetch("ce scratch", d_scr, ns));  // the op stays inside (chunk, V + C)
     EXPECT(N <= 2 || targets[2] == IGNORE_INDEX || corr[2] == 1.0f);
     // every output may be NULL
@@ -447,6 +418,95 @@ static void test_determinism(void) {
     }
     EXPECT_MSG(!memcmp(buf[0], buf[1], (size_t)(uintptr_t)buf[2] * 4), "%s: two identical runs differ", X->name);
     free(buf[0]), free(buf[1]);
+}
+
+// ---------------------------------------------------------------- sampling ops
+// Rows of normal logits, often quantised to a few levels (ties at every threshold), with random
+// processors per row; the ref op is the spec (itself held to a sort-based reference and to
+// PyTorch by test_sampler*). ids and scores must match bit for bit, log-probs within 1e-5.
+static void random_sample_params(SampleParams *p, int V) {
+    memset(p, 0, sizeof *p);
+    p->do_sample = rng_below(&ops_rng, 8) != 0;
+    p->temperature = rng_below(&ops_rng, 3) == 0 ? 1.0f : (float)(0.2 + 1.8 * rng_uniform(&ops_rng));
+    p->repetition_penalty = rng_below(&ops_rng, 3) == 0 ? (float)(0.5 + 1.5 * rng_uniform(&ops_rng)) : 1.0f;
+    int km = (int)rng_below(&ops_rng, 4);
+    p->top_k = km == 0 ? 0 : km == 1 ? 1 + (int)rng_below(&ops_rng, 5) : 1 + (int)rng_below(&ops_rng, (uint64_t)V + 4);
+    int pm = (int)rng_below(&ops_rng, 5);
+    p->top_p = pm == 0 ? 1.0 : pm == 1 ? 0.95 : pm == 2 ? 0.0 : rng_uniform(&ops_rng);
+    p->min_p = rng_below(&ops_rng, 3) == 0 ? (float)(0.3 * rng_uniform(&ops_rng)) : 0.0f;
+}
+
+static void check_sampling(int B, int V, int K, int inplace) {
+    char what[96];
+    snprintf(what, sizeof what, "sample B%d V%d K%d%s", B, V, K, inplace ? " in place" : "");
+    size_t n = (size_t)B * V;
+    float *logits = xmalloc(n * 4), *s_ref = xmalloc(n * 4), *lp = xmalloc(B * 4), *lpr = xmalloc(B * 4);
+    int32_t *ids = xmalloc(B * 4), *banned = xmalloc((size_t)B * K * 4 + 4);
+    SampleParams *params = xmalloc(B * sizeof *params);
+    double *u = xmalloc(B * 8);
+    uint8_t *seen = xcalloc(n, 1);
+    int T = 5;
+    int32_t *hist = xmalloc((size_t)B * T * 4);
+    for (int b = 0; b < B; b++) {
+        double sigma = 0.3 + 6.0 * rng_uniform(&ops_rng), step = rng_below(&ops_rng, 2) ? 0.5 : 0.0;
+        for (int i = 0; i < V; i++) {
+            double x = sigma * rng_normal(&ops_rng);
+            logits[(size_t)b * V + i] = (float)(step > 0 ? step * floor(x / step + 0.5) : x);
+        }
+        random_sample_params(&params[b], V);
+        u[b] = rng_uniform(&ops_rng);
+        for (int j = 0; j < K; j++) banned[b * K + j] = rng_below(&ops_rng, 3) == 0 ? (int32_t)rng_below(&ops_rng, V) : -1;
+        for (int t = 0; t < T; t++) hist[b * T + t] = (int32_t)rng_below(&ops_rng, (uint64_t)V + 2) - 1;
+    }
+    R->sample_seen_update(R, seen, hist, B, T, V);
+    R->sample_logits(R, ids, lp, inplace ? NULL : lpr, s_ref, logits, params, u, seen, banned, K, B, V);
+
+    uint8_t *d_seen = X->alloc(X, n + GUARD_WORDS * 4);
+    put_guard(X, d_seen, n);
+    int32_t *d_hist = dev_from(hist, (size_t)B * T * 4), *d_banned = dev_from(banned, (size_t)B * K * 4);
+    float *d_logits = dev_from(logits, n * 4), *d_s = inplace ? d_logits : dev_nan(n);
+    int32_t *d_ids = (int32_t *)dev_nan(B);
+    float *d_lp = dev_nan(B), *d_lpr = dev_nan(B);
+    SampleParams *d_params = dev_from(params, B * sizeof *params);
+    double *d_u = dev_from(u, B * 8);
+    X->sample_seen_update(X, d_seen, d_hist, B, T, V);
+    uint8_t *seen_got = xmalloc(n);
+    X->download(X, seen_got, d_seen, n);
+    EXPECT_MSG(!memcmp(seen_got, seen, n), "%s: seen differs from ref", what);
+    X->sample_logits(X, d_ids, d_lp, inplace ? NULL : d_lpr, d_s, d_logits, d_params, d_u, d_seen, d_banned, K, B, V);
+    float *ids_got = dev_fetch(what, d_ids, B), *s_got = dev_fetch(what, d_s, n), *lp_got = dev_fetch(what, d_lp, B);
+    float *lpr_got = dev_fetch(what, d_lpr, B);
+    int bad = 0;
+    for (int b = 0; b < B; b++) {
+        int32_t id;
+        memcpy(&id, &ids_got[b], 4);
+        int same_s = !memcmp(s_got + (size_t)b * V, s_ref + (size_t)b * V, (size_t)V * 4);
+        int lp_ok = fabs(lp_got[b] - lp[b]) <= 1e-5 * (1 + fabs(lp[b])) || (isinf(lp[b]) && lp_got[b] == lp[b]);
+        int lpr_ok = inplace || fabs(lpr_got[b] - lpr[b]) <= 1e-5 * (1 + fabs(lpr[b])) ||
+                     (isinf(lpr[b]) && lpr_got[b] == lpr[b]);
+        if (id != ids[b] || !same_s || !lp_ok || !lpr_ok) {
+            if (bad++ < 3)
+                printf("  %s row %d (do_sample %d T %g pen %g k %d p %g min_p %g): id %d vs ref %d, scores %s, "
+                       "logprob %.8g vs %.8g, raw %.8g vs %.8g\n",
+                       what, b, params[b].do_sample, params[b].temperature, params[b].repetition_penalty,
+                       params[b].top_k, params[b].top_p, params[b].min_p, id, ids[b], same_s ? "equal" : "differ",
+                       lp_got[b], lp[b], lpr_got[b], lpr[b]);
+        }
+    }
+    EXPECT_MSG(bad == 0, "%s: %d of %d rows differ from ref", what, bad, B);
+    free(dev_fetch(what, d_s == d_logits ? d_logits : d_s, n));
+    void *ds[] = {d_seen, d_hist, d_banned, d_logits, d_ids, d_lp, d_lpr, d_params, d_u};
+    for (size_t i = 0; i < ARRAY_LEN(ds); i++) X->free(X, ds[i]);
+    if (!inplace) X->free(X, d_s);
+    free(logits), free(s_ref), free(lp), free(lpr), free(ids), free(banned), free(params), free(u), free(seen);
+    free(hist), free(seen_got), free(ids_got), free(s_got), free(lp_got), free(lpr_got);
+}
+
+static void test_sampling(void) {
+    check_sampling(16, 1031, 3, 0);
+    check_sampling(16, 1031, 0, 1);
+    check_sampling(33, 5, 2, 0);        // V smaller than a warp
+    check_sampling(4, 151936, 4, 0);    // a real vocabulary: more than one scan tile per thread
 }
 
 // ---------------------------------------------------------------- AdamW and sumsq on every backend
@@ -533,15 +593,29 @@ static void test_cpu_expf(void) {
 int main(void) {
     rng_init(&ops_rng, 4321, 0);
     R = backend_ref_create(1);
+    backend_ref_install_sampling(R);
     RUN(test_adamw_all_backends);
     RUN(test_cpu_expf);
-    for (size_t i = 0; i < ARRAY_LEN(backend_names); i++) {
+    for (size_t i = 0; i < ARRAY_LEN(backend_runs); i++) {
+        const BackendRun *br = &backend_runs[i];
         Err e = {0};
-        if (backend_create(backend_names[i], 2, &X, &e) != ST_OK) {
-            printf("skip parity %s: %s\n", backend_names[i], e.msg);
+        if (br->gemm) setenv("STILL_CUDA_GEMM", br->gemm, 1);
+        Status st = backend_create(br->name, 2, &X, &e);
+        if (br->gemm) unsetenv("STILL_CUDA_GEMM");
+        if (st != ST_OK) {
+            printf("skip parity %s%s%s: %s\n", br->name, br->gemm ? " gemm " : "", br->gemm ? br->gemm : "", e.msg);
             continue;
         }
-        printf("# backend %s\n", X->name);
+        gemm_bf16 = br->gemm && !strcmp(br->gemm, "bf16");
+        tol_gemm = gemm_bf16 ? TOL_BF16 : TOL_RED;
+        printf("# backend %s%s%s\n", X->name, br->gemm ? " gemm " : "", br->gemm ? br->gemm : "");
+        if (gemm_bf16) {  // only the GEMM-based ops differ from the fp32 run
+            RUN(test_matmul);
+            RUN(test_ce_head);
+            RUN(test_determinism);
+            backend_destroy(X);
+            continue;
+        }
         RUN(test_embedding);
         RUN(test_rmsnorm);
         RUN(test_matmul);
@@ -551,6 +625,7 @@ int main(void) {
         RUN(test_elementwise);
         RUN(test_ce_head);
         RUN(test_determinism);
+        RUN(test_sampling);
         backend_destroy(X);
     }
     backend_destroy(R);

@@ -129,5 +129,7 @@ Backend *backend_cpu_create(int threads) {
     be->sumsq = cpu_sumsq;
     be->ce_head = cpu_ce_head;
     be->adamw = cpu_adamw;
+    backend_cpu_install_sampling(be);
+    backend_cpu_install_kv(be);
     return be;
 }

@@ -19,6 +19,7 @@ typedef enum {
     CPU_SCR_ATTN,      // per-thread attention score blocks
     CPU_SCR_ATTN_ACC,  // per-part dk/dv accumulators when kv heads are fewer than threads
     CPU_SCR_INDEX,     // int32 indices: attention key bounds, gathered ce rows
+    CPU_SCR_GEMV,      // decode matmul: input rows with even / odd elements split (cpu_gemv.c)
     CPU_SCR_COUNT
 } CpuScratchSlot;
 
@@ -108,6 +109,12 @@ void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w
                         int C, int OC);
 void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                          const void *w, DType wdt, int N, int C, int OC);
+
+// cpu_gemv.c: decode-sized matmul (N <= CPU_GEMV_MAX_ROWS input rows, fp32 or bf16 weights)
+// streaming the weights once with AVX-512 / AVX2 FMA.
+#define CPU_GEMV_MAX_ROWS 8
+void cpu_gemv_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
+                      int C, int OC);
 
 // cpu_attention.c
 void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -39,6 +39,11 @@ static void matmul_forward_gemv(Backend *be, float *out, const float *inp, const
 // inp (N,C), w (OC,C) as wdt, bias (OC) or NULL -> out (N,OC) = inp w^T + bias
 void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                         int C, int OC) {
+    // decode-sized inputs with fp32 / bf16 weights: the streaming kernel of cpu_gemv.c
+    if (N <= CPU_GEMV_MAX_ROWS && (wdt == DT_F32 || wdt == DT_BF16)) {
+        cpu_gemv_forward(be, out, inp, w, wdt, bias, N, C, OC);
+        return;
+    }
     if (N <= GEMV_MAX_ROWS) {
         matmul_forward_gemv(be, out, inp, w, wdt, bias, N, C, OC);
         return;

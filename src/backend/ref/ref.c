@@ -56,5 +56,7 @@ Backend *backend_ref_create(int threads) {
     be->sumsq = ref_sumsq;
     be->ce_head = ref_ce_head;
     be->adamw = ref_adamw;
+    backend_ref_install_sampling(be);
+    backend_ref_install_kv(be);
     return be;
 }

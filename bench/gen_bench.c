@@ -1,0 +1,157 @@
+// gen_bench.c: generation speed on the static KV cache — prefill and decode tokens/s at batch 1
+// and 8, fp32 and bf16 weight storage — beside the memory read bandwidth measured in the same
+// process, so that batch-1 decode can be stated as GB/s of weight traffic against what the
+// machine streams.
+//   build/bench/gen_bench CONFIG.json PROMPT_LEN NEW_TOKENS [dtypes: f32,bf16] [batches: 1,8]
+// Weights are random (the speed does not depend on them). Prints one JSON object on stdout.
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "gen/generate.h"
+#include "model/qwen3.h"
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Read bandwidth (GB/s): every thread sums its part of a 1 GiB buffer, best of 5 passes.
+static double read_bandwidth(int threads) {
+    size_t n = (size_t)1 << 28;  // floats
+    float *buf = xaligned(n * sizeof(float));
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
+    double best = 1e30, sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now(), total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        {
+            int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            size_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+#ifdef __AVX2__
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            size_t i = i0;
+            for (; i + 32 <= i1; i += 32) {
+                a0 = _mm256_add_ps(a0, _mm256_load_ps(buf + i));
+                a1 = _mm256_add_ps(a1, _mm256_load_ps(buf + i + 8));
+                a2 = _mm256_add_ps(a2, _mm256_load_ps(buf + i + 16));
+                a3 = _mm256_add_ps(a3, _mm256_load_ps(buf + i + 24));
+            }
+            float lanes[8];
+            _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+            for (int k = 0; k < 8; k++) total += lanes[k];
+            for (; i < i1; i++) total += buf[i];
+#else
+            for (size_t i = i0; i < i1; i++) total += buf[i];
+#endif
+        }
+        best = fmin(best, now() - t0);
+        sink += total;
+    }
+    free(buf);
+    if (sink == 42) printf(" ");
+    return (double)n * sizeof(float) / best / 1e9;
+}
+
+// Bytes of weights one decode step reads: every matrix once (a tied embedding is the LM head;
+// the embedding lookup itself reads B rows only).
+static double weight_bytes(const Model *m) {
+    double bytes = 0;
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *t = &m->tt.t[i];
+        bytes += (double)t->numel * (t->is_matrix ? dtype_size(t->dtype) : 4);
+    }
+    return bytes;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: gen_bench CONFIG.json PROMPT_LEN NEW_TOKENS [f32,bf16] [1,8]\n");
+        return 2;
+    }
+    log_set_level(LOG_WARN);
+    const char *cfg_path = argv[1];
+    int P = atoi(argv[2]), NEW = atoi(argv[3]);
+    const char *dtypes = argc > 4 ? argv[4] : "f32,bf16", *batches = argc > 5 ? argv[5] : "1,8";
+    Err e = {0};
+    Backend *be;
+    if (backend_create("cpu", 0, &be, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
+    int threads = be->threads;
+    double bw = read_bandwidth(threads);
+
+    // random fp32 weights, saved once in bf16 and loaded in each storage dtype
+    ModelConfig cfg;
+    if (config_load(cfg_path, &cfg, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
+    char dir[] = "/tmp/still_gen_bench_XXXXXX";
+    if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+    double t0 = now();
+    Model *m;
+    if (model_create_random(&cfg, be, 1, &m, &e) != ST_OK || model_save(m, dir, DT_BF16, &e) != ST_OK)
+        return fprintf(stderr, "%s\n", e.msg), 1;
+    model_free(m);
+    fprintf(stderr, "gen_bench: random model written in %.1f s\n", now() - t0);
+
+    printf("{\"threads\": %d, \"read_gbs\": %.2f, \"prompt_len\": %d, \"new_tokens\": %d, \"runs\": [", threads, bw, P,
+           NEW);
+    int first = 1;
+    for (const char *d = dtypes; *d;) {
+        int bf = !strncmp(d, "bf16", 4);
+        DType dt = bf ? DT_BF16 : DT_F32;
+        if (model_load(dir, be, dt, &m, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
+        double wb = weight_bytes(m);
+        for (const char *b = batches; *b;) {
+            int B = atoi(b);
+            int32_t **prompts = xmalloc((size_t)B * sizeof(int32_t *));
+            int *lens = xmalloc((size_t)B * sizeof(int));
+            Rng r;
+            rng_init(&r, 3, (uint64_t)B);
+            for (int i = 0; i < B; i++) {
+                prompts[i] = xmalloc((size_t)P * sizeof(int32_t));
+                lens[i] = P;
+                for (int t = 0; t < P; t++) prompts[i][t] = (int32_t)rng_below(&r, 151643);
+            }
+            GenConfig gc;
+            gen_config_default(&gc);
+            gc.max_new_tokens = NEW;
+            gc.ignore_eos = 1;
+            gc.batch_size = B;
+            GenSeq *out;
+            GenStats st;
+            if (gen_generate(m, &gc, (const int32_t *const *)prompts, lens, B, &out, &st, &e) != ST_OK)
+                return fprintf(stderr, "%s\n", e.msg), 1;
+            double pf = st.prompt_tokens / st.prefill_seconds, dc = st.generated_tokens / st.decode_seconds;
+            double step_s = st.decode_seconds / (double)(st.decode_steps + 1);  // +1: the first token's sampling
+            double gbs = wb / (st.decode_seconds / st.decode_steps) / 1e9;
+            printf("%s{\"dtype\": \"%s\", \"batch\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.2f, "
+                   "\"decode_ms_per_step\": %.2f, \"weight_gb\": %.3f, \"weight_gbs\": %.2f}",
+                   first ? "" : ", ", bf ? "bf16" : "f32", B, pf, dc, 1e3 * step_s, wb / 1e9, gbs);
+            fflush(stdout);
+            first = 0;
+            gen_seqs_free(out, B);
+            for (int i = 0; i < B; i++) free(prompts[i]);
+            free(prompts), free(lens);
+            while (*b && *b != ',') b++;
+            if (*b) b++;
+        }
+        model_free(m);
+        while (*d && *d != ',') d++;
+        if (*d) d++;
+    }
+    printf("]}\n");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "gen_bench: could not remove %s\n", dir);
+    backend_destroy(be);
+    return 0;
+}

@@ -1,0 +1,98 @@
+// cpu_kv.c: KV-cache write and cached attention on sgemm (the "KV cache / decode" ops of
+// backend.h). Cached attention runs as tasks over (batch row, query head, block of QB queries):
+// the block's scores against its keys are one sgemm, the masked softmax a row loop, out = P V a
+// second sgemm writing straight into the strided output. Keys before a row's first unmasked
+// slot (left padding) and after the block's last query are never touched.
+#include "cpu.h"
+
+#include <math.h>
+#include <omp.h>
+
+#define KV_QB 64  // query rows per block
+
+// kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD)
+static void cpu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
+                               int HD, int S, int start) {
+    CHECK(start >= 0 && start + T <= S);
+    size_t row = (size_t)HD * sizeof(float);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(be->threads) if ((size_t)B * T * NKV * HD > 65536)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NKV; h++)
+            for (int t = 0; t < T; t++) {
+                size_t src = (((size_t)b * T + t) * NKV + h) * HD;
+                size_t dst = (((size_t)b * NKV + h) * S + start + t) * HD;
+                memcpy(kc + dst, k + src, row);
+                memcpy(vc + dst, v + src, row);
+            }
+}
+
+// One task: query head h of row b, queries [t0, t1) (slots start+t0 ..), keys from klo.
+static void attend_block(float *out, const float *q, const float *kb, const float *vb, const int32_t *mb, float *sc,
+                         int T, int NH, int HD, int h, int b, int t0, int t1, int klo, int start, float scale) {
+    int nq = t1 - t0, nk = start + t1 - klo;
+    size_t ld = (size_t)NH * HD;
+    const float *qh = q + ((size_t)b * T + t0) * ld + (size_t)h * HD;
+    float *oh = out + ((size_t)b * T + t0) * ld + (size_t)h * HD;
+    if (nk <= 0) {  // every query of the block is padding
+        for (int i = 0; i < nq; i++) memset(oh + i * ld, 0, (size_t)HD * sizeof(float));
+        return;
+    }
+    // sc (nq, nk) = scale * Qh Kb^T
+    cpu_sgemm(0, 1, nq, nk, HD, scale, qh, (int)ld, kb + (size_t)klo * HD, HD, 0.0f, sc, nk);
+    const int32_t *m = mb + klo;
+    for (int i = 0; i < nq; i++) {
+        float *row = sc + (size_t)i * nk;
+        int lim = start + t0 + i - klo;  // keys j <= lim are causal for this query
+        float mx = -INFINITY;
+        for (int j = 0; j <= lim; j++)
+            if (m[j] && row[j] > mx) mx = row[j];
+        if (mx == -INFINITY) {  // a padding query: nothing to attend
+            for (int j = 0; j < nk; j++) row[j] = 0.0f;
+            continue;
+        }
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < nk; j++) {
+            float e = (j <= lim && m[j]) ? cpu_expf(row[j] - mx) : 0.0f;
+            row[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < nk; j++) row[j] *= inv;
+    }
+    // out (nq, HD) strided by ld = P (nq, nk) V (nk, HD)
+    cpu_sgemm(0, 0, nq, HD, nk, 1.0f, sc, nk, vb + (size_t)klo * HD, HD, 0.0f, oh, (int)ld);
+}
+
+// q (B,T,NH,HD) at slots [start, start+T), kc vc (B,NKV,S,HD), kmask (B,S) -> out (B,T,NH,HD)
+static void cpu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                                 const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start) {
+    CHECK(NKV > 0 && NH % NKV == 0 && start >= 0 && start + T <= S);
+    int rep = NH / NKV, nblk = (T + KV_QB - 1) / KV_QB, nthr = be->threads;
+    float scale = (float)(1.0 / sqrt((double)HD));
+    int qb = MIN(T, KV_QB);
+    int32_t *klo = cpu_scratch(be, CPU_SCR_INDEX, (size_t)B * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {  // the first unmasked slot of each row
+        const int32_t *mb = kmask + (size_t)b * S;
+        int s = 0;
+        while (s < start + T && !mb[s]) s++;
+        klo[b] = s;
+    }
+    size_t per = (size_t)qb * (start + T);
+    float *scr = cpu_scratch(be, CPU_SCR_ATTN, (size_t)nthr * per * sizeof(float));
+    long ntask = (long)B * NH * nblk;
+#pragma omp parallel for schedule(static) num_threads(nthr) if (ntask > 1 && (size_t)T * (start + T) * HD > 4096)
+    for (long task = 0; task < ntask; task++) {
+        int blk = (int)(task % nblk), h = (int)(task / nblk % NH), b = (int)(task / nblk / NH);
+        int t0 = blk * KV_QB, t1 = MIN(T, t0 + KV_QB), kh = h / rep;
+        const float *kb = kc + ((size_t)b * NKV + kh) * S * HD, *vb = vc + ((size_t)b * NKV + kh) * S * HD;
+        float *sc = scr + (size_t)omp_get_thread_num() * per;
+        attend_block(out, q, kb, vb, kmask + (size_t)b * S, sc, T, NH, HD, h, b, t0, t1, klo[b], start, scale);
+    }
+}
+
+void backend_cpu_install_kv(Backend *be) {
+    be->kv_cache_write = cpu_kv_cache_write;
+    be->attention_cached = cpu_attention_cached;
+}

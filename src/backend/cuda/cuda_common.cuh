@@ -1,0 +1,202 @@
+// cuda_common.cuh: what the CUDA backend's files share: the context (stream, cuBLAS handle,
+// grow-only scratch, captured graphs), CHECK macros for CUDA and cuBLAS calls, block
+// reductions, and the GEMM / operand-conversion helpers (cuda_ops.cu).
+#ifndef STILL_CUDA_COMMON_CUH
+#define STILL_CUDA_COMMON_CUH
+
+extern "C" {
+#include "../backend.h"
+}
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// Calls that cannot fail in a correct program (STYLE.md rule 5): print file:line, the call and
+// the error, then abort.
+#define CUDA_CHECK(call)                                                                          \
+    do {                                                                                          \
+        cudaError_t cu_err_ = (call);                                                             \
+        if (cu_err_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "still: CUDA error at %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, \
+                    cudaGetErrorName(cu_err_), cudaGetErrorString(cu_err_));                      \
+            abort();                                                                              \
+        }                                                                                         \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                          \
+    do {                                                                                            \
+        cublasStatus_t cb_st_ = (call);                                                             \
+        if (cb_st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+            fprintf(stderr, "still: cuBLAS error at %s:%d: %s: %s (%d)\n", __FILE__, __LINE__, #call, \
+                    cublasGetStatusString(cb_st_), (int)cb_st_);                                    \
+            abort();                                                                                \
+        }                                                                                           \
+    } while (0)
+
+// After every launch: a bad configuration shows up here, not at some later call.
+#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// Grow-only scratch slots. A slot that grows keeps its old buffer until destroy, because a
+// captured graph (or work still queued on the stream) may hold the old pointer.
+typedef enum {
+    CU_SCR_A = 0,  // first GEMM operand in compute dtype
+    CU_SCR_B,      // second GEMM operand in compute dtype
+    CU_SCR_C,      // a third operand (matmul backward: inp; ce_head: dz)
+    CU_SCR_W,      // ce_head: the LM head in compute dtype, for every chunk
+    CU_SCR_RED,    // partial sums of reductions, attention's D
+    CU_SCR_COUNT
+} CuScratchSlot;
+
+typedef struct CuGraph {
+    uint64_t key;
+    cudaGraphExec_t exec;
+} CuGraph;
+
+typedef struct CudaCtx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;          // cuBLAS workspace (set explicitly so capture never allocates)
+    size_t blas_ws_bytes;
+    DType gemm_dt;          // DT_BF16 (default) or DT_F32: operand dtype of every GEMM
+    void *scratch[CU_SCR_COUNT];
+    size_t scratch_cap[CU_SCR_COUNT];
+    void **retired;         // outgrown scratch buffers, freed at destroy
+    int n_retired;
+    double *host_d;         // pinned: sumsq's result
+    double *dev_d;          // device: sumsq's result
+    int capturing;          // inside graph_begin .. graph_end
+    uint64_t capture_key;
+    CuGraph *graphs;
+    int n_graphs;
+    int num_sms;
+} CudaCtx;
+
+static inline CudaCtx *cu_ctx(Backend *be) { return (CudaCtx *)be->ctx; }
+
+// cuda.cu
+void *cu_scratch(Backend *be, CuScratchSlot slot, size_t bytes);
+
+// cuda_ops.cu: operands for GEMMs. cu_operand returns src itself when it is already in the
+// compute dtype, else a converted copy in the scratch slot.
+const void *cu_operand(Backend *be, CuScratchSlot slot, const void *src, DType sdt, size_t n);
+// Row-major C (M,N) = alpha op(A) op(B) + beta C, op(A) (M,K), op(B) (K,N); A and B in
+// ctx->gemm_dt, C fp32; lda/ldb/ldc are the row strides of the stored matrices.
+void cu_gemm(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+             int ldb, float beta, float *C, int ldc);
+// dst (C) += column sums over N rows of a (N,C), or of a*b*r[n] when b and r are given;
+// deterministic (fixed partition, fixed order).
+void cu_colsum_add(Backend *be, float *dst, const float *a, const float *b, const float *r, int N, int C);
+
+static inline unsigned cu_blocks(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 65535u * 32u ? 65535u * 32u : b));
+}
+
+// ---- warp and block reductions (blockDim.x a multiple of 32, at most 1024) ----------------
+template <typename T> __device__ inline T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block in a fixed tree (deterministic); every thread gets the result.
+template <typename T> __device__ inline T block_sum(T v, T *sh /* 32 */) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    T r = lane < nw ? sh[lane] : (T)0;
+    r = warp_sum(r);
+    return r;
+}
+
+__device__ inline float block_max(float v, float *sh /* 32 */) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(r);
+}
+
+// (value, index) with the larger value, the smaller index on ties; NaN values never win.
+__device__ inline void argmax_merge(float &v, int &i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
+}
+__device__ inline int block_argmax(float v, int i, float *shv, int *shi) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+        argmax_merge(v, i, v2, i2);
+    }
+    __syncthreads();
+    if (lane == 0) shv[w] = v, shi[w] = i;
+    __syncthreads();
+    v = lane < nw ? shv[lane] : -INFINITY;
+    i = lane < nw ? shi[lane] : INT32_MAX;
+    for (int o = 16; o > 0; o >>= 1) {
+        float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+        argmax_merge(v, i, v2, i2);
+    }
+    return i;
+}
+
+// Weights and tables as fp32 whatever their storage.
+__device__ inline float cu_wload(const void *w, DType dt, size_t i) {
+    if (dt == DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+    if (dt == DT_F16) return __half2float(((const __half *)w)[i]);
+    return ((const float *)w)[i];
+}
+
+// Op entry points (C++ linkage inside the backend; only backend_cuda_create is extern "C").
+void cu_embedding_forward(Backend *be, float *out, const int32_t *ids, const void *wte, DType wdt, int N, int C);
+void cu_embedding_backward(Backend *be, float *dwte, const float *dout, const int32_t *ids, int N, int C);
+void cu_rmsnorm_forward(Backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void cu_rmsnorm_backward(Backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int N, int C);
+void cu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
+                       int C, int OC);
+void cu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                        const void *w, DType wdt, int N, int C, int OC);
+void cu_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
+                     int HD);
+void cu_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
+                      int HD);
+void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                          const int32_t *seg, int B, int T, int NH, int NKV, int HD);
+void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
+                           int T, int NH, int NKV, int HD);
+void cu_attention_init(void);
+void cu_swiglu_forward(Backend *be, float *out, const float *gate, const float *up, size_t n);
+void cu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                        size_t n);
+void cu_add(Backend *be, float *out, const float *a, const float *b, size_t n);
+void cu_scale(Backend *be, float *x, float s, size_t n);
+double cu_sumsq(Backend *be, const float *x, size_t n);
+void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights, float grad_scale,
+                float *scratch, int chunk, int N, int C, int V);
+void cu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
+              double eps, double wd, int t, float grad_scale);
+void cu_sample_seen_update(Backend *be, uint8_t *seen, const int32_t *ids, int B, int T, int V);
+void cu_sample_logits(Backend *be, int32_t *ids, float *logprob, float *logprob_raw, float *scores,
+                      const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,
+                      const int32_t *banned, int K, int B, int V);
+
+#endif

@@ -1,0 +1,68 @@
+// ref_kv.c: reference KV-cache write and cached attention (the spec of the "KV cache / decode"
+// ops of backend.h). One query at a time, scores and the weighted sum in double.
+#include "ref.h"
+
+#include <math.h>
+#include <string.h>
+
+// kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD)
+static void ref_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
+                               int HD, int S, int start) {
+    CHECK(start >= 0 && start + T <= S);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NKV; h++) {
+                size_t src = (((size_t)b * T + t) * NKV + h) * HD;
+                size_t dst = (((size_t)b * NKV + h) * S + start + t) * HD;
+                memcpy(kc + dst, k + src, (size_t)HD * sizeof(float));
+                memcpy(vc + dst, v + src, (size_t)HD * sizeof(float));
+            }
+}
+
+// q (B,T,NH,HD) at slots [start, start+T), kc vc (B,NKV,S,HD), kmask (B,S) -> out (B,T,NH,HD)
+static void ref_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                                 const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start) {
+    CHECK(NKV > 0 && NH % NKV == 0 && start >= 0 && start + T <= S);
+    int rep = NH / NKV;
+    double scale = 1.0 / sqrt((double)HD);
+    int nkeys = start + T;
+    double sc[nkeys], acc[HD];
+    for (int b = 0; b < B; b++) {
+        const int32_t *mb = kmask + (size_t)b * S;
+        for (int h = 0; h < NH; h++) {
+            int kh = h / rep;
+            const float *kb = kc + ((size_t)b * NKV + kh) * S * HD, *vb = vc + ((size_t)b * NKV + kh) * S * HD;
+            for (int t = 0; t < T; t++) {
+                const float *qt = q + (((size_t)b * T + t) * NH + h) * HD;
+                float *ot = out + (((size_t)b * T + t) * NH + h) * HD;
+                int last = start + t;
+                double mx = -INFINITY;
+                for (int s = 0; s <= last; s++) {
+                    if (!mb[s]) continue;
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += (double)qt[i] * kb[(size_t)s * HD + i];
+                    sc[s] = scale * d;
+                    if (sc[s] > mx) mx = sc[s];
+                }
+                for (int i = 0; i < HD; i++) acc[i] = 0;
+                if (mx == -INFINITY) {  // nothing to attend: a padding query
+                    for (int i = 0; i < HD; i++) ot[i] = 0.0f;
+                    continue;
+                }
+                double sum = 0;
+                for (int s = 0; s <= last; s++) {
+                    if (!mb[s]) continue;
+                    double p = exp(sc[s] - mx);
+                    sum += p;
+                    for (int i = 0; i < HD; i++) acc[i] += p * vb[(size_t)s * HD + i];
+                }
+                for (int i = 0; i < HD; i++) ot[i] = (float)(acc[i] / sum);
+            }
+        }
+    }
+}
+
+void backend_ref_install_kv(Backend *be) {
+    be->kv_cache_write = ref_kv_cache_write;
+    be->attention_cached = ref_attention_cached;
+}

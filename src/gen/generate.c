@@ -1,0 +1,482 @@
+// generate.c: the generation engine (see generate.h): rows in fixed-size batches, left-padded
+// chunked prefill into the decode plan's static KV cache, then one token per row per step with
+// the sampler on the device and the bookkeeping on the host.
+#include "generate.h"
+
+#include "../core/alloc.h"
+#include "../core/fileio.h"
+#include "../core/json.h"
+#include "../core/log.h"
+#include "../core/rng.h"
+#include "../model/qwen3.h"
+#include "bans.h"
+
+#include <string.h>
+#include <time.h>
+
+const char *gen_finish_name(GenFinish f) {
+    switch (f) {
+    case GEN_FINISH_EOS: return "eos";
+    case GEN_FINISH_STOP: return "stop";
+    case GEN_FINISH_LENGTH: return "length";
+    default: return "none";
+    }
+}
+
+void gen_config_default(GenConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->max_new_tokens = 256;
+    c->temperature = 1.0f;
+    c->top_k = 50;
+    c->top_p = 1.0;
+    c->repetition_penalty = 1.0f;
+    c->pad_token_id = -1;
+    c->num_return_sequences = 1;
+    c->seed = 42;
+    c->batch_size = 8;
+    c->pad_to_multiple_of = 128;
+    c->prefill_chunk_size = 512;
+}
+
+Status gen_config_add_eos(GenConfig *c, int32_t id, Err *e) {
+    if (id < 0) return ST_OK;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos[i] == id) return ST_OK;
+    if (c->n_eos >= GEN_MAX_EOS) return err_set(e, ST_EINVAL, "more than %d EOS ids", GEN_MAX_EOS);
+    c->eos[c->n_eos++] = id;
+    return ST_OK;
+}
+
+// An int field of generation_config.json, when present and not null.
+static Status opt_int(const cJSON *g, const char *key, const char *path, int *out, Err *e) {
+    if (!json_has(g, key)) return ST_OK;
+    long long v;
+    TRY(json_get_int(g, key, path, 1, &v, e));
+    *out = (int)v;
+    return ST_OK;
+}
+
+static Status opt_float(const cJSON *g, const char *key, const char *path, double *out, Err *e) {
+    if (!json_has(g, key)) return ST_OK;
+    return json_get_double(g, key, path, 1, out, e);
+}
+
+static Status load_generation_config(GenConfig *c, const cJSON *g, const char *path, Err *e) {
+    if (json_has(g, "do_sample")) TRY(json_get_bool(g, "do_sample", path, 1, &c->do_sample, e));
+    double t = c->temperature, tp = c->top_p, mp = c->min_p, rp = c->repetition_penalty;
+    TRY(opt_float(g, "temperature", path, &t, e));
+    TRY(opt_float(g, "top_p", path, &tp, e));
+    TRY(opt_float(g, "min_p", path, &mp, e));
+    TRY(opt_float(g, "repetition_penalty", path, &rp, e));
+    c->temperature = (float)t, c->top_p = tp, c->min_p = (float)mp, c->repetition_penalty = (float)rp;
+    TRY(opt_int(g, "top_k", path, &c->top_k, e));
+    TRY(opt_int(g, "no_repeat_ngram_size", path, &c->no_repeat_ngram_size, e));
+    TRY(opt_int(g, "max_new_tokens", path, &c->max_new_tokens, e));
+    TRY(opt_int(g, "min_new_tokens", path, &c->min_new_tokens, e));
+    int pad = c->pad_token_id;
+    TRY(opt_int(g, "pad_token_id", path, &pad, e));
+    c->pad_token_id = pad;
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(g, "eos_token_id");
+    if (eos && !cJSON_IsNull(eos)) {
+        c->n_eos = 0;
+        if (cJSON_IsNumber(eos)) return gen_config_add_eos(c, (int32_t)eos->valuedouble, e);
+        if (!cJSON_IsArray(eos)) return err_set(e, ST_EINVAL, "%s: eos_token_id: expected an integer or a list", path);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, eos) {
+            if (!cJSON_IsNumber(it)) return err_set(e, ST_EINVAL, "%s: eos_token_id: expected integers", path);
+            TRY(gen_config_add_eos(c, (int32_t)it->valuedouble, e));
+        }
+    }
+    return ST_OK;
+}
+
+Status gen_config_load(GenConfig *c, const char *model_dir, const ModelConfig *mc, Err *e) {
+    if (mc) {
+        for (int i = 0; i < mc->n_eos_token_ids; i++) TRY(gen_config_add_eos(c, mc->eos_token_ids[i], e));
+        if (mc->pad_token_id >= 0) c->pad_token_id = mc->pad_token_id;
+    }
+    if (!model_dir) return ST_OK;
+    char *path = path_join(model_dir, "generation_config.json");
+    Status st = ST_OK;
+    if (file_exists(path)) {
+        cJSON *g = NULL;
+        st = json_parse_file(path, &g, e);
+        if (st == ST_OK && !cJSON_IsObject(g)) st = err_set(e, ST_EINVAL, "%s: expected a JSON object", path);
+        if (st == ST_OK) st = load_generation_config(c, g, path, e);
+        cJSON_Delete(g);
+    }
+    free(path);
+    return st;
+}
+
+Status gen_config_check(const GenConfig *c, int V, Err *e) {
+    if (c->max_new_tokens < 1) return err_set(e, ST_EINVAL, "max_new_tokens %d: must be at least 1", c->max_new_tokens);
+    if (c->min_new_tokens < 0) return err_set(e, ST_EINVAL, "min_new_tokens %d: must be >= 0", c->min_new_tokens);
+    if (c->num_return_sequences < 1)
+        return err_set(e, ST_EINVAL, "num_return_sequences %d: must be at least 1", c->num_return_sequences);
+    if (c->do_sample && !(c->temperature > 0))
+        return err_set(e, ST_EINVAL, "temperature %g: must be > 0 when sampling (use do_sample false for greedy)",
+                       c->temperature);
+    if (!(c->top_p >= 0 && c->top_p <= 1)) return err_set(e, ST_EINVAL, "top_p %g: must be in [0, 1]", c->top_p);
+    if (!(c->min_p >= 0 && c->min_p <= 1)) return err_set(e, ST_EINVAL, "min_p %g: must be in [0, 1]", c->min_p);
+    if (!(c->repetition_penalty > 0))
+        return err_set(e, ST_EINVAL, "repetition_penalty %g: must be > 0", c->repetition_penalty);
+    if (c->no_repeat_ngram_size < 0)
+        return err_set(e, ST_EINVAL, "no_repeat_ngram_size %d: must be >= 0", c->no_repeat_ngram_size);
+    if (c->prefill_chunk_size < 1)
+        return err_set(e, ST_EINVAL, "prefill_chunk_size %d: must be positive", c->prefill_chunk_size);
+    if (c->pad_to_multiple_of > 1 && c->prefill_chunk_size % c->pad_to_multiple_of)
+        return err_set(e, ST_EINVAL, "prefill_chunk_size %d: must be a multiple of pad_to_multiple_of %d",
+                       c->prefill_chunk_size, c->pad_to_multiple_of);
+    if (c->max_cache_len < 0) return err_set(e, ST_EINVAL, "max_cache_len %d: must be >= 0", c->max_cache_len);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos[i] < 0 || c->eos[i] >= V)
+            return err_set(e, ST_EINVAL, "EOS id %d is outside the vocabulary [0, %d)", c->eos[i], V);
+    if (c->pad_token_id >= V)
+        return err_set(e, ST_EINVAL, "pad_token_id %d is outside the vocabulary [0, %d)", c->pad_token_id, V);
+    for (int w = 0; w < c->n_bad_words; w++)
+        for (int i = c->bad_words_off[w]; i < c->bad_words_off[w + 1]; i++)
+            if (c->bad_words[i] < 0 || c->bad_words[i] >= V)
+                return err_set(e, ST_EINVAL, "bad word %d: id %d is outside the vocabulary [0, %d)", w,
+                               c->bad_words[i], V);
+    return ST_OK;
+}
+
+static int round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
+
+int gen_cache_len(const GenConfig *cfg, const int *lens, int n_prompts) {
+    if (cfg->max_cache_len > 0) return cfg->max_cache_len;
+    int longest = 0;
+    for (int i = 0; i < n_prompts; i++) longest = MAX(longest, lens[i]);
+    return round_up(round_up(longest, cfg->pad_to_multiple_of) + cfg->max_new_tokens, 128);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// One row of a batch: a (prompt, sequence) pair, or an idle filler (prompt_index < 0).
+typedef struct Row {
+    int prompt_index, seq_index;
+    int len;          // real prompt tokens
+    int32_t *hist;    // (len + max_new_tokens) prompt then generated ids: what bans look at
+    GenSeq *out;
+    int live;
+} Row;
+
+typedef struct Batch {
+    Model *m;
+    const GenConfig *cfg;
+    Row *rows;        // (B)
+    int B, S, V;
+    Plan *dp;         // the decode plan: KV cache, logits, sampler buffers
+    int sampling, rep, want_lp;
+    int32_t pad;
+    // host scratch
+    int32_t *h_ids, *h_pos, *h_seen, *h_mask, *h_ban, *h_next;  // (B*P) x3, (B*S), (B*ban_cap), (B)
+    float *h_lp;       // (B)
+    double *h_u;       // (B)
+} Batch;
+
+// Bans of one row for this step (no_repeat_ngram, bad words, min_new_tokens) into out (cap).
+static int row_bans(const Batch *bt, const Row *r, int32_t *out, int cap) {
+    const GenConfig *c = bt->cfg;
+    int n = 0, cur = r->len + r->out->n;
+    bans_no_repeat_ngram(out, cap, &n, r->hist, cur, c->no_repeat_ngram_size);
+    if (c->n_bad_words) bans_bad_words(out, cap, &n, r->hist, cur, c->bad_words, c->bad_words_off, c->n_bad_words, c->eos, c->n_eos);
+    bans_min_tokens(out, cap, &n, cur, r->len, 0, c->min_new_tokens, c->eos, c->n_eos);
+    return n;
+}
+
+// Upload this step's ban lists (B,K) and uniforms; returns K through *K_out.
+static Status step_inputs(Batch *bt, int step, int *K_out, Err *e) {
+    Backend *be = bt->m->be;
+    int B = bt->B, cap = bt->dp->ban_cap, K = 0;
+    int counts[B];
+    for (int b = 0; b < B; b++) {
+        Row *r = &bt->rows[b];
+        counts[b] = r->live ? row_bans(bt, r, bt->h_ban + (size_t)b * cap, cap) : 0;
+        if (counts[b] > cap)
+            return err_set(e, ST_EINVAL, "prompt %d: %d banned ids in one step, more than the %d this cache length allows",
+                           r->prompt_index, counts[b], cap);
+        K = MAX(K, counts[b]);
+    }
+    if (K > 0) {  // compact to stride K, -1 = unused
+        int32_t *packed = bt->h_ban;  // rows move down in place: row b's data is at b*cap >= b*K
+        for (int b = 0; b < B; b++) {
+            memmove(packed + (size_t)b * K, bt->h_ban + (size_t)b * cap, (size_t)counts[b] * sizeof(int32_t));
+            for (int j = counts[b]; j < K; j++) packed[(size_t)b * K + j] = -1;
+        }
+        be->upload(be, bt->dp->banned, packed, (size_t)B * K * sizeof(int32_t));
+    }
+    if (bt->sampling) {
+        for (int b = 0; b < B; b++) {
+            Row *r = &bt->rows[b];
+            bt->h_u[b] = r->prompt_index >= 0 ? rng_keyed_uniform(bt->cfg->seed, (uint32_t)r->prompt_index,
+                                                                  (uint32_t)r->seq_index, (uint32_t)step, 0)
+                                              : 0.0;
+        }
+        be->upload(be, bt->dp->u, bt->h_u, (size_t)B * sizeof(double));
+    }
+    *K_out = K;
+    return ST_OK;
+}
+
+// Record this step's tokens; returns the number of rows still live.
+static int step_record(Batch *bt) {
+    const GenConfig *c = bt->cfg;
+    int live = 0;
+    for (int b = 0; b < bt->B; b++) {
+        Row *r = &bt->rows[b];
+        if (!r->live) continue;
+        int32_t id = bt->h_next[b];
+        GenSeq *s = r->out;
+        float lp = bt->want_lp ? bt->h_lp[b] : 0.0f;
+        s->ids[s->n] = id;
+        if (s->logprobs) s->logprobs[s->n] = lp;
+        r->hist[r->len + s->n] = id;
+        s->n++;
+        int is_eos = 0;
+        for (int i = 0; i < c->n_eos && !c->ignore_eos; i++) is_eos |= id == c->eos[i];
+        int stop = c->on_token ? c->on_token(c->user, r->prompt_index, r->seq_index, id, lp) : 0;
+        if (is_eos) s->finish = GEN_FINISH_EOS;
+        else if (stop) s->finish = GEN_FINISH_STOP;
+        else if (s->n >= c->max_new_tokens) s->finish = GEN_FINISH_LENGTH;
+        r->live = s->finish == GEN_FINISH_NONE;
+        live += r->live;
+    }
+    return live;
+}
+
+// Prefill: left-pad the batch's prompts to P slots and run them through the cache in chunks.
+static Status batch_prefill(Batch *bt, int P, GenStats *st, Err *e) {
+    Model *m = bt->m;
+    Backend *be = m->be;
+    const GenConfig *c = bt->cfg;
+    int B = bt->B, S = bt->S;
+    for (int b = 0; b < B; b++) {
+        Row *r = &bt->rows[b];
+        int pad = P - r->len;
+        for (int s = 0; s < P; s++) {
+            size_t i = (size_t)b * P + s;
+            int real = s >= pad;
+            bt->h_ids[i] = real ? r->hist[s - pad] : bt->pad;
+            bt->h_seen[i] = real ? r->hist[s - pad] : -1;
+            bt->h_pos[i] = real ? s - pad : 0;
+        }
+        for (int s = 0; s < S; s++) bt->h_mask[(size_t)b * S + s] = s >= pad;
+        st->prompt_tokens += r->prompt_index >= 0 ? r->len : 0;
+    }
+    Plan *dp = bt->dp;
+    be->upload(be, dp->kmask, bt->h_mask, (size_t)B * S * sizeof(int32_t));
+    if (bt->rep) be->zero(be, dp->seen, (size_t)B * bt->V);
+    int chunk = c->prefill_chunk_size;
+    int32_t *cids = xmalloc((size_t)B * MIN(chunk, P) * sizeof(int32_t) * 3);
+    int32_t *cpos = cids + (size_t)B * MIN(chunk, P), *cseen = cpos + (size_t)B * MIN(chunk, P);
+    Status status = ST_OK;
+    for (int c0 = 0; c0 < P && status == ST_OK; c0 += chunk) {
+        int Tc = MIN(chunk, P - c0);
+        Plan *p;
+        status = plan_get_shape(m, PLAN_PREFILL, B, Tc, 0, &p, e);
+        if (status != ST_OK) break;
+        for (int b = 0; b < B; b++) {
+            memcpy(cids + (size_t)b * Tc, bt->h_ids + (size_t)b * P + c0, (size_t)Tc * sizeof(int32_t));
+            memcpy(cpos + (size_t)b * Tc, bt->h_pos + (size_t)b * P + c0, (size_t)Tc * sizeof(int32_t));
+            memcpy(cseen + (size_t)b * Tc, bt->h_seen + (size_t)b * P + c0, (size_t)Tc * sizeof(int32_t));
+        }
+        if (bt->rep) {  // the row's real prompt ids (pads are -1, skipped)
+            be->upload(be, p->ids, cseen, (size_t)B * Tc * sizeof(int32_t));
+            be->sample_seen_update(be, dp->seen, p->ids, B, Tc, bt->V);
+        }
+        be->upload(be, p->ids, cids, (size_t)B * Tc * sizeof(int32_t));
+        be->upload(be, p->pos, cpos, (size_t)B * Tc * sizeof(int32_t));
+        qwen3_forward_cached(m, p, dp, c0);
+        if (c0 + Tc == P) qwen3_last_logits(m, p, dp);
+        st->prefill_slots += (long)B * Tc;
+    }
+    free(cids);
+    return status;
+}
+
+// Decode until every row is finished. dp->logits holds the logits after the prompt.
+static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
+    Model *m = bt->m;
+    Backend *be = m->be;
+    Plan *dp = bt->dp;
+    int B = bt->B;
+    int32_t *feed = xmalloc((size_t)B * 2 * sizeof(int32_t)), *pos = feed + B;
+    Status status = ST_OK;
+    for (int step = 0;; step++) {
+        int K = 0;
+        status = step_inputs(bt, step, &K, e);
+        if (status != ST_OK) break;
+        float *lp = bt->want_lp && bt->cfg->logprobs == GEN_LOGPROBS_PROCESSED ? dp->logprob : NULL;
+        float *lpr = bt->want_lp && bt->cfg->logprobs == GEN_LOGPROBS_RAW ? dp->logprob_raw : NULL;
+        be->sample_logits(be, dp->ids, lp, lpr, dp->scores, dp->logits, dp->sparams, bt->sampling ? dp->u : NULL,
+                          bt->rep ? dp->seen : NULL, K ? dp->banned : NULL, K, B, bt->V);
+        be->download(be, bt->h_next, dp->ids, (size_t)B * sizeof(int32_t));
+        if (bt->want_lp) be->download(be, bt->h_lp, lp ? lp : lpr, (size_t)B * sizeof(float));
+        int live = step_record(bt);
+        if (live == 0) break;
+        for (int b = 0; b < B; b++) {
+            Row *r = &bt->rows[b];
+            feed[b] = r->live ? bt->h_next[b] : bt->pad;
+            pos[b] = r->len + step;
+        }
+        be->upload(be, dp->ids, feed, (size_t)B * sizeof(int32_t));
+        be->upload(be, dp->pos, pos, (size_t)B * sizeof(int32_t));
+        if (bt->rep) be->sample_seen_update(be, dp->seen, dp->ids, B, 1, bt->V);
+        qwen3_forward_cached(m, dp, dp, P + step);
+        qwen3_last_logits(m, dp, dp);
+        st->decode_steps++;
+        st->decode_rows += B;
+    }
+    free(feed);
+    return status;
+}
+
+static void batch_params(Batch *bt) {
+    const GenConfig *c = bt->cfg;
+    SampleParams sp[bt->B];
+    for (int b = 0; b < bt->B; b++) {
+        SampleParams p = {.temperature = 1.0f, .repetition_penalty = c->repetition_penalty, .min_p = 0, .top_k = 0,
+                          .top_p = 1.0, .do_sample = 0, .pad_ = 0};
+        if (c->do_sample && bt->rows[b].prompt_index >= 0) {
+            p.do_sample = 1;
+            p.temperature = c->temperature;
+            p.top_k = c->top_k;
+            p.top_p = c->top_p;
+            p.min_p = c->min_p;
+        }
+        sp[b] = p;
+    }
+    bt->m->be->upload(bt->m->be, bt->dp->sparams, sp, sizeof sp);
+}
+
+static Status run_batch(Batch *bt, GenStats *st, Err *e) {
+    const GenConfig *c = bt->cfg;
+    int longest = 0;
+    for (int b = 0; b < bt->B; b++) longest = MAX(longest, bt->rows[b].len);
+    int P = round_up(longest, c->pad_to_multiple_of);
+    if (P + c->max_new_tokens - 1 > bt->S)
+        return err_set(e, ST_EINVAL,
+                       "a batch needs %d cache slots (prompts padded to %d + max_new_tokens %d - 1) but max_cache_len "
+                       "is %d",
+                       P + c->max_new_tokens - 1, P, c->max_new_tokens, bt->S);
+    size_t n = (size_t)bt->B * P;
+    bt->h_ids = xmalloc(n * 3 * sizeof(int32_t));
+    bt->h_pos = bt->h_ids + n;
+    bt->h_seen = bt->h_pos + n;
+    batch_params(bt);
+    double t0 = now_s();
+    Status status = batch_prefill(bt, P, st, e);
+    double t1 = now_s();
+    st->prefill_seconds += t1 - t0;
+    if (status == ST_OK) status = batch_decode(bt, P, st, e);
+    st->decode_seconds += now_s() - t1;
+    free(bt->h_ids);
+    bt->h_ids = bt->h_pos = bt->h_seen = NULL;
+    return status;
+}
+
+void gen_seqs_free(GenSeq *s, int n) {
+    if (!s) return;
+    for (int i = 0; i < n; i++) {
+        free(s[i].ids);
+        free(s[i].logprobs);
+    }
+    free(s);
+}
+
+Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompts, const int *lens, int n_prompts,
+                    GenSeq **out, GenStats *stats, Err *e) {
+    *out = NULL;
+    GenStats local;
+    GenStats *st = stats ? stats : &local;
+    memset(st, 0, sizeof *st);
+    int V = m->cfg.vocab_size;
+    TRY(gen_config_check(cfg, V, e));
+    if (n_prompts < 1) return err_set(e, ST_EINVAL, "no prompts to generate for");
+    for (int i = 0; i < n_prompts; i++) {
+        if (lens[i] < 1) return err_set(e, ST_EINVAL, "prompt %d is empty", i);
+        for (int t = 0; t < lens[i]; t++)
+            if (prompts[i][t] < 0 || prompts[i][t] >= V)
+                return err_set(e, ST_EINVAL, "prompt %d: token id %d at position %d is outside the vocabulary [0, %d)",
+                               i, prompts[i][t], t, V);
+    }
+    int nrs = cfg->num_return_sequences, nrows = n_prompts * nrs;
+    int B = cfg->batch_size > 0 ? MIN(cfg->batch_size, nrows) : nrows;
+    int S = gen_cache_len(cfg, lens, n_prompts);
+    int plans_before = m->plans.n;
+    Plan *dp;
+    TRY(plan_get_shape(m, PLAN_DECODE, B, 1, S, &dp, e));
+
+    GenSeq *seqs = xcalloc((size_t)nrows, sizeof(GenSeq));
+    for (int r = 0; r < nrows; r++) {
+        seqs[r].prompt_index = r / nrs;
+        seqs[r].seq_index = r % nrs;
+        seqs[r].ids = xmalloc((size_t)cfg->max_new_tokens * sizeof(int32_t));
+        if (cfg->logprobs != GEN_LOGPROBS_NONE) seqs[r].logprobs = xmalloc((size_t)cfg->max_new_tokens * sizeof(float));
+    }
+    Batch bt = {.m = m, .cfg = cfg, .B = B, .S = S, .V = V, .dp = dp};
+    bt.sampling = cfg->do_sample;
+    bt.rep = cfg->repetition_penalty != 1.0f;
+    bt.want_lp = cfg->logprobs != GEN_LOGPROBS_NONE;
+    bt.pad = cfg->pad_token_id >= 0 ? cfg->pad_token_id : (cfg->n_eos ? cfg->eos[0] : 0);
+    bt.rows = xcalloc((size_t)B, sizeof(Row));
+    bt.h_mask = xmalloc((size_t)B * S * sizeof(int32_t));
+    bt.h_ban = xmalloc((size_t)B * dp->ban_cap * sizeof(int32_t));
+    bt.h_next = xmalloc((size_t)B * sizeof(int32_t));
+    bt.h_lp = xmalloc((size_t)B * sizeof(float));
+    bt.h_u = xmalloc((size_t)B * sizeof(double));
+    int maxlen = 0;
+    for (int i = 0; i < n_prompts; i++) maxlen = MAX(maxlen, lens[i]);
+    for (int b = 0; b < B; b++) bt.rows[b].hist = xmalloc((size_t)(maxlen + cfg->max_new_tokens) * sizeof(int32_t));
+    GenSeq idle = {0};
+    int32_t idle_ids[1];
+    idle.ids = idle_ids;
+
+    Status status = ST_OK;
+    for (int r0 = 0; r0 < nrows && status == ST_OK; r0 += B) {
+        for (int b = 0; b < B; b++) {
+            Row *row = &bt.rows[b];
+            int r = r0 + b;
+            if (r < nrows) {
+                row->prompt_index = r / nrs;
+                row->seq_index = r % nrs;
+                row->len = lens[row->prompt_index];
+                memcpy(row->hist, prompts[row->prompt_index], (size_t)row->len * sizeof(int32_t));
+                row->out = &seqs[r];
+                row->live = 1;
+            } else {  // idle filler: no tokens, every key masked, never live
+                row->prompt_index = row->seq_index = -1;
+                row->len = 0;
+                row->out = &idle;
+                row->live = 0;
+            }
+        }
+        status = run_batch(&bt, st, e);
+        st->batches++;
+    }
+    for (int b = 0; b < B; b++) free(bt.rows[b].hist);
+    free(bt.rows);
+    free(bt.h_mask);
+    free(bt.h_ban);
+    free(bt.h_next);
+    free(bt.h_lp);
+    free(bt.h_u);
+    st->batch_size = B;
+    st->max_cache_len = S;
+    st->plans_built = m->plans.n - plans_before;
+    st->plans_total = m->plans.n;
+    st->plan_bytes = m->plans.bytes;
+    if (status != ST_OK) {
+        gen_seqs_free(seqs, nrows);
+        return status;
+    }
+    for (int r = 0; r < nrows; r++) st->generated_tokens += seqs[r].n;
+    *out = seqs;
+    return ST_OK;
+}

@@ -1,0 +1,135 @@
+// generate.h: the generation engine — batched prompts × num_return_sequences → completions on a
+// static KV cache (ARCHITECTURE §6, docs/generate.md). `still generate`, `still chat` and the
+// trainers' rollouts (SFT eval, distillation, GRPO/RLOO) all call gen_generate.
+//
+// Static shapes. Rows (one per prompt × return sequence, prompt-major) run in batches of a fixed
+// B = min(batch_size, rows); a short last batch is filled with idle rows. Each batch's prompts are
+// left-padded to P = a multiple of pad_to_multiple_of; RoPE positions come from the attention
+// mask (every row's first real token at position 0), also across prefill chunks. Prefill runs in
+// chunks of prefill_chunk_size slots (a multiple of pad_to_multiple_of), then decode runs one
+// token per row per step for the whole batch; finished rows keep running, masked, fed pad_token_id.
+// Plans: per batch size at most prefill_chunk_size / pad_to_multiple_of prefill plans (one per
+// chunk length) and one decode plan per max_cache_len, which owns the KV cache
+// [L][B][NKV][max_cache_len][HD]. model->plans.max_plans turns an extra shape into an error.
+//
+// Decoding follows transformers' generate() (SEMANTICS_MODEL §3, docs/sampling.md): repetition
+// penalty, no_repeat_ngram, bad words, min_new_tokens, then greedy argmax or temperature / top-k /
+// top-p / min-p and a draw; several EOS ids; finished rows pad-filled. Two deliberate
+// differences, both so that a row never depends on the others in its batch: the repetition
+// penalty and no_repeat_ngram look at the row's real tokens only (transformers also counts the
+// pad tokens of left padding), and the last prompt token's logits come from the last prefill
+// chunk (transformers' recent versions recompute it as a 1-token step).
+//
+// Randomness: the draw of row (prompt i, sequence j) at step t uses
+// rng_keyed_uniform(seed, i, j, t, 0), so a completion depends only on (model, prompt, config,
+// seed, i, j): not on batch size, batch composition, thread count or backend.
+//
+// Host / device: token ids, lengths and done flags live on the host; per step only the chosen ids
+// (and log-probs when asked) come back from the device, and ids, positions, uniforms and ban
+// lists (B values each, bans B × K) go to it.
+#ifndef STILL_GEN_GENERATE_H
+#define STILL_GEN_GENERATE_H
+
+#include "../model/model.h"
+
+#define GEN_MAX_EOS 16
+
+typedef enum {
+    GEN_FINISH_NONE = 0,  // still running (never in a returned sequence)
+    GEN_FINISH_EOS,       // produced an EOS id (included in ids)
+    GEN_FINISH_STOP,      // the on_token callback stopped it (stop strings; the token is included)
+    GEN_FINISH_LENGTH,    // reached max_new_tokens
+} GenFinish;
+
+const char *gen_finish_name(GenFinish f);  // "eos", "stop", "length"
+
+typedef enum {
+    GEN_LOGPROBS_NONE = 0,
+    GEN_LOGPROBS_RAW,        // log_softmax(logits / temperature)[id]: no penalties or filters (TRL's
+                             // GRPO/RLOO recompute this); greedy rows use temperature 1
+    GEN_LOGPROBS_PROCESSED,  // under the processed distribution the token was drawn from
+} GenLogprobs;
+
+// Called on the host for every token a live row produces, in step order. Return non-zero to
+// finish that row now (GEN_FINISH_STOP), e.g. when its text ends with a stop string.
+typedef int (*GenTokenFn)(void *user, int prompt_index, int seq_index, int32_t id, float logprob);
+
+typedef struct GenConfig {
+    // length
+    int max_new_tokens;          // >= 1
+    int min_new_tokens;          // EOS ids banned until this many tokens exist; 0 = off
+    // decoding (transformers GenerationConfig names and meanings)
+    int do_sample;               // 0 = greedy argmax (first index on ties)
+    float temperature;           // > 0
+    int top_k;                   // <= 0 = off
+    double top_p;                // >= 1 = off
+    float min_p;                 // 0 = off
+    float repetition_penalty;    // 1 = off
+    int no_repeat_ngram_size;    // 0 = off
+    const int32_t *bad_words;    // ids of every bad word back to back (caller owns)
+    const int *bad_words_off;    // (n_bad_words + 1) word w = bad_words[off[w] .. off[w+1])
+    int n_bad_words;
+    int32_t eos[GEN_MAX_EOS];    // EOS ids: any of them finishes a row
+    int n_eos;
+    int ignore_eos;              // keep going after EOS (until max_new_tokens)
+    int32_t pad_token_id;        // fills left padding and finished rows; < 0: eos[0], else 0
+    int num_return_sequences;    // sequences per prompt, >= 1
+    uint64_t seed;
+    GenLogprobs logprobs;
+    // static shapes
+    int batch_size;              // rows per batch; <= 0: every row in one batch
+    int pad_to_multiple_of;      // prompt padding granule; <= 1: off (each length its own plans)
+    int prefill_chunk_size;      // slots per prefill chunk; a multiple of pad_to_multiple_of
+    int max_cache_len;           // 0: longest padded prompt + max_new_tokens, rounded up to 128
+    // host callback (may be NULL)
+    GenTokenFn on_token;
+    void *user;
+} GenConfig;
+
+// One completion.
+typedef struct GenSeq {
+    int prompt_index, seq_index;
+    int32_t *ids;                // (n) generated ids (the EOS id included when produced)
+    float *logprobs;             // (n) when cfg.logprobs != NONE, else NULL
+    int n;
+    GenFinish finish;
+} GenSeq;
+
+typedef struct GenStats {
+    long prompt_tokens;          // real prompt tokens
+    long prefill_slots;          // slots run through prefill, padding included
+    long generated_tokens;       // tokens returned
+    long decode_steps;           // batched decode steps (forward passes of T = 1)
+    long decode_rows;            // decode_steps × B (row-steps computed, idle and finished rows included)
+    double prefill_seconds, decode_seconds;
+    int batches, batch_size, max_cache_len;
+    int plans_built;             // plans this call built
+    int plans_total;             // plans the model holds after the call
+    size_t plan_bytes;           // their memory
+} GenStats;
+
+// transformers' defaults: greedy, temperature 1, top_k 50, top_p 1, no penalties; plus
+// max_new_tokens 256, batch_size 8, pad_to_multiple_of 128, prefill_chunk_size 512.
+void gen_config_default(GenConfig *c);
+// Apply a model directory's generation_config.json (if present) over c: do_sample, temperature,
+// top_k, top_p, min_p, repetition_penalty, no_repeat_ngram_size, max_new_tokens,
+// min_new_tokens, eos_token_id (int or list), pad_token_id. Without one, config.json's eos and
+// pad ids are used. Errors name the file and field.
+Status gen_config_load(GenConfig *c, const char *model_dir, const ModelConfig *mc, Err *e);
+// Add an EOS id unless already present (tokenizer eos, say). Error when the list is full.
+Status gen_config_add_eos(GenConfig *c, int32_t id, Err *e);
+// Check ranges (temperature > 0, top_p in [0,1], chunk a multiple of the padding granule...).
+Status gen_config_check(const GenConfig *c, int vocab_size, Err *e);
+
+// Generate for n_prompts prompts (prompts[i] has lens[i] >= 1 ids). *out receives
+// n_prompts * num_return_sequences sequences, prompt-major (out[i * nrs + j]); free with
+// gen_seqs_free. stats may be NULL. Errors: bad config, an id outside the vocabulary, a prompt
+// that does not fit max_cache_len, a plan over max_plans.
+Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompts, const int *lens, int n_prompts,
+                    GenSeq **out, GenStats *stats, Err *e);
+void gen_seqs_free(GenSeq *s, int n);
+
+// The cache length gen_generate uses for these prompts (cfg.max_cache_len, or the default rule).
+int gen_cache_len(const GenConfig *cfg, const int *lens, int n_prompts);
+
+#endif

@@ -1,0 +1,39 @@
+// checkpoint.h: output_dir/checkpoint-N directories a training run writes and resumes from.
+//
+// checkpoint-N/ holds a loadable Hugging Face model (model.safetensors, config.json,
+// generation_config.json, the tokenizer files) and, unless save_only_model, the trainer state:
+// optimizer.safetensors (AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>", and fp32 master
+// weights "master.<name>" when the model is saved in another dtype) and trainer_state.json (step,
+// data position, seed, counters). Every file is written atomically; checkpoint_complete.json is
+// written last, and resuming refuses a directory without it.
+#ifndef STILL_CHECKPOINT_H
+#define STILL_CHECKPOINT_H
+
+#include "optim.h"
+
+#define CKPT_MARKER "checkpoint_complete.json"
+
+typedef struct TrainState {
+    int step;              // optimizer steps done
+    int total_steps;
+    int steps_per_epoch;
+    int micro_batches;     // per epoch
+    int batch_size, grad_accum;
+    uint64_t seed;
+    double num_tokens;     // tokens seen (TRL's num_tokens)
+} TrainState;
+
+// Write model, config, generation config and tokenizer files (copied from src_model_dir) into dir.
+Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype, const char *src_model_dir, Err *e);
+// Write output_dir/checkpoint-<step>; o NULL = model only (--save_only_model).
+Status checkpoint_save(const char *output_dir, const Model *m, const Optim *o, const TrainState *s, DType save_dtype,
+                       const char *src_model_dir, Err *e);
+int checkpoint_is_complete(const char *dir);
+// The complete checkpoint-N of output_dir with the highest N; ST_ENOTFOUND if none.
+Status checkpoint_latest(const char *output_dir, char **path, Err *e);
+// Keep the `limit` newest complete checkpoints (limit <= 0: keep all).
+Status checkpoint_prune(const char *output_dir, int limit, Err *e);
+// Restore weights, moments and state from a checkpoint written with optimizer state.
+Status checkpoint_load(const char *dir, Model *m, Optim *o, TrainState *s, Err *e);
+
+#endif

@@ -1,0 +1,115 @@
+// sft.c: SFT = TRL's data rules (data.c) + packing/padding (batch.c) + the shared loop.
+#include "sft.h"
+
+#include "../core/fileio.h"
+#include "../core/json.h"
+#include "../core/log.h"
+#include "codec.h"
+
+#include <string.h>
+
+static Status load_set(const SftConfig *c, const char *path, const TextCodec *codec, const char *what, Dataset *d,
+                       Err *e) {
+    TRY(data_load(path, &c->data, codec, d, e));
+    log_info("%s %s: %d examples (%s%s)%s", what, path, d->n, data_format_name(d->format),
+             d->conversational ? ", conversational" : "", "");
+    if (d->n_truncated) log_info("%s: %d examples truncated to max_length %d", path, d->n_truncated, c->data.max_length);
+    if (d->n_dropped) log_warn("%s: %d examples dropped: no label token left", path, d->n_dropped);
+    if (d->n_bad) log_warn("%s: %d bad rows skipped (--skip_bad_rows); the first: %s", path, d->n_bad, d->first_bad);
+    return ST_OK;
+}
+
+static int pretokenised(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, "\"input_ids\"") != NULL && !strstr(buf, "\"text\"") && !strstr(buf, "\"messages\"") &&
+           !strstr(buf, "\"prompt\"");
+}
+
+Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
+    cJSON *kwargs = NULL;
+    if (c->chat_template_kwargs) {
+        TRY(json_parse_text(c->chat_template_kwargs, strlen(c->chat_template_kwargs), "--chat_template_kwargs", &kwargs,
+                            e));
+        if (!cJSON_IsObject(kwargs)) {
+            cJSON_Delete(kwargs);
+            return err_set(e, ST_EINVAL, "--chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'");
+        }
+        c->data.chat_template_kwargs = kwargs;
+    }
+    ModelCodec mc = {0};
+    int have_codec = 0;
+    Status st = ST_OK;
+    if (!pretokenised(c->dataset)) {
+        st = model_codec_load(&mc, c->model_dir, c->eos_token, e);
+        have_codec = st == ST_OK;
+    }
+    c->data.truncate = !c->packing;
+    {  // the model's vocabulary bounds pre-tokenised ids (checked per row, with file:line)
+        char *cp = path_join(c->model_dir, "config.json");
+        ModelConfig mcfg;
+        if (config_load(cp, &mcfg, e) == ST_OK) {
+            c->data.vocab_size = mcfg.vocab_size;
+            config_free(&mcfg);
+        }
+        err_clear(e);
+        free(cp);
+    }
+    Dataset train = {0}, eval = {0};
+    if (st == ST_OK) st = load_set(c, c->dataset, have_codec ? &mc.codec : NULL, "dataset", &train, e);
+    if (st == ST_OK && c->eval_dataset)
+        st = load_set(c, c->eval_dataset, have_codec ? &mc.codec : NULL, "eval dataset", &eval, e);
+    Backend *be = NULL;
+    Model *m = NULL;
+    if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
+    if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);  // trained weights: fp32 masters
+    for (int i = 0; st == ST_OK && i < train.n; i++)
+        for (int t = 0; t < train.ex[i].n; t++)
+            if (train.ex[i].ids[t] < 0 || train.ex[i].ids[t] >= m->cfg.vocab_size) {
+                st = err_set(e, ST_EINVAL, "%s: example %d has token id %d outside the model's vocabulary [0, %d)",
+                             c->dataset, i, train.ex[i].ids[t], m->cfg.vocab_size);
+                break;
+            }
+    Rows rows = {0}, erows = {0};
+    Batcher bt = {0}, ebt = {0};
+    if (st == ST_OK) {
+        if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
+        int seq = c->data.max_length;
+        batch_make_rows(&rows, &train, c->packing ? c->packing_strategy : PACK_NONE, seq);
+        if (c->padding_max_length) c->batch.fixed_T = seq > 0 ? MAX(seq, rows.max_len) : rows.max_len;
+        batcher_init(&bt, &rows, &c->batch);
+        log_info("%d rows%s, longest %d tokens; batches (B=%d, T%s%d)", rows.n,
+                 c->packing ? (c->packing_strategy == PACK_BFD ? " packed (bfd)" : " packed (wrapped)") : "",
+                 rows.max_len, c->batch.B, c->padding_max_length ? "=" : " a multiple of ",
+                 c->padding_max_length ? c->batch.fixed_T : MAX(1, c->batch.pad_to_multiple_of));
+        if (c->eval_dataset) {
+            batch_make_rows(&erows, &eval, PACK_NONE, seq);
+            BatchConfig ec = c->batch;
+            ec.B = c->eval_batch_size;
+            ec.shuffle = 0;
+            ec.drop_last = 0;
+            if (c->padding_max_length) ec.fixed_T = MAX(c->batch.fixed_T, erows.max_len);
+            batcher_init(&ebt, &erows, &ec);
+        }
+        c->train.src_model_dir = c->model_dir;
+        c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
+                              : c->dtype >= 0     ? (DType)c->dtype
+                                                  : m->ckpt_dtype;
+        st = trainer_run(m, &bt, c->eval_dataset ? &ebt : NULL, &c->train, res, e);
+    }
+    batcher_free(&bt);
+    batcher_free(&ebt);
+    batch_rows_free(&rows);
+    batch_rows_free(&erows);
+    data_free(&train);
+    data_free(&eval);
+    model_free(m);
+    if (be) backend_destroy(be);
+    if (have_codec) model_codec_free(&mc);
+    cJSON_Delete(kwargs);
+    return st;
+}

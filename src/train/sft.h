@@ -1,0 +1,27 @@
+// sft.h: supervised fine-tuning (TRL SFTTrainer semantics): data -> static batches -> trainer.
+#ifndef STILL_SFT_H
+#define STILL_SFT_H
+
+#include "trainer.h"
+
+typedef struct SftConfig {
+    const char *model_dir, *dataset, *eval_dataset;
+    const char *backend;
+    int threads;
+    int dtype;                    // --dtype (-1: not given): saved dtype unless --save_dtype
+    int save_dtype;               // -1: --dtype, else the input checkpoint's dtype
+    DataConfig data;
+    const char *chat_template_kwargs;  // JSON object text or NULL
+    const char *eos_token;
+    int packing;
+    PackStrategy packing_strategy;
+    int padding_max_length;       // --padding max_length
+    BatchConfig batch;
+    int eval_batch_size;
+    int max_plans;
+    TrainConfig train;
+} SftConfig;
+
+Status sft_run(SftConfig *c, TrainResult *res, Err *e);
+
+#endif

@@ -1,0 +1,77 @@
+// trainer.h: the training loop every trainer shares: micro-batches grouped into optimizer steps
+// (gradient accumulation), a loss normalised over the whole step, AdamW with schedule and
+// clipping, logging, evaluation, checkpoints and bit-exact resume.
+#ifndef STILL_TRAINER_H
+#define STILL_TRAINER_H
+
+#include "batch.h"
+#include "checkpoint.h"
+#include "metrics.h"
+#include "optim.h"
+
+typedef struct TrainConfig {
+    const char *output_dir;
+    const char *src_model_dir;   // tokenizer and generation config are copied from here
+    int grad_accum;
+    double num_train_epochs;
+    int max_steps;               // > 0 overrides num_train_epochs
+    OptimConfig opt;             // lr, betas, eps, weight decay, clipping, schedule
+    double warmup_steps, warmup_ratio;
+    int logging_steps, logging_first_step;
+    int save_steps;              // <= 0: no intermediate checkpoints
+    int save_total_limit, save_only_model;
+    int eval_steps;              // <= 0: evaluate only at the end (when an eval set exists)
+    DType save_dtype;
+    const char *resume;          // checkpoint path, "latest", or NULL
+    uint64_t seed;
+    int stop_after_steps;        // > 0: stop (as if killed) after this many steps (tests)
+} TrainConfig;
+
+typedef struct TrainResult {
+    int steps;
+    double last_loss;            // mean loss of the last logging window
+    double train_seconds;
+    double tokens_per_second;
+    double eval_loss;            // NAN without an eval set
+} TrainResult;
+
+// What one optimizer step of a trainer reports. Metrics are (sum, count) pairs so the logging
+// window averages them the way TRL does (SFT: the mean over micro-batches; RL: over steps).
+#define STEP_MAX_METRICS 48
+typedef struct StepReport {
+    double loss;                               // the step's loss, as differentiated
+    double n_tokens;                           // tokens processed (TRL's num_tokens)
+    int n_metrics;
+    const char *names[STEP_MAX_METRICS];       // TRL metric names, static strings
+    double sums[STEP_MAX_METRICS], counts[STEP_MAX_METRICS];
+} StepReport;
+
+// Add a value to a report (sum += value, count += weight).
+void step_report_add(StepReport *r, const char *name, double value, double weight);
+
+// A trainer plugs into the loop with one function per optimizer step: fill m->grads (zeroed by
+// the loop) with the gradient of the step's loss and report it. The step function must be a pure
+// function of (weights, step index, seed) so that resuming reproduces the run bit for bit.
+typedef struct StepSource {
+    void *ctx;
+    const char *what;          // "rows", "prompts": for log lines
+    int n_items;               // dataset rows / prompts
+    int steps_per_epoch;
+    int micro_batches, batch_size, grad_accum;  // checked on resume: same data and batch flags
+    Status (*step)(void *ctx, Model *m, int step, StepReport *r, Err *e);
+    // Evaluation (may be NULL): writes its metrics into o and the loss into *eval_loss.
+    Status (*evaluate)(void *ctx, Model *m, cJSON *o, double *eval_loss, Err *e);
+} StepSource;
+
+// The loop every trainer shares: steps, AdamW, logging, evaluation, checkpoints, resume.
+Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e);
+
+// Steps of one epoch: micro-batches / grad_accum, rounded up (the last step of an epoch may
+// take fewer micro-batches, as transformers does).
+int trainer_steps_per_epoch(int micro_batches, int grad_accum);
+// Train m (fp32 master weights) on `train`, evaluating on `eval` (may be NULL).
+Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *cfg, TrainResult *res, Err *e);
+// Loss over every batch of an eval set (score plans); also accuracy and entropy (may be NULL).
+Status trainer_evaluate(Model *m, Batcher *eval, double *loss, double *accuracy, double *entropy, Err *e);
+
+#endif
