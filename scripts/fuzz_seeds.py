@@ -43,7 +43,7 @@ for p in sorted(glob.glob("tests/data/rope/*.json")):
 
 # tokenizer.json: each real tokenizer cut to a small vocabulary (the merges and added tokens that
 # fit), with and without its tokenizer_config.json after a NUL byte.
-for d in sorted(glob.glob("tests/data/tokenizer/*/")):
+for d in sorted(os.path.dirname(p) + "/" for p in glob.glob("tests/data/tokenizer/*/tokenizer.json.gz")):
     tok = json.loads(gzip.decompress(read(d + "tokenizer.json.gz")))
     cfg = read(d + "tokenizer_config.json")
     model = tok["model"]
@@ -59,6 +59,18 @@ for d in sorted(glob.glob("tests/data/tokenizer/*/")):
         text = json.dumps(small, ensure_ascii=False).encode()
         seed("tokenizer_load", text)
         seed("tokenizer_load", text + b"\0" + cfg)
+
+# The synthetic tokenizers (one per component variant), as they are.
+for d in sorted(glob.glob("tests/data/tokenizer/synth/*/")):
+    for name in ("tokenizer.json", "tokenizer.json.gz"):
+        if os.path.exists(d + name):
+            text = read(d + name)
+            text = gzip.decompress(text) if name.endswith(".gz") else text
+            seed("tokenizer_load", text)
+            if os.path.exists(d + "tokenizer_config.json"):
+                seed("tokenizer_load", text + b"\0" + read(d + "tokenizer_config.json"))
+for d in ("tests/data/sft/tok/", "tests/data/sft/tok_nogen/"):
+    seed("tokenizer_load", read(d + "tokenizer.json") + b"\0" + read(d + "tokenizer_config.json"))
 
 # Text to encode: the reference strings of every tokenizer fixture, flags 0 and 3.
 for p in sorted(glob.glob("tests/data/tokenizer/*/expected.jsonl")):
@@ -105,6 +117,21 @@ for c in ['{"model": "/m", "learning_rate": 1e-4, "reward": ["a", "b"], "packing
           "# comment\ndataset_name: d.jsonl\ndo_sample: False\nreport_to: wandb\nmax_new_tokens: '8'\n",
           "---\nmodel: \"quoted\"\nreward: [x, y]\n...\n"]:
     seed("args_config", c)
+
+# SFT datasets: the fixtures and one row of every TRL format, each under a few option bytes.
+rows = [read(p) for p in sorted(glob.glob("tests/data/sft/**/*.json*", recursive=True)) if "cases" not in p]
+rows += [r.encode() for r in [
+    '{"text": "hello world"}\n{"text": "a b c"}\n',
+    '{"prompt": "2+2=", "completion": "4"}\n',
+    '{"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "yo"}]}\n',
+    '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}\n',
+    '{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}\n',
+    '{"input_ids": [1, 2, 3, 4], "completion_mask": [0, 0, 1, 1]}\n{"input_ids": [5, 6], "assistant_masks": [0, 1]}\n',
+    '[{"text": "x"}, {"text": "y"}]',
+]]
+for r in rows:
+    for opts in (b"\x00\x00", b"\x13\x00", b"\x7f\x01", b"\xe0\x00", b"\x41\x02"):
+        seed("dataset", opts + r)
 
 for t in sorted(counts):
     print(f"  seeds {t}: {counts[t]}")

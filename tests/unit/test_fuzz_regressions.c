@@ -94,6 +94,12 @@ static void test_smoke(void) {
     EXPECT_OK("args_config", "model: /m\nlearning_rate: 1e-4\nreward: [a, b]\n");
     EXPECT_OK("args_config", "{\"model\": \"/m\", \"max_new_tokens\": 3}");
     EXPECT_ERR("args_config", "{\"max_new_tokens\": \"many\"}");
+    EXPECT_OK("dataset", "\x00\x00{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                         "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n");
+    EXPECT_OK("dataset", "\x40\x02[{\"input_ids\": [1, 2, 3]}]");
+    EXPECT_ERR("dataset", "\x00\x00{\"chosen\": \"a\", \"rejected\": \"b\"}\n");
+    EXPECT_ERR("dataset", "\x00\x02{\"input_ids\": [1, 3000000000]}\n");  // no vocabulary to check against
+    EXPECT_ERR("dataset", "\x00\x02{\"input_ids\": [1, -2]}\n");
 }
 
 static void test_regressions(void) {
