@@ -41,6 +41,7 @@ struct Backend {
     const char *name;  // "ref", "cpu", "cuda"
     void *ctx;         // backend-private state (thread count, BLAS handles, streams)
     int threads;
+    size_t max_memory; // --max_memory budget for the process (0: what the machine has available)
 
     // ---- memory ------------------------------------------------------------------------
     void *(*alloc)(Backend *be, size_t bytes);  // zero-filled, 64-byte aligned; aborts on failure

@@ -19,6 +19,7 @@ static const ArgSpec common_specs[] = {
     {"device", ARG_STR, "cpu", "backend: cpu | ref (scalar reference) | cuda"},
     {"log_level", ARG_STR, "info", "error | warning | info | debug"},
     {"seed", ARG_INT, "42", "random seed"},
+    {"max_memory", ARG_STR, NULL, "memory budget for the process, e.g. 8GiB (default: what the machine has available)"},
     {"help", ARG_BOOL, "false", "print the flags of this command"},
     {NULL, 0, NULL, NULL},
 };

@@ -5,6 +5,7 @@
 #include "../core/fileio.h"
 #include "../core/hf_cache.h"
 #include "../core/log.h"
+#include "../core/meminfo.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -39,13 +40,30 @@ int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *
     return 0;
 }
 
+int cli_run(const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv, CliRunFn run) {
+    Args a;
+    int done;
+    int rc = cli_parse(&a, command, summary, specs, argc, argv, &done);
+    if (rc || done) return rc;
+    Err e = {0};
+    Status st = run(&a, &e);
+    args_free(&a);
+    return st == ST_OK ? 0 : cli_fail(command, &e);
+}
+
 int cli_fail(const char *command, const Err *e) {
     fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
     return e->code == ST_EUNSUPPORTED ? 3 : 1;
 }
 
 Status cli_backend(const Args *a, Backend **out, Err *e) {
-    return backend_create(args_str(a, "device"), (int)args_int(a, "threads"), out, e);
+    size_t max_memory = 0;
+    const char *mm = args_str(a, "max_memory");
+    if (mm && mem_parse_size(mm, &max_memory) != 0)
+        return err_set(e, ST_EINVAL, "--max_memory %s: expected a size such as 8GiB, 512MiB or a number of bytes", mm);
+    TRY(backend_create(args_str(a, "device"), (int)args_int(a, "threads"), out, e));
+    (*out)->max_memory = max_memory;
+    return ST_OK;
 }
 
 Status cli_model_dir(const Args *a, const char *flag, char **dir, Err *e) {

@@ -11,6 +11,10 @@
 // 0 on success, 2 on a flag error (printed).
 int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv,
               int *done);
+// The whole of a command's entry point: parse flags (--help prints them), call run, print an
+// error and return the exit code (0, 1 for input errors, 2 for flag errors, 3 for unsupported).
+typedef Status (*CliRunFn)(const Args *a, Err *e);
+int cli_run(const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv, CliRunFn run);
 // Print "still <command>: <message>" to stderr and return the exit code for a status.
 int cli_fail(const char *command, const Err *e);
 Status cli_backend(const Args *a, Backend **out, Err *e);

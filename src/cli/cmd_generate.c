@@ -436,15 +436,7 @@ static Status run_generate(const Args *a, Err *e) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "generate", "Generate text on a static KV cache (greedy or sort-free sampling).",
-                       generate_specs, argc, argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
-    Status st = run_generate(&a, &e);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("generate", &e);
+    return cli_run("generate", "Generate text on a static KV cache (greedy or sort-free sampling).", generate_specs, argc, argv, run_generate);
 }
 
 // ---------------------------------------------------------------- still chat
@@ -584,14 +576,5 @@ static Status run_chat(const Args *a, Err *e) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "chat",
-                       "Chat through the model's chat template: one user message per stdin line; /reset, /exit.",
-                       chat_specs, argc, argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
-    Status st = run_chat(&a, &e);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("chat", &e);
+    return cli_run("chat", "Chat through the model's chat template: one user message per stdin line; /reset, /exit.", chat_specs, argc, argv, run_chat);
 }

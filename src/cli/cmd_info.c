@@ -108,14 +108,6 @@ static Status run(const Args *a, Err *e) {
 }
 
 int cmd_info(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "info", "Architecture, parameter count, and the plans and memory for inference and training "
-                                   "at a shape.",
-                       specs, argc, argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
-    Status st = run(&a, &e);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("info", &e);
+    return cli_run("info", "Architecture, parameter count, and the plans and memory for inference and training "
+                                   "at a shape.", specs, argc, argv, run);
 }

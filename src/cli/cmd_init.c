@@ -75,14 +75,6 @@ static Status run(const Args *a, Err *e) {
 }
 
 int cmd_init(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "init", "Write a randomly initialised model (normal(0, initializer_range) weights, norm "
-                                   "weights 1) in Hugging Face layout.",
-                       specs, argc, argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
-    Status st = run(&a, &e);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("init", &e);
+    return cli_run("init", "Write a randomly initialised model (normal(0, initializer_range) weights, norm "
+                                   "weights 1) in Hugging Face layout.", specs, argc, argv, run);
 }

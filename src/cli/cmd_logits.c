@@ -133,25 +133,9 @@ static Status run_loss(const Args *a, Err *e) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "logits", "Logits for token ids: one line per position, 9 significant digits.",
-                       logits_specs, argc, argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
-    Status st = run_logits(&a, &e);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("logits", &e);
+    return cli_run("logits", "Logits for token ids: one line per position, 9 significant digits.", logits_specs, argc, argv, run_logits);
 }
 
 int cmd_loss(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "loss", "Mean next-token cross-entropy of token ids, and optionally every gradient.",
-                       loss_specs, argc, argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
-    Status st = run_loss(&a, &e);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("loss", &e);
+    return cli_run("loss", "Mean next-token cross-entropy of token ids, and optionally every gradient.", loss_specs, argc, argv, run_loss);
 }

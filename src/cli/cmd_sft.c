@@ -1,6 +1,7 @@
 // cmd_sft.c: still sft — flags (TRL SFTConfig / TrainingArguments names) -> SftConfig -> sft_run.
 #include "../core/log.h"
 #include "../train/sft.h"
+#include "../core/meminfo.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -55,6 +56,7 @@ static const ArgSpec specs[] = {
     {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf (default: stop)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -69,6 +71,9 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (!c->train.output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
     c->backend = args_str(a, "device");
     c->threads = (int)args_int(a, "threads");
+    const char *mm = args_str(a, "max_memory");
+    if (mm && mem_parse_size(mm, &c->max_memory) != 0)
+        return err_set(e, ST_EINVAL, "--max_memory %s: expected a size such as 8GiB, 512MiB or a number of bytes", mm);
     TRY(cli_dtype(a, &c->dtype, e));
     c->save_dtype = -1;
     if (args_str(a, "save_dtype")) {
@@ -141,26 +146,25 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
     t->seed = b->seed;
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
     return ST_OK;
 }
 
-int cmd_sft(int argc, char **argv) {
-    Args a;
-    int done;
-    int rc = cli_parse(&a, "sft", "Supervised fine-tuning with TRL SFTTrainer semantics on static shapes.", specs, argc,
-                       argv, &done);
-    if (rc || done) return rc;
-    Err e = {0};
+static Status run(const Args *a, Err *e) {
     SftConfig c;
     char *dir = NULL;
-    Status st = build(&a, &c, &dir, &e);
+    Status st = build(a, &c, &dir, e);
     TrainResult res;
-    if (st == ST_OK) st = sft_run(&c, &res, &e);
+    if (st == ST_OK) st = sft_run(&c, &res, e);
     if (st == ST_OK)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f%s}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second, "");
+        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
+               res.last_loss, res.train_seconds, res.tokens_per_second);
     free(dir);
-    args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("sft", &e);
+    return st;
+}
+
+int cmd_sft(int argc, char **argv) {
+    return cli_run("sft", "Supervised fine-tuning with TRL SFTTrainer semantics on static shapes.", specs, argc, argv,
+                   run);
 }

@@ -4,6 +4,7 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
+#include "../core/meminfo.h"
 #include "../core/rng.h"
 #include "safetensors.h"
 
@@ -80,6 +81,17 @@ Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, E
     const StTensor *emb = st_find(&set, "model.embed_tokens.weight");
     if (emb) ckpt = emb->dtype;
     DType mdt = matrix_dtype >= 0 ? (DType)matrix_dtype : (ckpt == DT_BF16 ? DT_BF16 : DT_F32);
+    TensorTable probe;
+    tensors_build(&probe, &cfg, mdt);
+    char what[600];
+    snprintf(what, sizeof what, "loading %s (%zu parameters as %s)", dir, probe.n_params, dtype_torch_name(mdt));
+    st = mem_check(probe.param_bytes, be->max_memory, what, e);
+    tensors_free(&probe);
+    if (st != ST_OK) {
+        st_close(&set);
+        config_free(&cfg);
+        return st;
+    }
     Model *m = model_new(&cfg, be, mdt);
     m->ckpt_dtype = ckpt;
     m->dir = xstrdup(dir);

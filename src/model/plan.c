@@ -3,6 +3,7 @@
 
 #include "../core/alloc.h"
 #include "../core/log.h"
+#include "../core/meminfo.h"
 #include "model.h"
 
 #include <string.h>
@@ -188,6 +189,14 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
     p->layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
     int chunk = plan_head_chunk(cfg->vocab_size);
     size_t bytes = cached ? plan_bytes_cached(cfg, mode, B, T, S) : plan_bytes(cfg, mode, B, T, chunk);
+    char what[96];
+    snprintf(what, sizeof what, "plan %s B=%d T=%d", plan_mode_name(mode), B, T);
+    Status st = mem_check(bytes, m->be->max_memory, what, e);
+    if (st != ST_OK) {
+        free(p->layers);
+        free(p);
+        return st;
+    }
     p->bytes = bytes;
     p->base = m->be->alloc(m->be, bytes);
     Arena a = {.base = p->base, .size = 0, .cap = bytes};

@@ -66,6 +66,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     Backend *be = NULL;
     Model *m = NULL;
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
+    if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);  // trained weights: fp32 masters
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)

@@ -4,6 +4,7 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
+#include "../core/meminfo.h"
 #include "../model/qwen3.h"
 
 #include <math.h>
@@ -209,6 +210,9 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
+    if (!m->grads)
+        TRY(mem_check(m->tt.n_params * sizeof(float) * 3, m->be->max_memory,
+                      "training state (fp32 gradients and AdamW moments)", e));
     model_alloc_grads(m);
     Optim opt;
     optim_init(&opt, m, &oc);
@@ -257,13 +261,21 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         m->be->zero(m->be, m->grads, m->tt.n_params * sizeof(float));
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st != ST_OK) break;
-        if (!isfinite(rep.loss)) {
-            st = err_set(e, ST_ERUNTIME, "step %d: the loss is %g; lower --learning_rate or check the data", ts.step + 1,
-                         rep.loss);
-            break;
+        // NaN/Inf in the loss or the gradients: stop naming the step, or skip its update
+        double gnorm = isfinite(rep.loss) ? optim_grad_norm(&opt, m) : NAN, lr = optim_lr_at(&opt.cfg, opt.t);
+        if (!isfinite(rep.loss) || !isfinite(gnorm)) {
+            const char *what = !isfinite(rep.loss) ? "the loss" : "the gradient norm";
+            double val = !isfinite(rep.loss) ? rep.loss : gnorm;
+            if (!cfg->skip_nonfinite) {
+                st = err_set(e, ST_ERUNTIME, "step %d: %s is %g; lower --learning_rate, check the data, or pass "
+                                             "--skip_nonfinite to skip such steps", ts.step + 1, what, val);
+                break;
+            }
+            log_warn("step %d: %s is %g: skipping this step's update (--skip_nonfinite)", ts.step + 1, what, val);
+            res->skipped_steps++;
+        } else {
+            optim_step(&opt, m, &gnorm, &lr);
         }
-        double gnorm, lr;
-        optim_step(&opt, m, &gnorm, &lr);
         ts.step++;
         steps_run++;
         ts.num_tokens += rep.n_tokens;

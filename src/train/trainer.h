@@ -25,6 +25,7 @@ typedef struct TrainConfig {
     const char *resume;          // checkpoint path, "latest", or NULL
     uint64_t seed;
     int stop_after_steps;        // > 0: stop (as if killed) after this many steps (tests)
+    int skip_nonfinite;          // a NaN/Inf loss or gradient skips the update (logged) instead of stopping
 } TrainConfig;
 
 typedef struct TrainResult {
@@ -33,6 +34,7 @@ typedef struct TrainResult {
     double train_seconds;
     double tokens_per_second;
     double eval_loss;            // NAN without an eval set
+    int skipped_steps;           // updates skipped for a NaN/Inf loss or gradient (--skip_nonfinite)
 } TrainResult;
 
 // What one optimizer step of a trainer reports. Metrics are (sum, count) pairs so the logging

@@ -66,3 +66,9 @@ expect_err config_missing_field "hidden_size" $BIN init --model_config "$tmp/bad
 cp -r "$tmp/m" "$tmp/trunc"; head -c 1000 "$tmp/m/model.safetensors" > "$tmp/trunc/model.safetensors"
 expect_err truncated_checkpoint "model.safetensors" $BIN logits --model "$tmp/trunc" --ids "1"
 expect_err unknown_command "did you mean 'logits'" $BIN logit
+# memory: a model or a plan that does not fit the budget is refused before allocation
+expect_err memory_refuses_model "needs" $BIN logits --model "$tmp/m" --ids "1 2" --max_memory 1KiB
+out=$($BIN logits --model "$tmp/m" --ids "1 2" --pad_to_multiple_of 200000 --max_memory 256MiB 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && grep -q "plan score B=1 T=200000 needs .* but --max_memory 256.0 MiB leaves" <<<"$out"; then ok memory_refuses_plan
+else fail memory_refuses_plan "rc=$rc $out"; fi
+expect_err memory_bad_size "expected a size" $BIN logits --model "$tmp/m" --ids "1 2" --max_memory lots
