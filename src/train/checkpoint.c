@@ -89,6 +89,12 @@ static Status write_json(const char *path, cJSON *o, Err *e) {
 
 Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
                        const TrainState *s, DType save_dtype, const char *src, Err *e) {
+    return checkpoint_save_ex(output_dir, m, opt_m, opt_v, s, save_dtype, src, NULL, NULL, e);
+}
+
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
+                          const TrainState *s, DType save_dtype, const char *src, CheckpointExtraFn extra, void *ctx,
+                          Err *e) {
     int with_opt = opt_m && opt_v;
     char name[64];
     snprintf(name, sizeof name, "checkpoint-%d", s->step);
@@ -119,6 +125,7 @@ Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_
         char *p = path_join(dir, "trainer_state.json");
         st = write_json(p, j, e);
         free(p);
+        if (st == ST_OK && extra) st = extra(ctx, dir, e);
         if (st == ST_OK) {
             cJSON *mk = cJSON_CreateObject();
             cJSON_AddNumberToObject(mk, "global_step", s->step);

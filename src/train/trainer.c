@@ -223,7 +223,8 @@ static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int lead,
 
 // Every rank calls it: the moments are gathered to rank 0, which writes the checkpoint; all
 // ranks learn whether it worked.
-static Status save_checkpoint(Model *m, Optim *opt, Dist *d, const TrainConfig *cfg, const TrainState *ts, Err *e) {
+static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg,
+                              const TrainState *ts, Err *e) {
     float *mh = NULL, *vh = NULL;
     Status st = ST_OK;
     if (!cfg->save_only_model) {
@@ -234,7 +235,8 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, const TrainConfig *
         st = optim_gather_state(opt, m->be, mh, vh, e);
     }
     if (st == ST_OK && d->rank == 0) {
-        st = checkpoint_save(cfg->output_dir, m, mh, vh, ts, cfg->save_dtype, cfg->src_model_dir, e);
+        st = checkpoint_save_ex(cfg->output_dir, m, mh, vh, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
+                                src->ctx, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
     }
     free(mh);
@@ -244,7 +246,10 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, const TrainConfig *
 
 // Rank 0 reads the checkpoint (weights, complete moments, state) and broadcasts it; every rank
 // keeps its block of the moments, so any number of ranks resumes with the same global batch.
-static Status resume_from(Model *m, Optim *opt, Dist *d, const TrainConfig *cfg, TrainState *ts, Err *e) {
+// The source's own state (load_state) is read by every rank from the same directory (on several
+// nodes, a filesystem they share).
+static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg, TrainState *ts,
+                          Err *e) {
     size_t n = m->tt.n_params;
     float *mh = xmalloc(n * sizeof(float)), *vh = xmalloc(n * sizeof(float));
     char *dir = NULL;
@@ -283,7 +288,14 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, const TrainConfig *cfg,
         if (st == ST_OK) st = dist_bcast_host(d, mh, n * sizeof(float), e);
         if (st == ST_OK) st = dist_bcast_host(d, vh, n * sizeof(float), e);
         if (st == ST_OK) st = dist_bcast_host(d, &saved, sizeof saved, e);
+        if (st == ST_OK && src->load_state) {  // the directory's name, for every rank
+            char path[4096] = "";
+            if (d->rank == 0) snprintf(path, sizeof path, "%s", dir);
+            st = dist_bcast_host(d, path, sizeof path, e);
+            if (st == ST_OK && d->rank != 0) free(dir), dir = xstrdup(path);
+        }
     }
+    if (st == ST_OK && src->load_state) st = dist_agree(d, src->load_state(src->ctx, dir, e), e);
     if (st == ST_OK) {
         optim_load_state(opt, m->be, mh, vh);
         opt->t = saved.step;
@@ -336,7 +348,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (st == ST_OK) log_info("%d ranks, %d rows per rank per micro-batch; %s", d->world, src->batch_size, line);
         free(bytes);
     }
-    if (st == ST_OK && cfg->resume) st = resume_from(m, &opt, d, cfg, &ts, e);
+    if (st == ST_OK && cfg->resume) st = resume_from(m, &opt, d, src, cfg, &ts, e);
     Metrics mt = {0};
     if (st == ST_OK && lead) st = metrics_open(&mt, cfg->output_dir, cfg->resume ? ts.step : -1, ts.step, e);
     st = dist_agree(d, st, e);
@@ -410,7 +422,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (src->evaluate && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
             st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
         if (st == ST_OK && cfg->save_steps > 0 && ts.step % cfg->save_steps == 0 && ts.step < total)
-            st = save_checkpoint(m, &opt, d, cfg, &ts, e);
+            st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
         if (cfg->stop_after_steps > 0 && steps_run >= cfg->stop_after_steps) break;
     }
     double secs = metrics_now() - t_start;
@@ -420,7 +432,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     int finished = st == ST_OK && ts.step >= total;
     if (finished && src->evaluate && (cfg->eval_steps <= 0 || ts.step % cfg->eval_steps != 0))
         st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
-    if (finished && st == ST_OK && cfg->save_steps > 0) st = save_checkpoint(m, &opt, d, cfg, &ts, e);
+    if (finished && st == ST_OK && cfg->save_steps > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
     if (finished && st == ST_OK && lead)
         st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
     metrics_close(&mt);

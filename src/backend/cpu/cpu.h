@@ -9,6 +9,7 @@
 
 #include "../backend.h"
 
+#include <math.h>
 #include <string.h>
 
 // Scratch slots: each grows to the largest size asked for and is kept until destroy, so a
@@ -63,9 +64,10 @@ int cpu_panel_rows(int C, int total);
 // expf without a libm call, so loops that use it vectorise: x clamped to [-87.3, 88] (below:
 // exactly 0, so -inf gives 0), x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor
 // polynomial (truncation < 1e-8 relative), 2^n through the exponent bits. Relative error is a
-// few ulp (tests/ops/test_backend_parity.c measures it). NaN gives an unspecified finite value.
+// few ulp (tests/ops/test_backend_parity.c measures it). NaN gives NaN (a non-finite loss must
+// stay visible to the trainer's check).
 static inline float cpu_expf(float x) {
-    float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+    float xc = fminf(fmaxf(x, -87.3f), 88.0f);  // fmaxf(NaN, a) = a: the integer part stays defined
     float t = xc * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: rounds to an integer
     float n = t - 12582912.0f;
     float r = xc - n * 0.693145751953125f;  // ln 2 split in a part exact in fp32 and the rest
@@ -81,7 +83,8 @@ static inline float cpu_expf(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);
-    return x < -87.3f ? 0.0f : p * scale;
+    float y = x < -87.3f ? 0.0f : p * scale;
+    return x != x ? x : y;
 }
 
 // cpu_ops.c
