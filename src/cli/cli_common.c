@@ -129,3 +129,10 @@ Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e) {
     if (!(timeout > 0)) return err_set(e, ST_EINVAL, "--ddp_timeout must be a positive number of seconds");
     return dist_init(d, timeout, e);
 }
+
+int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e) {
+    int rc = st == ST_OK ? 0 : cli_fail(command, e);
+    if (rc && d->world > 1) dist_abort(d, rc);
+    dist_finalize(d);
+    return rc;
+}

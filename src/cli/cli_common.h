@@ -31,6 +31,9 @@ Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t
     {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)"},              \
     {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)"}
 Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e);
+// The end of such a command: on failure print the error and, with several ranks, abort the job
+// (the other ranks wait in a collective); MPI finalised. Returns the exit code.
+int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e);
 // Round n up to a multiple of m (m <= 1: unchanged).
 int cli_round_up(int n, int m);
 

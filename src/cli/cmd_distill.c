@@ -67,6 +67,7 @@ static const ArgSpec specs[] = {
     {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans per model (0 = no limit)"},
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    CLI_DIST_FLAGS,
     {"use_vllm", ARG_BOOL, "false", "accepted when false: rollouts use still's own generation engine"},
     {NULL, 0, NULL, NULL},
 };
@@ -222,14 +223,18 @@ int cmd_distill(int argc, char **argv) {
     Err e = {0};
     DistillConfig c;
     char *dir = NULL, *tdir = NULL;
+    Dist d;
     Status st = build(&a, &c, &dir, &tdir, &e);
+    if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
+    else dist_single(&d);
+    c.dist = &d;
     TrainResult res;
     if (st == ST_OK) st = distill_run(&c, &res, &e);
-    if (st == ST_OK)
+    if (st == ST_OK && d.rank == 0)
         printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
                res.last_loss, res.train_seconds, res.tokens_per_second);
     free(dir);
     free(tdir);
     args_free(&a);
-    return st == ST_OK ? 0 : cli_fail("distill", &e);
+    return cli_dist_finish("distill", &d, st, &e);
 }

@@ -249,14 +249,7 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     free(specs);
     free(weights);
     args_free(&a);
-    if (st == ST_OK) {
-        dist_finalize(&d);
-        return 0;
-    }
-    rc = cli_fail(name, &e);
-    if (d.world > 1) dist_abort(&d, rc);  // the other ranks wait in a collective
-    dist_finalize(&d);
-    return rc;
+    return cli_dist_finish(name, &d, st, &e);
 }
 
 int cmd_grpo(int argc, char **argv) { return run(argc, argv, GRPO_ALGO_GRPO); }

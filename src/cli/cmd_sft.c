@@ -166,7 +166,8 @@ static Status run(const Args *a, Err *e) {
         printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
                res.last_loss, res.train_seconds, res.tokens_per_second);
     free(dir);
-    if (st != ST_OK && d.world > 1) dist_abort(&d, cli_fail("sft", e));  // the other ranks wait in a collective
+    // several ranks: a failure aborts the job here (the others wait in a collective)
+    if (st != ST_OK && d.world > 1) cli_dist_finish("sft", &d, st, e);
     dist_finalize(&d);
     return st;
 }

@@ -199,6 +199,7 @@ typedef struct DistillSource {
     PromptRow *tp, *etp;       // teacher prompts per row (self-distillation), else NULL
     GenConfig gen;
     int B, GA, spe;
+    Dist *dist;                // the ranks: a step is world * B * GA rows, this rank's B of every W * B
     int *order, order_epoch;   // (ps->n) this epoch's prompt order
     const Tokenizer *tok;
     FILE *rollouts;
@@ -208,6 +209,7 @@ typedef struct DistillSource {
     RowSource *kind;           // (GA)
     const int32_t **gp;        // (B * GA) prompts handed to gen_generate
     int *gl, *gidx;
+    int *gkey;                 // (B * GA) generation keys: a row's place among the step's rows of its source
 } DistillSource;
 
 static void make_order(DistillSource *s, int epoch) {
@@ -255,6 +257,7 @@ static uint64_t step_seed(uint64_t seed, uint64_t step) {
 static Status rollout(DistillSource *s, Model *mdl, int cnt, uint64_t seed, GenSeq **seqs, GenStats *gs, Err *e) {
     GenConfig g = s->gen;
     g.seed = seed;
+    g.prompt_keys = s->gkey;
     if (g.batch_size <= 0) g.batch_size = cnt;
     return gen_generate(mdl, &g, s->gp, s->gl, cnt, seqs, gs, e);
 }
@@ -285,7 +288,7 @@ static void log_rollouts(DistillSource *s, int step, int g, int n) {
 static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     DistillSource *s = ctx;
     const DistillConfig *c = s->cfg;
-    int B = s->B, GA = s->GA, R = B * GA, n = s->ps->n;
+    int B = s->B, GA = s->GA, R = B * GA, n = s->ps->n, W = s->dist->world, rank = s->dist->rank;
     int epoch = step / s->spe, j = step % s->spe;
     if (s->order_epoch != epoch) make_order(s, epoch);
     if (s->mode == TEACHER_EMA && step > 0) ema_update(s->teacher, m, c->teacher_ema_decay);
@@ -294,8 +297,10 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
         if (c->gkd && rng_keyed_uniform(c->train.seed, (uint32_t)step, (uint32_t)g, 0, 0x6b64u) > c->lmbda)
             s->kind[g] = c->seq_kd ? SRC_TEACHER : SRC_DATASET;
     }
-    for (int k = 0; k < R; k++) {  // a short last step of an epoch wraps to the epoch's start
-        int i = s->order[((size_t)j * R + k) % n];
+    // local row k = g * B + b is row g * W * B + rank * B + b of the step's W * R; a short last step
+    // of an epoch wraps to the epoch's start
+    for (int k = 0; k < R; k++) {
+        int i = s->order[((size_t)j * R * W + (size_t)(k / B) * W * B + (size_t)rank * B + k % B) % n];
         s->row[k] = i;
         s->sp[k] = s->ps->rows[i].ids, s->slen[k] = s->ps->rows[i].n;
         s->tpp[k] = s->tp ? s->tp[i].ids : s->sp[k];
@@ -310,11 +315,13 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
     long gen_tokens = 0;
     Status st = ST_OK;
     for (int who = 0; who < 2 && st == ST_OK; who++) {
-        int cnt = 0;
+        int cnt = 0, before = 0;  // before: micro-batches of this source ahead of row k's
         for (int k = 0; k < R; k++) {
+            if (k % B == 0 && k > 0 && (int)s->kind[k / B - 1] == who) before++;
             if ((int)s->kind[k / B] != who) continue;
             s->gp[cnt] = who == SRC_STUDENT ? s->sp[k] : s->tpp[k];
             s->gl[cnt] = who == SRC_STUDENT ? s->slen[k] : s->tlen[k];
+            s->gkey[cnt] = (before * W + rank) * B + k % B;  // its place in one process's call
             s->gidx[cnt++] = k;
         }
         if (!cnt) continue;
@@ -339,6 +346,10 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
         len_sum += len;
         clipped += !has_eos(s->cp[k], s->clen[k], s->sc.eos, s->sc.n_eos);
     }
+    // over every rank: the normaliser before the backward, the metrics' sums
+    double sums[3] = {n_gen, len_sum, clipped};
+    if (st == ST_OK) st = dist_allreduce_sum_host_d(s->dist, sums, 3, e);
+    n_gen = sums[0], len_sum = sums[1], clipped = sums[2];
     double t1 = metrics_now(), loss = 0, kl = 0, ntok = 0, ntgt = 0, t_teacher = 0;
     for (int g = 0; g < GA && st == ST_OK; g++) {
         int k = g * B;
@@ -352,6 +363,9 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
     double t_train = metrics_now() - t1;
     for (int who = 0; who < 2; who++) gen_seqs_free(seqs[who], nseq[who]);
     TRY(st);
+    double tot[4] = {loss, kl, ntok, ntgt};
+    TRY(dist_allreduce_sum_host_d(s->dist, tot, 4, e));
+    loss = tot[0], kl = tot[1], ntok = tot[2], ntgt = tot[3], R *= W;
     r->loss = loss;
     r->n_tokens = ntok;
     step_report_add(r, "kl_student_teacher", ntgt > 0 ? kl / ntgt : 0, 1);
@@ -530,6 +544,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         if (st == ST_OK) st = same_tokenizer(mc.tok, tmc.tok, c->model_dir, c->teacher_dir, e);
     }
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
+    if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);
     if (st == ST_OK) {
         c->prompts.vocab_size = m->cfg.vocab_size;
@@ -581,20 +596,28 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         st = gen_config_check(&g, m->cfg.vocab_size, e);
     }
     int B = c->B, GA = MAX(1, c->train.grad_accum);
-    if (st == ST_OK && c->log_rollouts) {
-        rf = fopen(c->log_rollouts, c->train.resume ? "a" : "w");
-        if (!rf) st = err_set(e, ST_EIO, "--log_rollouts %s: cannot open for writing", c->log_rollouts);
+    Dist one;
+    if (c->dist) s.dist = c->dist;
+    else dist_single(&one), s.dist = &one;
+    int W = s.dist->world;
+    if (st == ST_OK && c->log_rollouts) {  // rank r > 0 writes its rows to FILE.rank<r>
+        char *path = xmalloc(strlen(c->log_rollouts) + 32);
+        if (s.dist->rank == 0) strcpy(path, c->log_rollouts);
+        else sprintf(path, "%s.rank%d", c->log_rollouts, s.dist->rank);
+        rf = fopen(path, c->train.resume ? "a" : "w");
+        if (!rf) st = err_set(e, ST_EIO, "--log_rollouts %s: cannot open for writing", path);
+        free(path);
     }
     if (st == ST_OK) {
         s.cfg = c, s.teacher = t, s.ps = &ps, s.eval = c->eval_dataset ? &eps : NULL, s.tp = tp, s.etp = etp;
         s.gen = g, s.B = B, s.GA = GA, s.tok = mc.tok, s.rollouts = rf, s.order_epoch = -1;
-        s.spe = MAX(1, (ps.n + B * GA - 1) / (B * GA));
+        s.spe = MAX(1, (ps.n + B * GA * W - 1) / (B * GA * W));
         size_t R = (size_t)B * GA;
         s.order = xmalloc((size_t)ps.n * sizeof(int));
         s.row = xmalloc(R * sizeof(int)), s.clen = xmalloc(R * sizeof(int)), s.slen = xmalloc(R * sizeof(int));
         s.tlen = xmalloc(R * sizeof(int)), s.gl = xmalloc(R * sizeof(int)), s.gidx = xmalloc(R * sizeof(int));
         s.sp = xmalloc(R * sizeof *s.sp), s.tpp = xmalloc(R * sizeof *s.tpp), s.cp = xmalloc(R * sizeof *s.cp);
-        s.gp = xmalloc(R * sizeof *s.gp);
+        s.gp = xmalloc(R * sizeof *s.gp), s.gkey = xmalloc(R * sizeof(int));
         s.kind = xmalloc((size_t)GA * sizeof *s.kind);
         distill_scorer_init(&s.sc, m, t, &c->loss, B, round_up(P + C, mult), C, c->pad_to_multiple_of, g.eos, g.n_eos);
         log_info("distillation: loss %s (beta %g, top_k %d, temperature %g), teacher %s, %s rollouts: temperature %g, "
@@ -608,7 +631,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
                           .micro_batches = s.spe * GA, .batch_size = B, .grad_accum = GA, .step = distill_step,
                           .evaluate = c->eval_dataset ? distill_evaluate : NULL,
                           .save_state = s.mode == TEACHER_EMA ? save_ema : NULL,
-                          .load_state = s.mode == TEACHER_EMA ? load_ema : NULL};
+                          .load_state = s.mode == TEACHER_EMA ? load_ema : NULL, .dist = s.dist};
         st = trainer_loop(m, &src, &c->train, res, e);
         t = s.teacher;  // an EMA teacher may have been reloaded on resume
         if (st == ST_OK && t != m)
@@ -616,7 +639,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
                      t->tt.param_bytes / 1048576.0);
         distill_scorer_free(&s.sc);
         free(s.order), free(s.row), free(s.clen), free(s.slen), free(s.tlen), free(s.gl), free(s.gidx);
-        free(s.sp), free(s.tpp), free(s.cp), free(s.gp), free(s.kind);
+        free(s.sp), free(s.tpp), free(s.cp), free(s.gp), free(s.kind), free(s.gkey);
     }
     if (rf) fclose(rf);
     free_rows(tp, ps.n);

@@ -100,6 +100,7 @@ typedef struct DistillConfig {
     int pad_to_multiple_of;
     int max_plans;
     TrainConfig train;
+    Dist *dist;                  // the ranks (NULL: one process)
 } DistillConfig;
 
 // OPSD's teacher prompt (SEMANTICS_TRAINERS §3) with {problem} and {solution} placeholders.

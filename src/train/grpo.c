@@ -371,16 +371,17 @@ static Status generate_round(Grpo *g, int round, StepReport *r, Err *e) {
     int npl = g->ppr / g->W, first = j * g->ppr + g->R * npl, lo = g->R * g->n_local;
     prompt_order(g, epoch);
     const int32_t *pp[npl];
-    int pl[npl];
+    int pl[npl], keys[npl];
     for (int k = 0; k < npl; k++) {
         const PromptRow *pr = &g->ps.rows[g->perm[first + k]];
-        pp[k] = pr->ids, pl[k] = pr->n;
+        pp[k] = pr->ids, pl[k] = pr->n, keys[k] = g->R * npl + k;
     }
-    g->gen.seed = round_seed(g->c->train.seed, round);
-    g->gen.prompt_key_offset = g->R * npl;
+    GenConfig gc = g->gen;
+    gc.seed = round_seed(g->c->train.seed, round);
+    gc.prompt_keys = keys;
     GenSeq *seqs = NULL;
     GenStats gs;
-    TRY(gen_generate(g->m, &g->gen, pp, pl, npl, &seqs, &gs, e));
+    TRY(gen_generate(g->m, &gc, pp, pl, npl, &seqs, &gs, e));
     for (int q = 0; q < g->n_local; q++) {
         GenSeq *s = &seqs[q];
         int i = lo + q;
