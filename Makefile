@@ -82,6 +82,15 @@ CFLAGS += -DSTILL_CUDA -I$(CUDA_HOME)/include
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=[sm_90,compute_90] -Isrc -Xcompiler -Wall,-Wno-unused-parameter
 $(info still: CUDA on ($(NVCC)))
+# NCCL carries the collectives of device buffers when MPI is on too (src/dist/dist_nccl.c).
+ifeq ($(MPI),1)
+NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)) $(CUDA_HOME))
+NCCL_LIBDIR ?= $(firstword $(patsubst %/libnccl.so,%,$(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
+                 /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so)) $(NCCL_HOME)/lib64)
+CFLAGS += -I$(NCCL_HOME)/include
+LDLIBS += -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
+$(info still: NCCL on ($(NCCL_LIBDIR)))
+endif
 else
 CUDA_SRCS :=
 $(info still: CUDA off (make CUDA=1 to build the CUDA backend))
@@ -94,6 +103,9 @@ LIB := $(BUILD)/libstill.a
 
 TEST_SRCS := $(wildcard tests/unit/*.c tests/ops/*.c tests/model/*.c)
 TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
+# helpers the shell tests call (not tests themselves)
+TOOL_SRCS := $(wildcard tests/tools/*.c)
+TEST_BINS += $(TOOL_SRCS:%.c=$(BUILD)/%)
 # Fuzz targets (fuzz/fuzz_NAME.c): objects for the regression replay test; libFuzzer binaries
 # for scripts/fuzz.sh, which builds them with clang in build-fuzz/.
 FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
