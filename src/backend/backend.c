@@ -11,7 +11,41 @@ static int default_threads(int threads) {
     return omp_get_num_procs();
 }
 
+// Every op of the table except the optional graph_* hooks (backend.h): model/, gen/ and train/
+// call them without testing the pointer.
+#define REQUIRED_OPS(X)                                                                                            \
+    X(alloc) X(free) X(upload) X(download) X(zero) X(copy) X(sync) X(destroy) X(embedding_forward)                 \
+    X(embedding_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(matmul_forward) X(matmul_backward)              \
+    X(rope_forward) X(rope_backward) X(attention_forward) X(attention_backward) X(swiglu_forward)                  \
+    X(swiglu_backward) X(add) X(scale) X(sumsq) X(ce_head) X(adamw) X(sample_seen_update) X(sample_logits)         \
+    X(kv_cache_write) X(attention_cached) X(logprob_head) X(distill_head)
+
+// The first required op the table lacks, or NULL when it is complete.
+static const char *missing_op(const Backend *be) {
+#define CHECK_OP(op) \
+    if (!be->op) return #op;
+    REQUIRED_OPS(CHECK_OP)
+#undef CHECK_OP
+    return NULL;
+}
+
+static Status create_named(const char *name, int threads, Backend **out, Err *e);
+
 Status backend_create(const char *name, int threads, Backend **out, Err *e) {
+    *out = NULL;
+    Status st = create_named(name, threads, out, e);
+    if (st != ST_OK) return st;
+    const char *op = missing_op(*out);
+    if (op) {
+        Backend *be = *out;
+        *out = NULL;
+        if (be->destroy) be->destroy(be);
+        return err_set(e, ST_EUNSUPPORTED, "--device %s: the backend lacks the op %s", name, op);
+    }
+    return ST_OK;
+}
+
+static Status create_named(const char *name, int threads, Backend **out, Err *e) {
     threads = default_threads(threads);
     omp_set_num_threads(threads);
     if (!strcmp(name, "cpu")) {

@@ -13,6 +13,10 @@
 //  - Ops never allocate. Scratch space comes from the caller's plan.
 //  - backend/ref is the spec: plain scalar loops with double accumulators. backend/cpu and
 //    backend/cuda are held to it by tests/ops.
+//  - Every function pointer is required except graph_begin, graph_end and graph_launch (NULL on
+//    backends that run ops eagerly; callers test them). backend_create fails, naming the op,
+//    when a backend leaves a required one NULL (backend.c, REQUIRED_OPS), so a missing op is an
+//    error at startup, never a NULL call mid-run.
 #ifndef STILL_BACKEND_H
 #define STILL_BACKEND_H
 

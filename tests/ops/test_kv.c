@@ -2,7 +2,9 @@
 // training attention (a whole left-padded prompt at start 0 is the same computation) and to
 // itself chunk by chunk; every other backend is held to the reference on awkward shapes (GQA,
 // HD not a multiple of a vector, T = 1 decode, chunks that start mid-cache, holes in the key
-// mask, rows that are all padding), with guard words after every output.
+// mask, rows that are all padding, head dims above and off any tile), with guard words after every
+// output. The cuda backend takes part when the build has it and the machine has a GPU (skipped
+// with the reason otherwise); the KV ops use no GEMM, so one run covers both STILL_CUDA_GEMM modes.
 #include "ops_util.h"
 
 #define GUARD 16
@@ -171,6 +173,7 @@ static void test_backends_against_ref(void) {
         {2, 5, 4, 1, 7, 12, 3, 1},      // holes in the mask, MQA
         {3, 130, 2, 1, 16, 300, 100, 2},  // a fully masked row
         {1, 1, 2, 2, 128, 1024, 1000, 0},  // Qwen3 head size, long cache
+        {2, 3, 4, 2, 200, 300, 150, 1},    // head dim above one block of threads, holes
     };
     Backend *R = backend_ref_create(1);
     for (size_t bi = 0; bi < sizeof other_backends / sizeof *other_backends; bi++) {

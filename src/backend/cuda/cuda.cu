@@ -1,6 +1,6 @@
 // cuda.cu: the CUDA backend's context (one stream, one cuBLAS handle, grow-only scratch),
 // memory ops, captured graphs and op table. The ops live in cuda_ops.cu, cuda_attention.cu,
-// cuda_loss.cu and cuda_sample.cu.
+// cuda_loss.cu, cuda_sample.cu, cuda_kv.cu and cuda_heads.cu.
 //
 // Precision (ARCHITECTURE §3): buffers stay fp32 (activations, gradients, master weights,
 // optimizer state); every GEMM converts its operands to bf16 and accumulates in fp32
@@ -219,6 +219,10 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     be->adamw = cu_adamw;
     be->sample_seen_update = cu_sample_seen_update;
     be->sample_logits = cu_sample_logits;
+    be->kv_cache_write = cu_kv_cache_write;
+    be->attention_cached = cu_attention_cached;
+    be->logprob_head = cu_logprob_head;
+    be->distill_head = cu_distill_head;
     be->graph_begin = cuda_graph_begin;
     be->graph_end = cuda_graph_end;
     be->graph_launch = cuda_graph_launch;

@@ -49,7 +49,8 @@ typedef enum {
     CU_SCR_A = 0,  // first GEMM operand in compute dtype
     CU_SCR_B,      // second GEMM operand in compute dtype
     CU_SCR_C,      // a third operand (matmul backward: inp; ce_head: dz)
-    CU_SCR_W,      // ce_head: the LM head in compute dtype, for every chunk
+    CU_SCR_W,      // ce_head, logprob_head, distill_head: the (student's) LM head in compute dtype
+    CU_SCR_W2,     // distill_head: the teacher's LM head in compute dtype
     CU_SCR_RED,    // partial sums of reductions, attention's D
     CU_SCR_COUNT
 } CuScratchSlot;
@@ -198,5 +199,18 @@ void cu_sample_seen_update(Backend *be, uint8_t *seen, const int32_t *ids, int B
 void cu_sample_logits(Backend *be, int32_t *ids, float *logprob, float *logprob_raw, float *scores,
                       const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,
                       const int32_t *banned, int K, int B, int V);
+// cuda_kv.cu
+void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
+                       int HD, int S, int start);
+void cu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                         const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start);
+// cuda_heads.cu
+void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
+                     const void *W, DType wdt, const int32_t *targets, const float *coef, float tau, float *scratch,
+                     int chunk, int N, int C, int V);
+void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                     const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                     const int32_t *targets, const float *weights, float tau, float beta, int top_k, float grad_scale,
+                     float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V);
 
 #endif

@@ -1,0 +1,258 @@
+// cuda_heads.cu: the distillation and RL heads (backend.h, docs/heads.md; spec in
+// backend/ref/ref_heads.c), fused with the LM head like cuda_loss.cu's ce_head: per chunk of
+// rows one GEMM per model makes the chunk's logits in the caller's scratch (chunk, V), one block
+// per row computes the row's statistics (double sums, block reductions) and, for the backward
+// pass, dz in place; two GEMMs then accumulate dh += dz W and dW += dz^T h. The LM heads are
+// converted to the GEMM dtype once per call (student CU_SCR_W, teacher CU_SCR_W2).
+//
+// The teacher's top-k support is selected in the row's block without sorting: the radix select
+// of heads_math.h (four 8-bit digits of the order-preserving keys, histograms in shared memory)
+// gives the k-th largest key and how many values equal to it are kept; a block-wide prefix count
+// over ascending indices then finds the last kept tie, so the support is exactly the set
+// heads_topk_mask picks on the host.
+#include "cuda_common.cuh"
+
+#include "../heads_math.h"
+
+#define HEADS_THREADS 1024
+
+// Outputs of an ignored row: 0 everywhere, dz 0 when backward. Returns 1 when the row is ignored.
+__device__ inline int ignored_row(int tgt, float *zr, float *o0, float *o1, int backward, int V) {
+    if (tgt != IGNORE_INDEX) return 0;
+    if (threadIdx.x == 0) {
+        if (o0) *o0 = 0.0f;
+        if (o1) *o1 = 0.0f;
+    }
+    if (backward)
+        for (int v = threadIdx.x; v < V; v += blockDim.x) zr[v] = 0.0f;
+    return 1;
+}
+
+// max over z (V) (entries at -inf included; they never win over a finite one).
+__device__ inline float row_max(const float *z, int V, float *red) {
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
+    return block_max(mx, red);
+}
+
+// logsumexp of z (V) / tau over its finite entries, in double.
+__device__ inline double row_lse(const float *z, int V, double tau, float *red, double *redd) {
+    const double mx = (double)row_max(z, V, red) / tau;
+    double sum = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        if (z[v] != -INFINITY) sum += exp(z[v] / tau - mx);
+    return mx + log(block_sum(sum, redd));
+}
+
+// ---- logprob_head ----------------------------------------------------------------------------
+// z (nr, V) logits of rows r0.. (unscaled) -> row_logp, row_entropy; dz in place when backward.
+__global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, float *row_logp, float *row_entropy,
+                                                                    const int32_t *targets, const float *coef,
+                                                                    float tau, int backward, int V) {
+    __shared__ float red[32];
+    __shared__ double redd[32];
+    const int r = blockIdx.x;
+    float *zr = z + (size_t)r * V;
+    const int tgt = targets[r];
+    if (ignored_row(tgt, zr, row_logp ? row_logp + r : NULL, row_entropy ? row_entropy + r : NULL, backward, V)) return;
+    if (tgt < 0 || tgt >= V) {
+        if (threadIdx.x == 0)
+            printf("still: cuda logprob_head: target %d at chunk row %d outside the vocabulary (%d)\n", tgt, r, V);
+        __trap();
+    }
+    const double dtau = tau;
+    const double lse = row_lse(zr, V, dtau, red, redd);
+    double pa = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        double a = zr[v] / dtau;
+        pa += exp(a - lse) * a;
+    }
+    pa = block_sum(pa, redd);
+    const float zt = zr[tgt];
+    if (threadIdx.x == 0) {
+        if (row_logp) row_logp[r] = (float)(zt / dtau - lse);
+        if (row_entropy) row_entropy[r] = (float)(lse - pa);
+    }
+    if (!backward) return;
+    __syncthreads();  // every thread has read z[tgt] before z becomes dz
+    const double g = coef[r] / dtau;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        zr[v] = g == 0 ? 0.0f : (float)(g * ((v == tgt) - exp(zr[v] / dtau - lse)));
+}
+
+void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
+                     const void *W, DType wdt, const int32_t *targets, const float *coef, float tau, float *scratch,
+                     int chunk, int N, int C, int V) {
+    CHECK(chunk >= 1 && V >= 1 && tau > 0);
+    CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
+    CudaCtx *ctx = cu_ctx(be);
+    const int backward = coef != NULL;
+    const void *Wc = cu_operand(be, CU_SCR_W, W, wdt, (size_t)V * C);
+    float *z = scratch;  // (chunk, V)
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+        int nr = MIN(chunk, N - r0);
+        const void *Hc = cu_operand(be, CU_SCR_A, h + (size_t)r0 * C, DT_F32, (size_t)nr * C);
+        cu_gemm(be, 0, 1, nr, V, C, 1.0f, Hc, C, Wc, C, 0.0f, z, V);
+        logprob_row_kernel<<<nr, HEADS_THREADS, 0, ctx->stream>>>(z, row_logp ? row_logp + r0 : NULL,
+                                                                  row_entropy ? row_entropy + r0 : NULL, targets + r0,
+                                                                  backward ? coef + r0 : NULL, tau, backward, V);
+        LAUNCH_CHECK();
+        if (!backward) continue;
+        const void *G = cu_operand(be, CU_SCR_C, z, DT_F32, (size_t)nr * V);
+        cu_gemm(be, 0, 0, nr, C, V, 1.0f, G, V, Wc, C, 1.0f, dh + (size_t)r0 * C, C);
+        if (dW) cu_gemm(be, 1, 0, V, C, nr, 1.0f, G, V, Hc, C, 1.0f, dW, C);
+    }
+}
+
+// ---- distill_head ----------------------------------------------------------------------------
+// Restrict a row to the teacher's top k (0 < k < V): entries of zs and zt outside the support
+// become -inf, the support being exactly heads_topk_mask's.
+__device__ void topk_mask_block(float *zs, float *zt, int V, int k) {
+    __shared__ int cnt[256];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_need, s_tie_end, s_warp[32], s_base;
+    uint32_t prefix = 0, mask = 0;
+    int need = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) cnt[i] = 0;
+        __syncthreads();
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            uint32_t key = sample_key(zt[v]);
+            if ((key & mask) == prefix) atomicAdd(&cnt[(key >> shift) & 255], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int d = 255, nd = need;
+            for (; d > 0 && cnt[d] < nd; d--) nd -= cnt[d];
+            s_prefix = prefix | (uint32_t)d << shift;
+            s_need = nd;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 255u << shift;
+        __syncthreads();  // s_prefix, s_need and cnt are read before the next digit rewrites them
+    }
+    const uint32_t thr = prefix;  // the k-th largest key; the first `need` equal to it are kept
+    // The index of the need-th value equal to thr, in ascending index order: a block prefix count.
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (threadIdx.x == 0) s_tie_end = -1, s_base = 0;
+    __syncthreads();
+    for (int v0 = 0; v0 < V; v0 += blockDim.x) {
+        const int v = v0 + threadIdx.x;
+        const int eq = v < V && sample_key(zt[v]) == thr;
+        const unsigned bal = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) s_warp[w] = __popc(bal);
+        __syncthreads();
+        int before = s_base;
+        for (int j = 0; j < w; j++) before += s_warp[j];
+        before += __popc(bal & ((1u << lane) - 1u));
+        if (eq && before == need - 1) s_tie_end = v;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int j = 0; j < nw; j++) s_base += s_warp[j];
+        __syncthreads();
+        if (s_tie_end >= 0) break;  // uniform: read after the barrier
+    }
+    const int tie_end = s_tie_end;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        const uint32_t key = sample_key(zt[v]);
+        const int keep = key > thr || (key == thr && v <= tie_end);
+        if (!keep) zs[v] = zt[v] = -INFINITY;
+    }
+    __syncthreads();
+}
+
+// zs, zt (nr, V) student and teacher logits of rows r0.. -> row_loss, row_kl; dz_s in place over
+// zs when backward.
+__global__ void __launch_bounds__(HEADS_THREADS) distill_row_kernel(float *zs_all, float *zt_all, float *row_loss,
+                                                                    float *row_kl, const int32_t *targets,
+                                                                    const float *weights, float tau, float beta,
+                                                                    int top_k, float grad_scale, int backward, int V) {
+    __shared__ float red[32];
+    __shared__ double redd[32];
+    const int r = blockIdx.x;
+    float *zs = zs_all + (size_t)r * V, *zt = zt_all + (size_t)r * V;
+    if (ignored_row(targets[r], zs, row_loss ? row_loss + r : NULL, row_kl ? row_kl + r : NULL, backward, V)) return;
+    if (row_kl) {  // KL(student || teacher), whole vocabulary, temperature 1
+        const double la = row_lse(zs, V, 1.0, red, redd), lb = row_lse(zt, V, 1.0, red, redd);
+        double kl = 0;
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            double s = zs[v] - la, t = zt[v] - lb;
+            kl += exp(s) * (s - t);
+        }
+        kl = block_sum(kl, redd);
+        if (threadIdx.x == 0) row_kl[r] = (float)kl;
+    }
+    __syncthreads();
+    if (top_k > 0 && top_k < V) topk_mask_block(zs, zt, V, top_k);
+    const double dtau = tau, db = beta;
+    const double la = row_lse(zs, V, dtau, red, redd), lb = row_lse(zt, V, dtau, red, redd);
+    const double lb1 = log(db), la1 = log1p(-db);  // used for beta in (0, 1) only
+    double L = 0, K = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        if (zs[v] == -INFINITY) continue;
+        double s = zs[v] / dtau - la, t = zt[v] / dtau - lb, p = exp(s), q = exp(t);
+        if (beta == 0.0f) {
+            L += q * (t - s);
+        } else if (beta == 1.0f) {
+            L += p * (s - t);
+        } else {
+            double x = s + la1, y = t + lb1, mx = fmax(x, y);
+            double m = mx + log(exp(x - mx) + exp(y - mx));
+            L += db * q * (t - m) + (1 - db) * p * (s - m);
+            K += p * (s - m);
+        }
+    }
+    L = block_sum(L, redd);
+    K = block_sum(K, redd);
+    const double w = weights ? weights[r] : 1.0;
+    if (threadIdx.x == 0 && row_loss) row_loss[r] = (float)(w * L);
+    if (!backward) return;
+    const double gscale = (double)grad_scale * w;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        if (zs[v] == -INFINITY) {
+            zs[v] = 0.0f;
+            continue;
+        }
+        double s = zs[v] / dtau - la, t = zt[v] / dtau - lb, p = exp(s), q = exp(t), d;
+        if (beta == 0.0f) {
+            d = p - q;
+        } else if (beta == 1.0f) {
+            d = p * (s - t - L);
+        } else {
+            double x = s + la1, y = t + lb1, mx = fmax(x, y);
+            double m = mx + log(exp(x - mx) + exp(y - mx));
+            d = (1 - db) * p * (s - m - K);
+        }
+        zs[v] = (float)(gscale * d / dtau);
+    }
+}
+
+void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                     const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                     const int32_t *targets, const float *weights, float tau, float beta, int top_k, float grad_scale,
+                     float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V) {
+    CHECK(chunk >= 1 && V >= 1 && tau > 0 && beta >= 0 && beta <= 1 && top_k >= 0);
+    CudaCtx *ctx = cu_ctx(be);
+    const int backward = dh_s != NULL;
+    const void *Wsc = cu_operand(be, CU_SCR_W, W_s, wdt_s, (size_t)V * Cs);
+    const void *Wtc = cu_operand(be, CU_SCR_W2, W_t, wdt_t, (size_t)V * Ct);
+    float *zs = scratch_s, *zt = scratch_t;  // (chunk, V) each
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+        int nr = MIN(chunk, N - r0);
+        const void *Hs = cu_operand(be, CU_SCR_A, h_s + (size_t)r0 * Cs, DT_F32, (size_t)nr * Cs);
+        const void *Ht = cu_operand(be, CU_SCR_B, h_t + (size_t)r0 * Ct, DT_F32, (size_t)nr * Ct);
+        cu_gemm(be, 0, 1, nr, V, Cs, 1.0f, Hs, Cs, Wsc, Cs, 0.0f, zs, V);
+        cu_gemm(be, 0, 1, nr, V, Ct, 1.0f, Ht, Ct, Wtc, Ct, 0.0f, zt, V);
+        distill_row_kernel<<<nr, HEADS_THREADS, 0, ctx->stream>>>(zs, zt, row_loss ? row_loss + r0 : NULL,
+                                                                  row_kl ? row_kl + r0 : NULL, targets + r0,
+                                                                  weights ? weights + r0 : NULL, tau, beta, top_k,
+                                                                  grad_scale, backward, V);
+        LAUNCH_CHECK();
+        if (!backward) continue;
+        const void *G = cu_operand(be, CU_SCR_C, zs, DT_F32, (size_t)nr * V);
+        cu_gemm(be, 0, 0, nr, Cs, V, 1.0f, G, V, Wsc, Cs, 1.0f, dh_s + (size_t)r0 * Cs, Cs);
+        if (dW_s) cu_gemm(be, 1, 0, V, Cs, nr, 1.0f, G, V, Hs, Cs, 1.0f, dW_s, Cs);
+    }
+}
