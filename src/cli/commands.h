@@ -18,6 +18,7 @@ int cmd_loss(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
+int cmd_distill(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 

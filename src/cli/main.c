@@ -17,7 +17,7 @@ static const Command commands[] = {
     {"chat", cmd_chat, "interactive chat through the chat template"},
     {"eval", NULL, "generate for a dataset and report metrics"},
     {"sft", cmd_sft, "supervised fine-tuning (TRL SFTTrainer semantics)"},
-    {"distill", NULL, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
+    {"distill", cmd_distill, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
     {"grpo", NULL, "online RL with GRPO"},
     {"rloo", NULL, "online RL with RLOO"},
     {"demo", NULL, "the whole system on a synthetic task"},

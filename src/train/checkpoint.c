@@ -91,6 +91,11 @@ static Status write_json(const char *path, cJSON *o, Err *e) {
 
 Status checkpoint_save(const char *output_dir, const Model *m, const Optim *o, const TrainState *s, DType save_dtype,
                        const char *src, Err *e) {
+    return checkpoint_save_ex(output_dir, m, o, s, save_dtype, src, NULL, NULL, e);
+}
+
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const Optim *o, const TrainState *s,
+                          DType save_dtype, const char *src, CheckpointExtraFn extra, void *ctx, Err *e) {
     char name[64];
     snprintf(name, sizeof name, "checkpoint-%d", s->step);
     char *dir = path_join(output_dir, name), *marker = path_join(dir, CKPT_MARKER);
@@ -119,6 +124,7 @@ Status checkpoint_save(const char *output_dir, const Model *m, const Optim *o, c
         char *p = path_join(dir, "trainer_state.json");
         st = write_json(p, j, e);
         free(p);
+        if (st == ST_OK && extra) st = extra(ctx, dir, e);
         if (st == ST_OK) {
             cJSON *mk = cJSON_CreateObject();
             cJSON_AddNumberToObject(mk, "global_step", s->step);

@@ -28,6 +28,10 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
 // Write output_dir/checkpoint-<step>; o NULL = model only (--save_only_model).
 Status checkpoint_save(const char *output_dir, const Model *m, const Optim *o, const TrainState *s, DType save_dtype,
                        const char *src_model_dir, Err *e);
+// The same with extra state: extra(ctx, checkpoint_dir, e) runs before the completion marker.
+typedef Status (*CheckpointExtraFn)(void *ctx, const char *ckpt_dir, Err *e);
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const Optim *o, const TrainState *s,
+                          DType save_dtype, const char *src_model_dir, CheckpointExtraFn extra, void *ctx, Err *e);
 int checkpoint_is_complete(const char *dir);
 // The complete checkpoint-N of output_dir with the highest N; ST_ENOTFOUND if none.
 Status checkpoint_latest(const char *output_dir, char **path, Err *e);

@@ -234,6 +234,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                                        "same data, batch and seed flags", resume_dir, saved.micro_batches,
                          saved.batch_size, saved.grad_accum, (unsigned long long)saved.seed, ts.micro_batches,
                          ts.batch_size, ts.grad_accum, (unsigned long long)cfg->seed);
+        if (st == ST_OK && src->load_state) st = src->load_state(src->ctx, resume_dir, e);
         if (st == ST_OK) {
             ts.step = saved.step;
             ts.num_tokens = saved.num_tokens;
@@ -297,8 +298,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (src->evaluate && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
             st = run_eval_and_log(m, src, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
         if (st == ST_OK && cfg->save_steps > 0 && ts.step % cfg->save_steps == 0 && ts.step < total) {
-            st = checkpoint_save(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
-                                 cfg->src_model_dir, e);
+            st = checkpoint_save_ex(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
+                                    cfg->src_model_dir, src->save_state, src->ctx, e);
             if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
         }
         if (cfg->stop_after_steps > 0 && steps_run >= cfg->stop_after_steps) break;
@@ -311,8 +312,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     if (finished && src->evaluate && (cfg->eval_steps <= 0 || ts.step % cfg->eval_steps != 0))
         st = run_eval_and_log(m, src, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
     if (finished && st == ST_OK && cfg->save_steps > 0) {
-        st = checkpoint_save(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
-                             cfg->src_model_dir, e);
+        st = checkpoint_save_ex(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
+                                cfg->src_model_dir, src->save_state, src->ctx, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
     }
     if (finished && st == ST_OK) st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);

@@ -61,6 +61,11 @@ typedef struct StepSource {
     Status (*step)(void *ctx, Model *m, int step, StepReport *r, Err *e);
     // Evaluation (may be NULL): writes its metrics into o and the loss into *eval_loss.
     Status (*evaluate)(void *ctx, Model *m, cJSON *o, double *eval_loss, Err *e);
+    // State of the source that resuming needs besides the weights (may be NULL): written into
+    // every checkpoint directory before its completion marker, read back on resume (an EMA
+    // teacher, say).
+    Status (*save_state)(void *ctx, const char *ckpt_dir, Err *e);
+    Status (*load_state)(void *ctx, const char *ckpt_dir, Err *e);
 } StepSource;
 
 // The loop every trainer shares: steps, AdamW, logging, evaluation, checkpoints, resume.
