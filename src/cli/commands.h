@@ -21,5 +21,8 @@ int cmd_sft(int argc, char **argv);
 int cmd_distill(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_grpo(int argc, char **argv);
+int cmd_rloo(int argc, char **argv);
 
 #endif

@@ -15,11 +15,11 @@ static const Command commands[] = {
     {"chat-template", cmd_chat_template, "render messages through the model's chat template"},
     {"generate", cmd_generate, "generate text (static KV cache, sort-free sampling)"},
     {"chat", cmd_chat, "interactive chat through the chat template"},
-    {"eval", NULL, "generate for a dataset and report metrics"},
+    {"eval", cmd_eval, "generate for a dataset and report metrics"},
     {"sft", cmd_sft, "supervised fine-tuning (TRL SFTTrainer semantics)"},
     {"distill", cmd_distill, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
-    {"grpo", NULL, "online RL with GRPO"},
-    {"rloo", NULL, "online RL with RLOO"},
+    {"grpo", cmd_grpo, "online RL with GRPO"},
+    {"rloo", cmd_rloo, "online RL with RLOO"},
     {"demo", NULL, "the whole system on a synthetic task"},
 };
 
