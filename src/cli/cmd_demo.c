@@ -13,6 +13,7 @@
 static const ArgSpec specs[] = {
     {"output_dir", ARG_STR, "demo-out", "a fresh directory for everything (an earlier demo's output is replaced)"},
     {"quick", ARG_BOOL, "false", "the under-a-minute variant: smaller step counts (the tests run it)"},
+    {"max_steps", ARG_INT, "0", "at most N optimizer steps per stage (0 = the demo's own; a smoke test)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -28,10 +29,13 @@ static char *self_path(void) {
 
 static Status run(const Args *a, Err *e) {
     DemoConfig c = {.output_dir = args_str(a, "output_dir"), .backend = args_str(a, "device"),
-                    .quick = args_bool(a, "quick"), .seed = (uint64_t)args_int(a, "seed")};
+                    .quick = args_bool(a, "quick"), .max_steps = (int)args_int(a, "max_steps"),
+                    .seed = (uint64_t)args_int(a, "seed")};
     // A fixed thread count: the CPU backend's sums, hence the table, depend on it.
     c.threads = args_is_set(a, "threads") ? (int)args_int(a, "threads") : 2;
     if (c.threads <= 0) return err_set(e, ST_EINVAL, "--threads must be positive");
+    if (args_is_set(a, "dtype"))
+        return err_set(e, ST_EINVAL, "--dtype: the demo keeps every model in float32 (see its commands for --dtype)");
     // The stages' own logs are summarised by the demo; --log_level info shows them.
     if (!args_is_set(a, "log_level")) log_set_level(LOG_WARN);
     char *still = self_path();

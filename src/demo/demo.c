@@ -58,6 +58,14 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->eval_batch = 200;
 }
 
+static void cap_steps(DemoPlan *p, int max_steps) {
+    if (max_steps <= 0) return;
+    int *steps[] = {&p->teacher_steps, &p->student_steps, &p->distill_steps, &p->grpo_steps};
+    for (size_t i = 0; i < ARRAY_LEN(steps); i++) *steps[i] = MIN(*steps[i], max_steps);
+    p->warmup_steps = MIN(p->warmup_steps, max_steps / 2);
+    p->logging_steps = MIN(p->logging_steps, max_steps);
+}
+
 // ---- command lines ------------------------------------------------------------------------
 
 static void flag_s(StrBuf *cmd, const char *name, const char *v) { sb_printf(cmd, " --%s %s", name, v); }
@@ -289,9 +297,10 @@ static Status fresh_dir(const char *dir, Err *e) {
     return st;
 }
 
-static void stage_begin(const DemoReport *r, int id, const char *what) {
-    fprintf(stderr, "\n[%d/%d] %s\n", id + 1, DEMO_N_STAGES, what);
-    (void)r;
+static void stage_begin(int id, const char *who, const TaskModel *shape, const char *what, int steps) {
+    fprintf(stderr, "\n[%d/%d] %s", id + 1, DEMO_N_STAGES, who);
+    if (shape) fprintf(stderr, " (%.0fk parameters)", task_model_params(shape) / 1e3);
+    fprintf(stderr, ": %s, %d steps\n", what, steps);
 }
 
 // Train (the stage's function) then evaluate; fills the stage's row of the report.
@@ -360,6 +369,7 @@ Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
     memset(r, 0, sizeof *r);
     DemoPlan p;
     demo_plan(c->quick, c->seed, &p);
+    cap_steps(&p, c->max_steps);
     r->digits = p.task.digits;
     r->threads = c->threads;
     double t0 = metrics_now();
@@ -379,18 +389,21 @@ Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
                 p.task.digits, tf.n_train, tf.n_test, ps.task, c->threads);
     static const struct {
         DemoStageId id;
-        const char *name, *dir, *what;
+        const char *name, *dir, *who, *what;
         TrainFn fn;
     } stages[] = {
-        {DEMO_TEACHER, "teacher SFT", "teacher", "teacher: SFT from scratch", train_teacher},
-        {DEMO_STUDENT, "student SFT", "student-sft", "student (a smaller model): brief SFT from scratch", train_student},
-        {DEMO_DISTILL, "student distill", "student-distill",
-         "student: on-policy distillation from the teacher (the student's own rollouts)", train_distill},
-        {DEMO_GRPO, "student GRPO", "student-grpo", "student: GRPO with the exact-match reward", train_grpo},
+        {DEMO_TEACHER, "teacher SFT", "teacher", "teacher", "SFT from scratch", train_teacher},
+        {DEMO_STUDENT, "student SFT", "student-sft", "student", "brief SFT from scratch", train_student},
+        {DEMO_DISTILL, "student distill", "student-distill", "student",
+         "on-policy distillation from the teacher (on the student's own rollouts)", train_distill},
+        {DEMO_GRPO, "student GRPO", "student-grpo", "student", "GRPO with the exact-match reward", train_grpo},
     };
+    const int steps[DEMO_N_STAGES] = {p.teacher_steps, p.student_steps, p.distill_steps, p.grpo_steps};
+    const TaskModel *shapes[DEMO_N_STAGES] = {&p.teacher, &p.student, NULL, NULL};
     for (size_t i = 0; st == ST_OK && i < ARRAY_LEN(stages); i++) {
-        stage_begin(r, (int)stages[i].id, stages[i].what);
-        st = run_stage(c, &p, &ps, &tf, r, stages[i].id, stages[i].name, stages[i].dir, stages[i].fn, e);
+        DemoStageId id = stages[i].id;
+        stage_begin((int)id, stages[i].who, shapes[id], stages[i].what, steps[id]);
+        st = run_stage(c, &p, &ps, &tf, r, id, stages[i].name, stages[i].dir, stages[i].fn, e);
     }
     r->seconds = metrics_now() - t0;
     task_files_free(&tf);
@@ -428,6 +441,7 @@ Status demo_write_json(const DemoConfig *c, const DemoReport *r, Err *e) {
     cJSON_AddNumberToObject(o, "test_problems", r->n_test);
     cJSON_AddNumberToObject(o, "threads", r->threads);
     cJSON_AddBoolToObject(o, "quick", c->quick);
+    if (c->max_steps > 0) cJSON_AddNumberToObject(o, "max_steps", c->max_steps);
     cJSON_AddNumberToObject(o, "seed", (double)c->seed);
     cJSON *arr = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < r->n_stages; i++) {

@@ -16,6 +16,7 @@ typedef struct DemoConfig {
     const char *backend;      // "cpu"
     int threads;              // fixed, so that the numbers repeat from run to run
     int quick;                // the under-a-minute variant (tests)
+    int max_steps;            // > 0: at most this many optimizer steps per stage (smoke tests)
     uint64_t seed;
 } DemoConfig;
 

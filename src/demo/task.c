@@ -113,6 +113,12 @@ Status task_write_model_config(const TaskModel *m, const char *path, Err *e) {
     return write_json(path, c, e);
 }
 
+size_t task_model_params(const TaskModel *m) {
+    size_t C = (size_t)m->hidden, QD = (size_t)m->heads * m->head_dim, KD = (size_t)m->kv_heads * m->head_dim;
+    size_t layer = C * QD + 2 * C * KD + QD * C + 3 * C * (size_t)m->ffn + 2 * C + 2 * (size_t)m->head_dim;
+    return (size_t)TASK_VOCAB_SIZE * C + (size_t)m->layers * layer + C;
+}
+
 typedef struct Problem {
     int a, b;
 } Problem;

@@ -42,5 +42,7 @@ Status task_write(const TaskConfig *c, const char *dir, TaskFiles *out, Err *e);
 void task_files_free(TaskFiles *f);
 // Write a config.json for shape m at path.
 Status task_write_model_config(const TaskModel *m, const char *path, Err *e);
+// Parameters of a model of shape m (Qwen3: q/k norms, tied embeddings).
+size_t task_model_params(const TaskModel *m);
 
 #endif

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # demo_quick.sh: `still demo --quick` end to end: every stage ran and wrote its model, metrics and
 # loss curve; the table was printed; distillation raised the student's accuracy; the printed
-# commands (commands.sh) reproduce every stage bit for bit; a directory holding other files is
-# refused.
+# commands (commands.sh) reproduce the student's stages bit for bit; a directory holding other
+# files is refused.
 # asan: yes
 set -u
 BIN=${STILL_BIN:-./still}
@@ -11,8 +11,13 @@ ok() { echo "ok $1"; }
 fail() { echo "FAIL $1: $2"; }
 D="$tmp/demo"
 
+# Under ASan (several times slower) every stage runs a few steps only: the same code paths, no
+# numbers worth checking.
+asan=0; [ "${STILL_BUILD:-build}" = build-asan ] && asan=1
+SMOKE=; [ $asan = 1 ] && SMOKE="--max_steps 4"
+
 # 1. the quick demo
-if timeout 600 "$BIN" demo --quick --output_dir "$D" >"$tmp/out" 2>"$tmp/err"; then ok demo_runs
+if timeout 600 "$BIN" demo --quick $SMOKE --output_dir "$D" >"$tmp/out" 2>"$tmp/err"; then ok demo_runs
 else fail demo_runs "rc=$?: $(tail -5 "$tmp/err")"; exit 0; fi
 
 # 2. the table: one row per stage, then the total; the commands
@@ -20,7 +25,7 @@ missing=
 for s in "teacher SFT" "student SFT" "student distill" "student GRPO" "total"; do
   grep -q "^$s " "$tmp/out" || missing="$missing [$s]"
 done
-for c in "init " "sft " "distill " "grpo " "eval "; do grep -q "still $c" "$tmp/out" || missing="$missing [still $c]"; done
+for c in "init " "sft " "distill " "grpo " "eval "; do grep -qE "still(-asan)? $c" "$tmp/out" || missing="$missing [still $c]"; done
 if [ -z "$missing" ] && grep -q "stage .*accuracy .*time .*tokens/s" "$tmp/out"; then ok table_printed
 else fail table_printed "missing:$missing; $(head -20 "$tmp/out")"; fi
 
@@ -44,19 +49,24 @@ acc() {  # stage index -> accuracy
 n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["stages"]))' "$D/demo.json")
 t=$(acc 0) s=$(acc 1) d=$(acc 2) g=$(acc 3)
 if [ "$n" = 4 ]; then ok four_stages; else fail four_stages "$n stages in demo.json"; fi
+if [ $asan = 1 ]; then
+  echo "skip teacher_learned: ASan smoke run ($SMOKE)"
+  echo "skip distill_raises_accuracy: ASan smoke run ($SMOKE)"
+else
 if awk -v t="$t" -v s="$s" 'BEGIN{exit !(t >= 0.2 && t > s)}'; then ok teacher_learned
 else fail teacher_learned "teacher $t, student after SFT $s"; fi
 if awk -v s="$s" -v d="$d" 'BEGIN{exit !(d >= s + 0.05)}'; then ok distill_raises_accuracy
 else fail distill_raises_accuracy "student after SFT $s, after distillation $d"; fi
+fi
 # the eval files say the same as the table
 e=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["exact_match:answer"])' "$D/eval/student-grpo/eval.json")
 if [ "$e" = "$g" ]; then ok eval_json_matches; else fail eval_json_matches "eval.json $e, demo.json $g"; fi
 
 # 5. the printed commands reproduce the student's stages (same weights, same accuracies):
 # commands.sh without the teacher's section, re-run into a copy of the task files and the teacher
-# (skipped under ASan: the quick demo runs once there)
-if [ "${STILL_BUILD:-build}" = build-asan ]; then
-  echo "skip commands_reproduce: the quick demo runs once under ASan"
+# (not under ASan)
+if [ $asan = 1 ]; then
+  echo "skip commands_reproduce: ASan smoke run ($SMOKE)"
 else
   R="$tmp/re"
   mkdir -p "$R" && cp -r "$D/task" "$D/configs" "$D/teacher" "$R/"
