@@ -97,7 +97,7 @@ $(info still: CUDA off (make CUDA=1 to build the CUDA backend))
 endif
 
 LIB_SRCS := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/model/*.c src/backend/*.c src/backend/ref/*.c \
-            src/backend/cpu/*.c src/tokenizer/*.c src/gen/*.c src/train/*.c src/dist/*.c src/cli/*.c))
+            src/backend/cpu/*.c src/tokenizer/*.c src/gen/*.c src/train/*.c src/dist/*.c src/demo/*.c src/cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 LIB := $(BUILD)/libstill.a
 

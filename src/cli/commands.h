@@ -24,5 +24,6 @@ int cmd_chat(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_grpo(int argc, char **argv);
 int cmd_rloo(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 #endif

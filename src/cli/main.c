@@ -20,7 +20,7 @@ static const Command commands[] = {
     {"distill", cmd_distill, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
     {"grpo", cmd_grpo, "online RL with GRPO"},
     {"rloo", cmd_rloo, "online RL with RLOO"},
-    {"demo", NULL, "the whole system on a synthetic task"},
+    {"demo", cmd_demo, "the whole system on a synthetic task, in minutes, nothing to download"},
 };
 
 static void usage(FILE *f) {

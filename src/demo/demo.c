@@ -1,0 +1,486 @@
+// demo.c: the demo's stages (demo.h). Each stage fills the configuration struct of a library
+// function and, flag by flag from the same values, the command line that builds that struct.
+#include "demo.h"
+
+#include "../core/alloc.h"
+#include "../core/fileio.h"
+#include "../core/log.h"
+#include "../train/checkpoint.h"
+#include "../train/distill.h"
+#include "../train/eval.h"
+#include "../train/grpo.h"
+#include "../train/metrics.h"
+#include "../train/sft.h"
+#include "task.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <string.h>
+
+// Sizes, step counts and learning rates of one demo variant.
+typedef struct DemoPlan {
+    TaskConfig task;
+    TaskModel teacher, student;
+    int pad;                       // pad_to_multiple_of of every stage
+    int sft_batch;                 // rows per SFT step
+    int teacher_steps, student_steps;
+    double teacher_lr, student_lr;
+    int distill_steps, distill_batch;
+    double distill_lr;
+    int grpo_steps, grpo_batch, grpo_generations;
+    double grpo_lr;
+    int warmup_steps, logging_steps;
+    int eval_batch;
+} DemoPlan;
+
+static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
+    memset(p, 0, sizeof *p);
+    p->task = (TaskConfig){.digits = 2, .n_test = 200, .seed = seed};
+    // the student has under half the teacher's parameters
+    p->teacher = (TaskModel){.hidden = 96, .layers = 2, .heads = 6, .kv_heads = 2, .head_dim = 16, .ffn = 288};
+    p->student = (TaskModel){.hidden = 64, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 192};
+    p->pad = 8;
+    p->sft_batch = 64;
+    p->teacher_steps = quick ? 700 : 1500;
+    p->teacher_lr = 2e-3;
+    p->student_steps = quick ? 150 : 200;
+    p->student_lr = 3e-3;
+    p->distill_steps = quick ? 200 : 400;
+    p->distill_batch = 64;
+    p->distill_lr = 3e-3;
+    p->grpo_steps = quick ? 20 : 100;
+    p->grpo_batch = 64;
+    p->grpo_generations = 8;
+    p->grpo_lr = 1e-5;
+    p->warmup_steps = 20;
+    p->logging_steps = quick ? 10 : 25;
+    p->eval_batch = 200;
+}
+
+static void cap_steps(DemoPlan *p, int max_steps) {
+    if (max_steps <= 0) return;
+    int *steps[] = {&p->teacher_steps, &p->student_steps, &p->distill_steps, &p->grpo_steps};
+    for (size_t i = 0; i < ARRAY_LEN(steps); i++) *steps[i] = MIN(*steps[i], max_steps);
+    p->warmup_steps = MIN(p->warmup_steps, max_steps / 2);
+    p->logging_steps = MIN(p->logging_steps, max_steps);
+}
+
+// ---- command lines ------------------------------------------------------------------------
+
+static void flag_s(StrBuf *cmd, const char *name, const char *v) { sb_printf(cmd, " --%s %s", name, v); }
+static void flag_i(StrBuf *cmd, const char *name, long long v) { sb_printf(cmd, " --%s %lld", name, v); }
+
+// A number as the shortest text that reads back as the same double.
+static void flag_f(StrBuf *cmd, const char *name, double v) {
+    char buf[64];
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    flag_s(cmd, name, buf);
+}
+
+static void cmd_begin(StrBuf *cmd, const DemoConfig *dc, const char *command) { sb_printf(cmd, "%s %s", dc->still, command); }
+
+// Flags every command of the demo gives: the seed and the thread count (the numbers depend on it).
+static void cmd_end(StrBuf *cmd, const DemoConfig *dc) {
+    flag_i(cmd, "seed", (long long)dc->seed);
+    flag_i(cmd, "threads", dc->threads);
+    sb_putc(cmd, '\n');
+}
+
+// The trainer loop's settings (TrainingArguments), shared by the three trainers: the struct and
+// the flags from the same values. Everything not given is the commands' default.
+static void train_args(TrainConfig *t, StrBuf *cmd, const DemoConfig *dc, const DemoPlan *p, const char *out,
+                       int steps, double lr, SchedType sched) {
+    memset(t, 0, sizeof *t);
+    t->output_dir = out;
+    t->grad_accum = 1;
+    t->num_train_epochs = 3;
+    t->max_steps = steps;
+    t->opt = (OptimConfig){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0, .sched = sched};
+    t->warmup_steps = sched == SCHED_CONSTANT ? 0 : p->warmup_steps;
+    t->logging_steps = p->logging_steps;
+    t->save_steps = 0;  // --save_strategy no: the final model only
+    t->seed = dc->seed;
+    flag_s(cmd, "output_dir", out);
+    flag_i(cmd, "max_steps", steps);
+    flag_f(cmd, "learning_rate", lr);
+    flag_s(cmd, "lr_scheduler_type", optim_schedule_name(sched));
+    if (t->warmup_steps > 0) flag_f(cmd, "warmup_steps", t->warmup_steps);
+    flag_i(cmd, "logging_steps", t->logging_steps);
+    flag_s(cmd, "save_strategy", "no");
+}
+
+// ---- stages -------------------------------------------------------------------------------
+
+typedef struct Paths {
+    char *root, *task, *configs, *eval;
+} Paths;
+
+static char *join(const char *a, const char *b) { return path_join(a, b); }
+
+// `still init`: a random model of shape `shape` with the task's tokenizer.
+static Status init_model(const DemoConfig *dc, const TaskModel *shape, const char *config_path, const char *tok_dir,
+                         const char *out, size_t *params, StrBuf *cmd, Err *e) {
+    TRY(task_write_model_config(shape, config_path, e));
+    cmd_begin(cmd, dc, "init");
+    flag_s(cmd, "model_config", config_path);
+    flag_s(cmd, "tokenizer", tok_dir);
+    flag_s(cmd, "output_dir", out);
+    cmd_end(cmd, dc);
+    ModelConfig cfg;
+    TRY(config_load(config_path, &cfg, e));
+    Backend *be = NULL;
+    Model *m = NULL;
+    Status st = backend_create(dc->backend, dc->threads, &be, e);
+    if (st == ST_OK) st = model_create_random(&cfg, be, dc->seed, &m, e);
+    if (st == ST_OK) st = checkpoint_write_model(out, m, DT_F32, tok_dir, e);
+    if (st == ST_OK) *params = m->tt.n_params;
+    if (m) model_free(m);  // the model owns cfg
+    else config_free(&cfg);
+    if (be) backend_destroy(be);
+    return st;
+}
+
+// `still sft` with prompt-completion rows (completion-only loss, EOS appended).
+static Status sft_stage(const DemoConfig *dc, const DemoPlan *p, const char *model, const char *dataset,
+                        const char *out, int steps, double lr, TrainResult *res, StrBuf *cmd, Err *e) {
+    SftConfig c;
+    memset(&c, 0, sizeof c);
+    cmd_begin(cmd, dc, "sft");
+    c.model_dir = model, c.dataset = dataset;
+    flag_s(cmd, "model", model);
+    flag_s(cmd, "dataset", dataset);
+    c.backend = dc->backend, c.threads = dc->threads;
+    c.dtype = -1, c.save_dtype = -1;
+    c.data = (DataConfig){.text_field = "text", .max_length = 1024, .completion_only_loss = -1};
+    c.packing_strategy = PACK_BFD;
+    c.batch = (BatchConfig){.B = p->sft_batch, .pad_to_multiple_of = p->pad, .shuffle = 1, .seed = dc->seed};
+    flag_i(cmd, "per_device_train_batch_size", c.batch.B);
+    flag_i(cmd, "pad_to_multiple_of", c.batch.pad_to_multiple_of);
+    c.eval_batch_size = 8;
+    train_args(&c.train, cmd, dc, p, out, steps, lr, SCHED_COSINE);
+    cmd_end(cmd, dc);
+    return sft_run(&c, res, e);
+}
+
+// `still distill`: the student samples completions of the prompts, the teacher scores them
+// (generalized JSD with beta 1: reverse KL, DistillationTrainer's default).
+static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char *student, const char *teacher,
+                            const char *prompts, const char *out, TrainResult *res, StrBuf *cmd, Err *e) {
+    DistillConfig c;
+    memset(&c, 0, sizeof c);
+    cmd_begin(cmd, dc, "distill");
+    c.model_dir = student, c.teacher_dir = teacher, c.dataset = prompts;
+    flag_s(cmd, "model", student);
+    flag_s(cmd, "teacher", teacher);
+    flag_s(cmd, "dataset", prompts);
+    c.backend = dc->backend, c.threads = dc->threads;
+    c.dtype = -1, c.save_dtype = -1, c.teacher_dtype = (DType)-1;
+    c.loss = (DistillLoss){.kind = DISTILL_LOSS_JSD, .beta = 1.0f, .top_k = 0, .tau = 1.0f};
+    GenConfig *g = &c.gen;
+    gen_config_default(g);
+    g->do_sample = 1, g->temperature = 1.0f, g->top_p = 0.95, g->top_k = 0;
+    g->min_p = 0, g->repetition_penalty = 1, g->no_repeat_ngram_size = 0, g->min_new_tokens = 0;
+    g->prefill_chunk_size = 512;
+    g->max_new_tokens = p->task.digits + 4;
+    flag_i(cmd, "max_completion_length", g->max_new_tokens);
+    c.lmbda = 0.5;
+    c.teacher_mode = TEACHER_FIXED, c.teacher_ema_decay = 0.999;
+    c.shuffle = 1;
+    c.pad_to_multiple_of = p->pad;
+    flag_i(cmd, "pad_to_multiple_of", p->pad);
+    c.B = p->distill_batch;
+    flag_i(cmd, "per_device_train_batch_size", c.B);
+    train_args(&c.train, cmd, dc, p, out, p->distill_steps, p->distill_lr, SCHED_COSINE);
+    cmd_end(cmd, dc);
+    return distill_run(&c, res, e);
+}
+
+// `still grpo` with the exact-match reward against the prompts' answer column.
+static Status grpo_stage(const DemoConfig *dc, const DemoPlan *p, const char *model, const char *prompts,
+                         const char *out, TrainResult *res, StrBuf *cmd, Err *e) {
+    static const char *rewards[] = {"exact_match:answer"};
+    GrpoConfig c;
+    grpo_config_default(&c, GRPO_ALGO_GRPO);
+    cmd_begin(cmd, dc, "grpo");
+    c.model_dir = model, c.dataset = prompts;
+    flag_s(cmd, "model", model);
+    flag_s(cmd, "dataset", prompts);
+    c.reward_specs = rewards, c.n_rewards = 1;
+    flag_s(cmd, "reward", rewards[0]);
+    c.backend = dc->backend, c.threads = dc->threads;
+    c.num_generations = p->grpo_generations;
+    flag_i(cmd, "num_generations", c.num_generations);
+    c.max_completion_length = p->task.digits + 4;
+    flag_i(cmd, "max_completion_length", c.max_completion_length);
+    c.per_device_train_batch_size = p->grpo_batch;
+    flag_i(cmd, "per_device_train_batch_size", c.per_device_train_batch_size);
+    c.pad_to_multiple_of = p->pad;
+    flag_i(cmd, "pad_to_multiple_of", p->pad);
+    train_args(&c.train, cmd, dc, p, out, p->grpo_steps, p->grpo_lr, SCHED_CONSTANT);
+    cmd_end(cmd, dc);
+    return grpo_run(&c, res, e);
+}
+
+// `still eval`: greedy completions of the held-out problems, exact match against their answers.
+static Status eval_stage(const DemoConfig *dc, const DemoPlan *p, const char *model, const char *test,
+                         const char *out, double *accuracy, double *seconds, StrBuf *cmd, Err *e) {
+    static const char *metrics[] = {"exact_match:answer"};
+    EvalConfig c;
+    memset(&c, 0, sizeof c);
+    cmd_begin(cmd, dc, "eval");
+    c.dataset = test;
+    flag_s(cmd, "model", model);
+    flag_s(cmd, "dataset", test);
+    c.metrics = metrics, c.n_metrics = 1;
+    flag_s(cmd, "metric", metrics[0]);
+    c.output_dir = out;
+    flag_s(cmd, "output_dir", out);
+    c.reward_timeout = 60;
+    c.loss = 0;
+    flag_s(cmd, "loss", "false");
+    GenConfig *g = &c.gen;
+    eval_gen_config_default(g);
+    g->max_new_tokens = p->task.digits + 4;
+    flag_i(cmd, "max_new_tokens", g->max_new_tokens);
+    g->do_sample = 0, g->temperature = 1.0f, g->top_k = 0, g->top_p = 1.0, g->min_p = 0;
+    g->num_return_sequences = 1;
+    g->batch_size = p->eval_batch;
+    flag_i(cmd, "batch_size", g->batch_size);
+    g->pad_to_multiple_of = p->pad;
+    flag_i(cmd, "pad_to_multiple_of", p->pad);
+    g->seed = dc->seed;
+    cmd_end(cmd, dc);
+    EvalResult r = {0};
+    Status st = eval_run(model, dc->backend, dc->threads, -1, &c, &r, e);
+    if (st == ST_OK) {
+        *accuracy = r.n_metrics == 1 && r.counts[0] > 0 ? r.values[0] : 0.0;
+        *seconds = r.seconds;
+    }
+    eval_result_free(&r);
+    return st;
+}
+
+// ---- the run ------------------------------------------------------------------------------
+
+// The output directory: created, or an earlier demo's output (marked) replaced. Anything else
+// that is not empty is left alone.
+static const char *MARKER = ".still-demo";
+
+static Status fresh_dir(const char *dir, Err *e) {
+    if (dir_exists(dir)) {
+        char *marker = join(dir, MARKER);
+        int ours = file_exists(marker);
+        free(marker);
+        if (!ours) {
+            DIR *d = opendir(dir);
+            int empty = 1;
+            struct dirent *de;
+            while (d && (de = readdir(d)))
+                if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
+            if (d) closedir(d);
+            if (!empty)
+                return err_set(e, ST_EINVAL, "%s exists and is not an earlier demo's output: give another --output_dir",
+                               dir);
+        } else {
+            TRY(dir_remove_tree(dir, e));
+        }
+    }
+    TRY(dir_create(dir, e));
+    char *marker = join(dir, MARKER);
+    const char *text = "written by `still demo`; the next demo run replaces this directory\n";
+    Status st = file_write_atomic(marker, text, strlen(text), e);
+    free(marker);
+    return st;
+}
+
+static void stage_begin(int id, const char *who, const TaskModel *shape, const char *what, int steps) {
+    fprintf(stderr, "\n[%d/%d] %s", id + 1, DEMO_N_STAGES, who);
+    if (shape) fprintf(stderr, " (%.0fk parameters)", task_model_params(shape) / 1e3);
+    fprintf(stderr, ": %s, %d steps\n", what, steps);
+}
+
+// Train (the stage's function) then evaluate; fills the stage's row of the report.
+typedef Status (*TrainFn)(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
+                          DemoReport *r, TrainResult *res, StrBuf *cmd, Err *e);
+
+static Status run_stage(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf, DemoReport *r,
+                        DemoStageId id, const char *name, const char *dir_name, TrainFn train, Err *e) {
+    DemoStage *s = &r->stages[id];
+    s->name = name;
+    s->model_dir = join(ps->root, dir_name);
+    double t0 = metrics_now();
+    StrBuf cmd = {0};
+    TrainResult res;
+    memset(&res, 0, sizeof res);
+    Status st = train(dc, p, ps, tf, r, &res, &cmd, e);
+    char *eval_dir = join(ps->eval, dir_name);
+    if (st == ST_OK) st = eval_stage(dc, p, s->model_dir, tf->test, eval_dir, &s->accuracy, &s->eval_seconds, &cmd, e);
+    free(eval_dir);
+    s->steps = res.steps;
+    s->train_seconds = res.train_seconds;
+    s->tokens_per_second = res.tokens_per_second;
+    s->seconds = metrics_now() - t0;
+    s->commands = sb_take(&cmd);
+    if (st != ST_OK) return err_prefix(e, "%s: ", name);
+    r->n_stages = id + 1;
+    fprintf(stderr, "    %s: %.1f%% exact match on %d held-out problems (%.1f s)\n", name, 100 * s->accuracy, r->n_test,
+            s->seconds);
+    return ST_OK;
+}
+
+static Status train_teacher(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
+                            DemoReport *r, TrainResult *res, StrBuf *cmd, Err *e) {
+    DemoStage *s = &r->stages[DEMO_TEACHER];
+    char *cfg = join(ps->configs, "teacher.json"), *init = join(ps->root, "teacher-init");
+    Status st = init_model(dc, &p->teacher, cfg, tf->tokenizer_dir, init, &s->params, cmd, e);
+    if (st == ST_OK) st = sft_stage(dc, p, init, tf->train, s->model_dir, p->teacher_steps, p->teacher_lr, res, cmd, e);
+    free(cfg), free(init);
+    return st;
+}
+
+static Status train_student(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
+                            DemoReport *r, TrainResult *res, StrBuf *cmd, Err *e) {
+    DemoStage *s = &r->stages[DEMO_STUDENT];
+    char *cfg = join(ps->configs, "student.json"), *init = join(ps->root, "student-init");
+    Status st = init_model(dc, &p->student, cfg, tf->tokenizer_dir, init, &s->params, cmd, e);
+    if (st == ST_OK) st = sft_stage(dc, p, init, tf->train, s->model_dir, p->student_steps, p->student_lr, res, cmd, e);
+    free(cfg), free(init);
+    return st;
+}
+
+static Status train_distill(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
+                            DemoReport *r, TrainResult *res, StrBuf *cmd, Err *e) {
+    r->stages[DEMO_DISTILL].params = r->stages[DEMO_STUDENT].params;
+    return distill_stage(dc, p, r->stages[DEMO_STUDENT].model_dir, r->stages[DEMO_TEACHER].model_dir, tf->prompts,
+                         r->stages[DEMO_DISTILL].model_dir, res, cmd, e);
+}
+
+static Status train_grpo(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf, DemoReport *r,
+                         TrainResult *res, StrBuf *cmd, Err *e) {
+    r->stages[DEMO_GRPO].params = r->stages[DEMO_STUDENT].params;
+    return grpo_stage(dc, p, r->stages[DEMO_DISTILL].model_dir, tf->prompts, r->stages[DEMO_GRPO].model_dir, res, cmd, e);
+}
+
+Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
+    memset(r, 0, sizeof *r);
+    DemoPlan p;
+    demo_plan(c->quick, c->seed, &p);
+    cap_steps(&p, c->max_steps);
+    r->digits = p.task.digits;
+    r->threads = c->threads;
+    double t0 = metrics_now();
+    TRY(fresh_dir(c->output_dir, e));
+    Paths ps = {.root = xstrdup(c->output_dir)};
+    ps.task = join(ps.root, "task");
+    ps.configs = join(ps.root, "configs");
+    ps.eval = join(ps.root, "eval");
+    TaskFiles tf = {0};
+    Status st = task_write(&p.task, ps.task, &tf, e);
+    if (st == ST_OK) st = dir_create(ps.configs, e);
+    if (st == ST_OK) st = dir_create(ps.eval, e);
+    r->n_train = tf.n_train, r->n_test = tf.n_test;
+    r->data_seconds = metrics_now() - t0;
+    if (st == ST_OK)
+        fprintf(stderr, "still demo: %d-digit addition, %d training problems, %d held out; %s; %d threads\n",
+                p.task.digits, tf.n_train, tf.n_test, ps.task, c->threads);
+    static const struct {
+        DemoStageId id;
+        const char *name, *dir, *who, *what;
+        TrainFn fn;
+    } stages[] = {
+        {DEMO_TEACHER, "teacher SFT", "teacher", "teacher", "SFT from scratch", train_teacher},
+        {DEMO_STUDENT, "student SFT", "student-sft", "student", "brief SFT from scratch", train_student},
+        {DEMO_DISTILL, "student distill", "student-distill", "student",
+         "on-policy distillation from the teacher (on the student's own rollouts)", train_distill},
+        {DEMO_GRPO, "student GRPO", "student-grpo", "student", "GRPO with the exact-match reward", train_grpo},
+    };
+    const int steps[DEMO_N_STAGES] = {p.teacher_steps, p.student_steps, p.distill_steps, p.grpo_steps};
+    const TaskModel *shapes[DEMO_N_STAGES] = {&p.teacher, &p.student, NULL, NULL};
+    for (size_t i = 0; st == ST_OK && i < ARRAY_LEN(stages); i++) {
+        DemoStageId id = stages[i].id;
+        stage_begin((int)id, stages[i].who, shapes[id], stages[i].what, steps[id]);
+        st = run_stage(c, &p, &ps, &tf, r, id, stages[i].name, stages[i].dir, stages[i].fn, e);
+    }
+    r->seconds = metrics_now() - t0;
+    task_files_free(&tf);
+    free(ps.root), free(ps.task), free(ps.configs), free(ps.eval);
+    return st;
+}
+
+// ---- the report ---------------------------------------------------------------------------
+
+void demo_print_report(FILE *f, const DemoConfig *c, const DemoReport *r) {
+    fprintf(f, "\nstill demo: %d-digit addition, greedy exact match on %d held-out problems, %d threads\n\n", r->digits,
+            r->n_test, r->threads);
+    fprintf(f, "%-17s %9s %6s %9s %8s %10s\n", "stage", "params", "steps", "accuracy", "time", "tokens/s");
+    for (int i = 0; i < r->n_stages; i++) {
+        const DemoStage *s = &r->stages[i];
+        fprintf(f, "%-17s %9zu %6d %8.1f%% %7.1fs %10.0f\n", s->name, s->params, s->steps, 100 * s->accuracy,
+                s->seconds, s->tokens_per_second);
+    }
+    fprintf(f, "%-17s %9s %6s %9s %7.1fs\n", "total", "", "", "", r->seconds);
+    if (r->n_stages > DEMO_DISTILL)
+        fprintf(f, "\ndistillation: %+.1f points over the student's SFT; GRPO: %+.1f points over distillation\n",
+                100 * (r->stages[DEMO_DISTILL].accuracy - r->stages[DEMO_STUDENT].accuracy),
+                r->n_stages > DEMO_GRPO ? 100 * (r->stages[DEMO_GRPO].accuracy - r->stages[DEMO_DISTILL].accuracy) : 0.0);
+    fprintf(f, "\nmodels (Hugging Face layout; metrics.jsonl and loss.svg beside each):\n");
+    for (int i = 0; i < r->n_stages; i++) fprintf(f, "  %-17s %s\n", r->stages[i].name, r->stages[i].model_dir);
+    fprintf(f, "\nthe same, by hand (also in %s/commands.sh; the task files come from the demo):\n", c->output_dir);
+    for (int i = 0; i < r->n_stages; i++) fprintf(f, "# %s\n%s", r->stages[i].name, r->stages[i].commands);
+}
+
+Status demo_write_json(const DemoConfig *c, const DemoReport *r, Err *e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "task", "addition");
+    cJSON_AddNumberToObject(o, "digits", r->digits);
+    cJSON_AddNumberToObject(o, "train_problems", r->n_train);
+    cJSON_AddNumberToObject(o, "test_problems", r->n_test);
+    cJSON_AddNumberToObject(o, "threads", r->threads);
+    cJSON_AddBoolToObject(o, "quick", c->quick);
+    if (c->max_steps > 0) cJSON_AddNumberToObject(o, "max_steps", c->max_steps);
+    cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+    cJSON *arr = cJSON_AddArrayToObject(o, "stages");
+    for (int i = 0; i < r->n_stages; i++) {
+        const DemoStage *s = &r->stages[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "stage", s->name);
+        cJSON_AddStringToObject(j, "model", s->model_dir);
+        cJSON_AddNumberToObject(j, "params", (double)s->params);
+        cJSON_AddNumberToObject(j, "steps", s->steps);
+        cJSON_AddNumberToObject(j, "accuracy", s->accuracy);
+        cJSON_AddNumberToObject(j, "seconds", s->seconds);
+        cJSON_AddNumberToObject(j, "train_seconds", s->train_seconds);
+        cJSON_AddNumberToObject(j, "eval_seconds", s->eval_seconds);
+        cJSON_AddNumberToObject(j, "tokens_per_second", s->tokens_per_second);
+        cJSON_AddStringToObject(j, "commands", s->commands);
+        cJSON_AddItemToArray(arr, j);
+    }
+    cJSON_AddNumberToObject(o, "seconds", r->seconds);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    char *path = join(c->output_dir, "demo.json");
+    Status st = file_write_atomic(path, text, strlen(text), e);
+    free(path);
+    free(text);
+    TRY(st);
+    StrBuf sh = {0};
+    sb_printf(&sh, "#!/bin/sh\n# The stages of `still demo --output_dir %s`, by hand. The task files (%s/task) and the\n"
+                   "# model configs (%s/configs) are the demo's own. Sleeping OpenMP waits, as the demo runs them.\n"
+                   "set -e\nexport OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}\n",
+              c->output_dir, c->output_dir, c->output_dir);
+    for (int i = 0; i < r->n_stages; i++) sb_printf(&sh, "\n# %s\n%s", r->stages[i].name, r->stages[i].commands);
+    path = join(c->output_dir, "commands.sh");
+    st = file_write_atomic(path, sh.data, sh.len, e);
+    free(path);
+    sb_free(&sh);
+    return st;
+}
+
+void demo_report_free(DemoReport *r) {
+    for (int i = 0; i < DEMO_N_STAGES; i++) free(r->stages[i].model_dir), free(r->stages[i].commands);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# demo_quick.sh: `still demo --quick` end to end: every stage ran and wrote its model, metrics and
+# loss curve; the table was printed; distillation raised the student's accuracy; the printed
+# commands (commands.sh) reproduce the student's stages bit for bit; a directory holding other
+# files is refused.
+# asan: yes
+set -u
+BIN=${STILL_BIN:-./still}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; }
+D="$tmp/demo"
+
+# Under ASan (several times slower) every stage runs a few steps only: the same code paths, no
+# numbers worth checking.
+asan=0; [ "${STILL_BUILD:-build}" = build-asan ] && asan=1
+SMOKE=; [ $asan = 1 ] && SMOKE="--max_steps 4"
+
+# 1. the quick demo
+if timeout 600 "$BIN" demo --quick $SMOKE --output_dir "$D" >"$tmp/out" 2>"$tmp/err"; then ok demo_runs
+else fail demo_runs "rc=$?: $(tail -5 "$tmp/err")"; exit 0; fi
+
+# 2. the table: one row per stage, then the total; the commands
+missing=
+for s in "teacher SFT" "student SFT" "student distill" "student GRPO" "total"; do
+  grep -q "^$s " "$tmp/out" || missing="$missing [$s]"
+done
+for c in "init " "sft " "distill " "grpo " "eval "; do grep -qE "still(-asan)? $c" "$tmp/out" || missing="$missing [still $c]"; done
+if [ -z "$missing" ] && grep -q "stage .*accuracy .*time .*tokens/s" "$tmp/out"; then ok table_printed
+else fail table_printed "missing:$missing; $(head -20 "$tmp/out")"; fi
+
+# 3. every stage's files
+missing=
+for m in teacher student-sft student-distill student-grpo; do
+  for f in model.safetensors config.json tokenizer.json metrics.jsonl loss.svg; do
+    [ -s "$D/$m/$f" ] || missing="$missing $m/$f"
+  done
+  for f in eval.json generations.jsonl; do [ -s "$D/eval/$m/$f" ] || missing="$missing eval/$m/$f"; done
+done
+for f in task/train.jsonl task/prompts.jsonl task/test.jsonl task/tokenizer/tokenizer.json demo.json commands.sh; do
+  [ -s "$D/$f" ] || missing="$missing $f"
+done
+if [ -z "$missing" ] && grep -q "<svg" "$D/student-distill/loss.svg"; then ok stage_files; else fail stage_files "missing:$missing"; fi
+
+# 4. the numbers: four stages, accuracies in [0, 1], the teacher learned, distillation raised the student
+acc() {  # stage index -> accuracy
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stages"][int(sys.argv[2])]["accuracy"])' "$D/demo.json" "$1"
+}
+n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["stages"]))' "$D/demo.json")
+t=$(acc 0) s=$(acc 1) d=$(acc 2) g=$(acc 3)
+if [ "$n" = 4 ]; then ok four_stages; else fail four_stages "$n stages in demo.json"; fi
+if [ $asan = 1 ]; then
+  echo "skip teacher_learned: ASan smoke run ($SMOKE)"
+  echo "skip distill_raises_accuracy: ASan smoke run ($SMOKE)"
+else
+if awk -v t="$t" -v s="$s" 'BEGIN{exit !(t >= 0.2 && t > s)}'; then ok teacher_learned
+else fail teacher_learned "teacher $t, student after SFT $s"; fi
+if awk -v s="$s" -v d="$d" 'BEGIN{exit !(d >= s + 0.05)}'; then ok distill_raises_accuracy
+else fail distill_raises_accuracy "student after SFT $s, after distillation $d"; fi
+fi
+# the eval files say the same as the table
+e=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["exact_match:answer"])' "$D/eval/student-grpo/eval.json")
+if [ "$e" = "$g" ]; then ok eval_json_matches; else fail eval_json_matches "eval.json $e, demo.json $g"; fi
+
+# 5. the printed commands reproduce the student's stages (same weights, same accuracies):
+# commands.sh without the teacher's section, re-run into a copy of the task files and the teacher
+# (not under ASan)
+if [ $asan = 1 ]; then
+  echo "skip commands_reproduce: ASan smoke run ($SMOKE)"
+else
+  R="$tmp/re"
+  mkdir -p "$R" && cp -r "$D/task" "$D/configs" "$D/teacher" "$R/"
+  awk '/^# teacher SFT$/ {skip = 1; next} /^# / {skip = 0} !skip' "$D/commands.sh" |
+    sed -e "s#$D#$R#g" -e "s#^\./still #$BIN #; s#^[^ #]*/still #$BIN #" >"$R/commands.sh"
+  if ! grep -q "still sft\|^$BIN sft" "$R/commands.sh" || grep -q "output_dir $R/teacher " "$R/commands.sh"; then
+    fail commands_reproduce "unexpected commands.sh: $(cat "$R/commands.sh")"
+  elif sh "$R/commands.sh" >"$tmp/re.out" 2>"$tmp/re.err"; then
+    diffs=
+    for m in student-init student-sft student-distill student-grpo; do
+      cmp -s "$D/$m/model.safetensors" "$R/$m/model.safetensors" || diffs="$diffs $m"
+    done
+    for m in student-sft student-distill student-grpo; do
+      a=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["exact_match:answer"])' "$D/eval/$m/eval.json")
+      b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["exact_match:answer"])' "$R/eval/$m/eval.json")
+      [ "$a" = "$b" ] || diffs="$diffs eval/$m($a vs $b)"
+    done
+    if [ -z "$diffs" ]; then ok commands_reproduce; else fail commands_reproduce "differ:$diffs"; fi
+  else
+    fail commands_reproduce "commands.sh failed: $(tail -3 "$tmp/re.err")"
+  fi
+fi
+
+# 6. the output directory is marked as the demo's (the next run replaces it); a directory with
+# other files in it is refused and left alone
+if [ -f "$D/.still-demo" ]; then ok marked_as_demo_output; else fail marked_as_demo_output "no $D/.still-demo"; fi
+mkdir -p "$tmp/other" && echo keep >"$tmp/other/file"
+out=$("$BIN" demo --quick --output_dir "$tmp/other" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && grep -q "not an earlier demo's output" <<<"$out" && [ -f "$tmp/other/file" ]; then ok refuses_foreign_dir
+else fail refuses_foreign_dir "rc=$rc: $out"; fi
