@@ -82,6 +82,15 @@ CFLAGS += -DSTILL_CUDA -I$(CUDA_HOME)/include
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=[sm_90,compute_90] -Isrc -Xcompiler -Wall,-Wno-unused-parameter
 $(info still: CUDA on ($(NVCC)))
+# NCCL carries the collectives of device buffers when MPI is on too (src/dist/dist_nccl.c).
+ifeq ($(MPI),1)
+NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)) $(CUDA_HOME))
+NCCL_LIBDIR ?= $(firstword $(patsubst %/libnccl.so,%,$(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
+                 /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so)) $(NCCL_HOME)/lib64)
+CFLAGS += -I$(NCCL_HOME)/include
+LDLIBS += -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
+$(info still: NCCL on ($(NCCL_LIBDIR)))
+endif
 else
 CUDA_SRCS :=
 $(info still: CUDA off (make CUDA=1 to build the CUDA backend))
@@ -94,10 +103,18 @@ LIB := $(BUILD)/libstill.a
 
 TEST_SRCS := $(wildcard tests/unit/*.c tests/ops/*.c tests/model/*.c)
 TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
+# helpers the shell tests call (not tests themselves)
+TOOL_SRCS := $(wildcard tests/tools/*.c)
+TEST_BINS += $(TOOL_SRCS:%.c=$(BUILD)/%)
+# Fuzz targets (fuzz/fuzz_NAME.c): objects for the regression replay test; libFuzzer binaries
+# for scripts/fuzz.sh, which builds them with clang in build-fuzz/.
+FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
+FUZZ_OBJS := $(FUZZ_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/fuzz/common.o
+FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/bin/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: all test asan refs bench fuzz check-full demo clean deps FORCE
+.PHONY: all test asan refs bench fuzz fuzz-targets check-full demo clean deps FORCE
 all: still
 
 $(BUILD)/%.o: %.c
@@ -126,7 +143,16 @@ FORCE:
 $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
-	@$(CC) $(CFLAGS) -Itests -MMD -MP -o $@ $< $(LIB) $(LDLIBS)
+	@$(CC) $(CFLAGS) -Itests -Ifuzz -MMD -MP -o $@ $< $(filter %.o,$^) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/unit/test_fuzz_regressions: $(FUZZ_OBJS)
+
+$(BUILD)/fuzz/bin/%: fuzz/%.c fuzz/common.c fuzz/fuzz.h fuzz/args_specs.h $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  FUZZ  $@"
+	@$(CC) $(CFLAGS) -DSTILL_LIBFUZZER -o $@ $< fuzz/common.c $(LIB) $(LDLIBS)
+
+fuzz-targets: $(FUZZ_BINS)
 
 tests: $(TEST_BINS)
 
@@ -163,6 +189,7 @@ refs: still
 bench: still $(BENCH_BINS)
 	@bench/run.sh
 
+# Each libFuzzer target for FUZZ_SECONDS (default 60), one at a time; see scripts/fuzz.sh.
 fuzz:
 	@scripts/deps.sh fuzz
 	@scripts/fuzz.sh
@@ -174,6 +201,6 @@ demo: still
 	./still demo
 
 clean:
-	rm -rf build build-asan build-cuda still .still-build
+	rm -rf build build-asan build-cuda build-fuzz still .still-build
 
--include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(BENCH_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(BENCH_BINS:=.d) $(FUZZ_OBJS:.o=.d)

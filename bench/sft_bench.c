@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
                       .save_dtype = DT_F32, .seed = 1};
     tc.opt = (OptimConfig){.lr = 2e-5, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0};
     TrainResult res;
-    Status st = trainer_run(m, &bt, NULL, &tc, &res, &e);
+    Status st = trainer_run(m, &bt, NULL, NULL, &tc, &res, &e);
     if (st != ST_OK) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;

@@ -3,6 +3,7 @@
 # once, only when a package cannot be found; sudo when not root. NO_DEPS=1 skips everything.
 #   scripts/deps.sh build        what `make` needs
 #   scripts/deps.sh refs         + what `make refs` needs (Debian's PyTorch, numpy, Jinja2, npm)
+#   scripts/deps.sh fuzz         + what `make fuzz` needs (clang with libFuzzer, libomp, python3)
 set -euo pipefail
 [ "${NO_DEPS:-0}" = 1 ] && exit 0
 what=${1:-build}
@@ -11,7 +12,7 @@ case "$what" in
   build) ;;
 
   refs) pkgs+=(python3 python3-torch python3-numpy python3-jinja2 nodejs npm) ;;
-  fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
+  fuzz) pkgs+=(clang libclang-rt-14-dev libomp-dev python3) ;;
   *) echo "deps.sh: unknown set '$what'" >&2; exit 2 ;;
 esac
 missing=()

@@ -119,3 +119,13 @@ Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t
 }
 
 int cli_round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
+
+Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e) {
+    dist_single(d);
+    *zero_stage = (int)args_int(a, "zero_stage");
+    if (*zero_stage != 0 && *zero_stage != 1)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", *zero_stage);
+    double timeout = args_float(a, "ddp_timeout");
+    if (!(timeout > 0)) return err_set(e, ST_EINVAL, "--ddp_timeout must be a positive number of seconds");
+    return dist_init(d, timeout, e);
+}

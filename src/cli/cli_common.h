@@ -4,6 +4,7 @@
 #define STILL_CLI_COMMON_H
 
 #include "../backend/backend.h"
+#include "../dist/dist.h"
 #include "../model/model.h"
 #include "args.h"
 
@@ -24,6 +25,12 @@ Status cli_model_dir(const Args *a, const char *flag, char **dir, Err *e);
 Status cli_dtype(const Args *a, int *out, Err *e);
 // Parse "1 2 3" (spaces, commas or newlines) into ids; each checked against vocab_size when > 0.
 Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t **ids, int *n, Err *e);
+// The flags of every trainer that runs under mpirun, and the Dist they make (dist_init with
+// --ddp_timeout; *zero_stage from --zero_stage, checked).
+#define CLI_DIST_FLAGS                                                                                                 \
+    {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)"},              \
+    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)"}
+Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e);
 // Round n up to a multiple of m (m <= 1: unchanged).
 int cli_round_up(int n, int m);
 

@@ -40,7 +40,7 @@ static const ArgSpec specs[] = {
     {"skip_bad_rows", ARG_BOOL, "false", "skip malformed rows (counted) instead of failing"},
     {"shuffle", ARG_BOOL, "true", "reshuffle prompts every epoch (seeded)"},
     {"pad_to_multiple_of", ARG_INT, "128", "round prompt regions and scoring rows up to this (static shapes)"},
-    {"generation_batch_size", ARG_INT, NULL, "rows per generation batch (default: every rollout of the step)"},
+    {"generation_batch_size", ARG_INT, NULL, "rows per generation batch (default: every rollout of the step; GKD: one micro-batch)"},
     {"prefill_chunk_size", ARG_INT, "512", "prefill chunk of rollouts (a multiple of pad_to_multiple_of)"},
     {"learning_rate", ARG_FLOAT, NULL, "peak learning rate (default 1e-6; GKD 2e-5)"},
     {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},

@@ -63,7 +63,10 @@
     {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},           \
     {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},                      \
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},                          \
-    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"}
+    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"}, \
+    {"log_completions", ARG_BOOL, "false", "write every round's completions, rewards and advantages to "           \
+                                           "output_dir/completions.jsonl"},                                        \
+    CLI_DIST_FLAGS
 
 static const ArgSpec grpo_specs[] = {
     RL_COMMON_FLAGS,
@@ -215,6 +218,7 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
     t->seed = (uint64_t)args_int(a, "seed");
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    c->log_completions = args_bool(a, "log_completions");
     return ST_OK;
 }
 
@@ -232,16 +236,27 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     char *dir = NULL;
     const char **specs = NULL;
     double *weights = NULL;
+    Dist d;
     Status st = build(&a, algo, &c, &dir, &specs, &weights, &e);
+    if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
+    else dist_single(&d);
+    c.dist = &d;
     TrainResult res;
     if (st == ST_OK) st = grpo_run(&c, &res, &e);
-    if (st == ST_OK)
+    if (st == ST_OK && d.rank == 0)
         printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f}\n", res.steps, res.last_loss, res.train_seconds);
     free(dir);
     free(specs);
     free(weights);
     args_free(&a);
-    return st == ST_OK ? 0 : cli_fail(name, &e);
+    if (st == ST_OK) {
+        dist_finalize(&d);
+        return 0;
+    }
+    rc = cli_fail(name, &e);
+    if (d.world > 1) dist_abort(&d, rc);  // the other ranks wait in a collective
+    dist_finalize(&d);
+    return rc;
 }
 
 int cmd_grpo(int argc, char **argv) { return run(argc, argv, GRPO_ALGO_GRPO); }

@@ -12,10 +12,49 @@ static const ArgSpec specs[] = {
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"batch", ARG_INT, "1", "batch size B of the shape to plan"},
     {"seq", ARG_INT, "128", "sequence length T of the shape to plan"},
+    {"teacher", ARG_STR, NULL, "also the memory of distillation: student training + this teacher's inference (or self)"},
+    {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 (default: its checkpoint's)"},
     {NULL, 0, NULL, NULL},
 };
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
+
+// still distill's memory at one scoring shape: student training + the teacher's weights and score plan.
+static Status distill_memory(const Args *a, const ModelConfig *scfg, int B, int T, size_t student, Err *e) {
+    const char *teacher = args_str(a, "teacher");
+    int self = !strcmp(teacher, "self");
+    ModelConfig tc;
+    char *dir = NULL;
+    if (!self) {
+        TRY(cli_model_dir(a, "teacher", &dir, e));
+        char *cp = path_join(dir, "config.json");
+        Status st = config_load(cp, &tc, e);
+        free(cp);
+        free(dir);
+        TRY(st);
+        if (tc.vocab_size != scfg->vocab_size) {
+            config_free(&tc);
+            return err_set(e, ST_EINVAL, "the teacher's vocab_size %d differs from the student's %d", tc.vocab_size,
+                           scfg->vocab_size);
+        }
+    }
+    const ModelConfig *c = self ? scfg : &tc;
+    DType dt = c->torch_dtype == DT_BF16 ? DT_BF16 : DT_F32;
+    if (args_str(a, "teacher_dtype") && (dtype_parse(args_str(a, "teacher_dtype"), &dt) != 0 || dt == DT_F16)) {
+        if (!self) config_free(&tc);
+        return err_set(e, ST_EINVAL, "--teacher_dtype %s: expected float32 or bfloat16", args_str(a, "teacher_dtype"));
+    }
+    TensorTable tt;
+    tensors_build(&tt, c, dt);
+    size_t score = plan_bytes(c, PLAN_SCORE, B, T, plan_head_chunk(c->vocab_size));
+    printf("distillation    student training %.1f MiB + teacher weights %.1f MiB (%s%s) + plan score B=%d T=%d "
+           "%.1f MiB = %.1f MiB, 2 plans\n", mib(student), mib(tt.param_bytes), dtype_torch_name(dt),
+           self ? ", --teacher_mode fixed; ema: fp32; live: 0" : "", B, T, mib(score),
+           mib(student + tt.param_bytes + score));
+    tensors_free(&tt);
+    if (!self) config_free(&tc);
+    return ST_OK;
+}
 
 static Status run(const Args *a, Err *e) {
     char *dir;
@@ -59,6 +98,7 @@ static Status run(const Args *a, Err *e) {
                mib(p32), mib(g), mib(adam), B, T, mib(train), mib(p32 + g + adam + train));
         printf("loss head       chunks of %d rows: %.1f MiB of logits at a time (never B x T x V = %.1f MiB)\n", chunk,
                mib((size_t)chunk * cfg.vocab_size * 4), mib((size_t)B * T * cfg.vocab_size * 4));
+        if (args_str(a, "teacher")) st = distill_memory(a, &cfg, B, T, p32 + g + adam + train, e);
         tensors_free(&tt32);
         tensors_free(&ttinf);
     }

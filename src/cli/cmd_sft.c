@@ -55,7 +55,9 @@ static const ArgSpec specs[] = {
     {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
     {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
+    CLI_DIST_FLAGS,
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf (default: stop)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -145,6 +147,7 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
     t->seed = b->seed;
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
     return ST_OK;
 }
@@ -152,13 +155,19 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
 static Status run(const Args *a, Err *e) {
     SftConfig c;
     char *dir = NULL;
+    Dist d;
     Status st = build(a, &c, &dir, e);
+    if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
+    else dist_single(&d);
+    c.dist = &d;
     TrainResult res;
     if (st == ST_OK) st = sft_run(&c, &res, e);
-    if (st == ST_OK)
+    if (st == ST_OK && d.rank == 0)
         printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
                res.last_loss, res.train_seconds, res.tokens_per_second);
     free(dir);
+    if (st != ST_OK && d.world > 1) dist_abort(&d, cli_fail("sft", e));  // the other ranks wait in a collective
+    dist_finalize(&d);
     return st;
 }
 

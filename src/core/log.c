@@ -17,6 +17,7 @@ void log_set_rank(int rank, int world) {
 
 void log_msg(LogLevel level, const char *fmt, ...) {
     if (level > g_level) return;
+    if (g_world > 1 && g_rank != 0 && level > LOG_WARN) return;  // rank 0 logs; others only warn and fail
     static const char *names[] = {"error", "warning", "", ""};
     char line[4096];
     va_list ap;

@@ -6,7 +6,8 @@ typedef enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 } LogLev
 
 void log_set_level(LogLevel level);
 LogLevel log_get_level(void);
-// log_set_rank: set once at startup when distributed; lines then carry "[rank R]".
+// log_set_rank: set once at startup when distributed; lines then carry "[rank R]", and ranks
+// other than 0 print only warnings and errors.
 void log_set_rank(int rank, int world);
 void log_msg(LogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

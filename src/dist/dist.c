@@ -5,6 +5,7 @@
 #include "../core/alloc.h"
 #include "../core/log.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,9 +18,13 @@ static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("MPI_LOCALNRANKS");
 }
 
-Status dist_init(Dist *d, double timeout_s, Err *e) {
+void dist_single(Dist *d) {
     memset(d, 0, sizeof *d);
     d->world = d->local_world = 1;
+}
+
+Status dist_init(Dist *d, double timeout_s, Err *e) {
+    dist_single(d);
     d->timeout_s = timeout_s;
     if (!launched_by_mpi()) return ST_OK;
 #ifdef STILL_MPI
@@ -37,6 +42,12 @@ Status dist_init(Dist *d, double timeout_s, Err *e) {
     // Errors come back as codes, so a failed collective is reported, not an abort inside MPI.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if (d->world > 1) log_set_rank(d->rank, d->world);
+#ifdef STILL_CUDA
+    // one GPU per process on a node: the CUDA backend takes STILL_CUDA_DEVICE (unless set)
+    char dev[16];
+    snprintf(dev, sizeof dev, "%d", d->local_rank);
+    if (d->world > 1) setenv("STILL_CUDA_DEVICE", dev, 0);
+#endif
     return ST_OK;
 #else
     return err_set(e, ST_EUNSUPPORTED,
@@ -45,6 +56,9 @@ Status dist_init(Dist *d, double timeout_s, Err *e) {
 }
 
 void dist_finalize(Dist *d) {
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (d->nccl) dist_nccl_free(d);
+#endif
 #ifdef STILL_MPI
     if (d->mpi) MPI_Finalize();
 #endif
@@ -108,6 +122,9 @@ static int host_memory(const Backend *be) { return !strcmp(be->name, "cpu") || !
 Status dist_allreduce_sum(Dist *d, Backend *be, float *buf, size_t n, Err *e) {
     if (d->world == 1 || n == 0) return ST_OK;
 #ifdef STILL_MPI
+#ifdef STILL_CUDA
+    if (d->nccl && !host_memory(be)) return dist_nccl_allreduce_sum(d, buf, n, e);
+#endif
     float *h = host_memory(be) ? buf : xmalloc(n * sizeof(float));
     if (h != buf) be->download(be, h, buf, n * sizeof(float));
     Status st = ST_OK;
@@ -128,52 +145,115 @@ Status dist_allreduce_sum(Dist *d, Backend *be, float *buf, size_t n, Err *e) {
 #endif
 }
 
-Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, size_t n, Err *e) {
+void dist_shard_range(const Dist *d, int rank, size_t n, size_t *lo, size_t *hi) {
+    size_t w = (size_t)MAX(1, d->world), s = (n + w - 1) / w;
+    *lo = MIN(n, (size_t)rank * s);
+    *hi = MIN(n, *lo + s);
+}
+
+void dist_shard_counts(const Dist *d, size_t n, size_t *counts) {
+    for (int r = 0; r < MAX(1, d->world); r++) {
+        size_t lo, hi;
+        dist_shard_range(d, r, n, &lo, &hi);
+        counts[r] = hi - lo;
+    }
+}
+
+#ifdef STILL_MPI
+// MPI counts and displacements are int: blocks (as MPI wants them) or an error.
+static Status mpi_blocks(const Dist *d, const size_t *counts, int *cnt, int *displs, const char *what, Err *e) {
+    size_t off = 0;
+    for (int r = 0; r < d->world; r++) {
+        if (off + counts[r] > (size_t)INT_MAX)
+            return err_set(e, ST_EUNSUPPORTED, "%s of %zu+ elements: MPI counts are int; more than %d elements per "
+                                               "sharded collective is not supported yet", what, off + counts[r], INT_MAX);
+        cnt[r] = (int)counts[r];
+        displs[r] = (int)off;
+        off += counts[r];
+    }
+    return ST_OK;
+}
+
+static size_t sum_counts(const Dist *d, const size_t *counts) {
+    size_t n = 0;
+    for (int r = 0; r < d->world; r++) n += counts[r];
+    return n;
+}
+#endif
+
+Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts, Err *e) {
     if (d->world == 1) {
-        be->copy(be, recv, send, n * sizeof(float));
+        if (counts[0]) be->copy(be, recv, send, counts[0] * sizeof(float));
         return ST_OK;
     }
 #ifdef STILL_MPI
+#ifdef STILL_CUDA
+    if (d->nccl && !host_memory(be)) return dist_nccl_reduce_scatter_sum(d, recv, send, counts, e);
+#endif
+    int *cnt = xmalloc(2 * (size_t)d->world * sizeof(int)), *displs = cnt + d->world;
+    Status st = mpi_blocks(d, counts, cnt, displs, "reduce-scatter", e);
+    if (st != ST_OK) return free(cnt), st;
     int host = host_memory(be);
-    size_t total = n * (size_t)d->world;
-    float *hs = host ? (float *)send : xmalloc(total * sizeof(float));
-    float *hr = host ? recv : xmalloc(n * sizeof(float));
+    size_t total = sum_counts(d, counts), mine = counts[d->rank];
+    float *hs = host ? (float *)send : xmalloc(MAX(total, 1) * sizeof(float));
+    float *hr = host ? recv : xmalloc(MAX(mine, 1) * sizeof(float));
     if (!host) be->download(be, hs, send, total * sizeof(float));
     MPI_Request req;
-    MPI_Ireduce_scatter_block(hs, hr, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
-    Status st = wait_req(d, &req, "reduce-scatter", n, e);
+    MPI_Ireduce_scatter(hs, hr, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    st = wait_req(d, &req, "gradient reduce-scatter", total, e);
     if (!host) {
-        if (st == ST_OK) be->upload(be, recv, hr, n * sizeof(float));
+        if (st == ST_OK && mine) be->upload(be, recv, hr, mine * sizeof(float));
         free(hs);
         free(hr);
     }
+    free(cnt);
     return st;
 #else
     return ST_OK;
 #endif
 }
 
-Status dist_allgather(Dist *d, Backend *be, float *recv, const float *send, size_t n, Err *e) {
+Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Err *e) {
+    if (d->world == 1) return ST_OK;
+#ifdef STILL_MPI
+#ifdef STILL_CUDA
+    if (d->nccl && !host_memory(be)) return dist_nccl_allgather(d, buf, counts, e);
+#endif
+    int *cnt = xmalloc(2 * (size_t)d->world * sizeof(int)), *displs = cnt + d->world;
+    Status st = mpi_blocks(d, counts, cnt, displs, "all-gather", e);
+    if (st != ST_OK) return free(cnt), st;
+    int host = host_memory(be);
+    size_t total = sum_counts(d, counts);
+    float *h = host ? buf : xmalloc(MAX(total, 1) * sizeof(float));
+    if (!host && counts[d->rank])
+        be->download(be, h + displs[d->rank], buf + displs[d->rank], counts[d->rank] * sizeof(float));
+    MPI_Request req;
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt, displs, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    st = wait_req(d, &req, "parameter all-gather", total, e);
+    if (!host) {
+        if (st == ST_OK) be->upload(be, buf, h, total * sizeof(float));
+        free(h);
+    }
+    free(cnt);
+    return st;
+#else
+    return ST_OK;
+#endif
+}
+
+Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t *counts, Err *e) {
     if (d->world == 1) {
-        if (recv != send) be->copy(be, recv, send, n * sizeof(float));
+        if (recv != send && counts[0]) memcpy(recv, send, counts[0] * sizeof(float));
         return ST_OK;
     }
 #ifdef STILL_MPI
-    int host = host_memory(be);
-    size_t total = n * (size_t)d->world;
-    float *hs = host ? (float *)send : xmalloc(n * sizeof(float));
-    float *hr = host ? recv : xmalloc(total * sizeof(float));
-    if (!host) be->download(be, hs, send, n * sizeof(float));
+    int *cnt = xmalloc(2 * (size_t)d->world * sizeof(int)), *displs = cnt + d->world;
+    Status st = mpi_blocks(d, counts, cnt, displs, "gather", e);
+    if (st != ST_OK) return free(cnt), st;
     MPI_Request req;
-    // send may be this rank's own slot of recv (ZeRO-1 parameter gather).
-    const void *sbuf = (host && send == recv + (size_t)d->rank * n) ? MPI_IN_PLACE : (const void *)hs;
-    MPI_Iallgather(sbuf, (int)n, MPI_FLOAT, hr, (int)n, MPI_FLOAT, MPI_COMM_WORLD, &req);
-    Status st = wait_req(d, &req, "all-gather", n, e);
-    if (!host) {
-        if (st == ST_OK) be->upload(be, recv, hr, total * sizeof(float));
-        free(hs);
-        free(hr);
-    }
+    MPI_Igatherv(send, cnt[d->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &req);
+    st = wait_req(d, &req, "gather", sum_counts(d, counts), e);
+    free(cnt);
     return st;
 #else
     return ST_OK;
@@ -187,7 +267,9 @@ Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes,
     }
 #ifdef STILL_MPI
     MPI_Request req;
-    MPI_Iallgather(send, (int)nbytes, MPI_BYTE, recv, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD, &req);
+    int in_place = send == (const char *)recv + (size_t)d->rank * nbytes;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)nbytes, MPI_BYTE, recv, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD,
+                   &req);
     return wait_req(d, &req, "all-gather", nbytes, e);
 #else
     return ST_OK;
@@ -197,9 +279,13 @@ Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes,
 Status dist_bcast_host(Dist *d, void *buf, size_t nbytes, Err *e) {
     if (d->world == 1) return ST_OK;
 #ifdef STILL_MPI
-    MPI_Request req;
-    MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
-    return wait_req(d, &req, "broadcast", nbytes, e);
+    const size_t max_chunk = (size_t)1 << 30;  // MPI counts are int
+    for (size_t off = 0; off < nbytes; off += max_chunk) {
+        MPI_Request req;
+        MPI_Ibcast((char *)buf + off, (int)MIN(max_chunk, nbytes - off), MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+        TRY(wait_req(d, &req, "broadcast", nbytes, e));
+    }
+    return ST_OK;
 #else
     return ST_OK;
 #endif
@@ -214,4 +300,32 @@ Status dist_barrier(Dist *d, Err *e) {
 #else
     return ST_OK;
 #endif
+}
+
+Status dist_agree(Dist *d, Status st, Err *e) {
+    if (d->world == 1) return st;
+    // failed[r] = 1 for each failed rank; the sum over ranks tells everyone who failed
+    double *failed = xcalloc((size_t)d->world, sizeof(double));
+    failed[d->rank] = st != ST_OK;
+    Err e2 = {0};
+    Status s2 = dist_allreduce_sum_host_d(d, failed, (size_t)d->world, &e2);
+    int first = -1;
+    for (int r = 0; r < d->world && first < 0; r++)
+        if (failed[r] > 0) first = r;
+    free(failed);
+    if (st != ST_OK) return st;
+    if (s2 != ST_OK) {
+        *e = e2;
+        return s2;
+    }
+    if (first >= 0) return err_set(e, ST_ERUNTIME, "rank %d failed (its error is in its log)", first);
+    return ST_OK;
+}
+
+Status dist_attach_backend(Dist *d, Backend *be, Err *e) {
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (d->world > 1 && !d->nccl && !strcmp(be->name, "cuda")) return dist_nccl_init(d, e);
+#endif
+    (void)d, (void)be, (void)e;
+    return ST_OK;
 }

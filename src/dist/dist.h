@@ -1,9 +1,12 @@
 // dist.h: more than one process. Rank, world size and local rank come from MPI
-// (`mpirun -np N still ...`); collectives run over MPI on host memory (device buffers of
-// non-CPU backends are staged through the host until the NCCL path lands). Every collective is
-// bounded by a timeout (--ddp_timeout): a peer that stops answering turns into an error naming
-// the collective, never a hang. Without MPI (build or launch), everything is a single process
-// and the collectives are identities.
+// (`mpirun -np N still ...`); collectives run over MPI on host memory, or over NCCL for device
+// buffers of the CUDA backend (dist_nccl.c, CUDA + MPI builds; other device buffers are staged
+// through the host). Every collective is bounded by a timeout (--ddp_timeout): a peer that stops
+// answering turns into an error naming the collective, never a hang. Without MPI (build or
+// launch), everything is a single process and the collectives are identities.
+//
+// Sharded collectives (ZeRO-1) take per-rank block sizes `counts` (world entries): a flat buffer
+// is the blocks of rank 0, 1, ... back to back; dist_shard_range gives the standard split.
 #ifndef STILL_DIST_H
 #define STILL_DIST_H
 
@@ -17,12 +20,15 @@ typedef struct Dist {
     int local_world;
     double timeout_s;     // every collective fails after this long (<= 0: no limit)
     int mpi;              // 1 when MPI was initialised by dist_init
+    void *nccl;           // NCCL communicator state (CUDA + MPI builds, after dist_attach_backend)
 } Dist;
 
 // Initialise from the environment: MPI only when launched by an MPI launcher, so a plain
 // `still ...` never starts an MPI runtime.
 Status dist_init(Dist *d, double timeout_s, Err *e);
 void dist_finalize(Dist *d);
+// A one-process context (no MPI), for callers that train without a launcher.
+void dist_single(Dist *d);
 // Abort every process of the job (after a fatal error on one rank).
 void dist_abort(Dist *d, int code);
 
@@ -30,14 +36,38 @@ void dist_abort(Dist *d, int code);
 Status dist_allreduce_sum(Dist *d, Backend *be, float *buf, size_t n, Err *e);
 // Same, in double, for small host-side statistics (token counts, losses, rewards).
 Status dist_allreduce_sum_host_d(Dist *d, double *buf, size_t n, Err *e);
-// recv (n) = sum over ranks of send[rank*n : (rank+1)*n]; send has world*n floats.
-Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, size_t n, Err *e);
-// recv (world*n) = concatenation over ranks of send (n).
-Status dist_allgather(Dist *d, Backend *be, float *recv, const float *send, size_t n, Err *e);
-// Host bytes gathered on every rank: recv (world*nbytes).
+// Route device collectives of `be` (CUDA) over NCCL when the build has it; a no-op otherwise.
+Status dist_attach_backend(Dist *d, Backend *be, Err *e);
+
+// The block [lo, hi) of a flat buffer of n elements that `rank` owns: blocks of ceil(n / world)
+// elements in rank order (the last ones shorter or empty).
+void dist_shard_range(const Dist *d, int rank, size_t n, size_t *lo, size_t *hi);
+// counts (world) of dist_shard_range over n elements.
+void dist_shard_counts(const Dist *d, size_t n, size_t *counts);
+// recv (counts[rank]) = sum over ranks of this rank's block of send (sum of counts floats).
+Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts, Err *e);
+// In place over buf (sum of counts floats): every rank's own block goes to all ranks.
+Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Err *e);
+// Host floats: rank 0's recv (sum of counts) = the blocks send (counts[rank]) of every rank in
+// rank order; other ranks may pass recv NULL.
+Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t *counts, Err *e);
+// Host bytes gathered on every rank: recv (world*nbytes); send may be this rank's slot of recv.
 Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes, Err *e);
-// Broadcast host bytes from rank 0.
+// Broadcast host bytes from rank 0 (any size).
 Status dist_bcast_host(Dist *d, void *buf, size_t nbytes, Err *e);
 Status dist_barrier(Dist *d, Err *e);
+// Every rank learns whether any rank failed: st is this rank's status; returns ST_OK only when
+// all ranks passed ST_OK; a rank that passed ST_OK gets an error naming the first failed rank.
+Status dist_agree(Dist *d, Status st, Err *e);
+
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+// dist_nccl.c: the NCCL communicator (bootstrapped over MPI) and its collectives on device
+// buffers, each bounded by d->timeout_s (the communicator is aborted on timeout).
+Status dist_nccl_init(Dist *d, Err *e);
+void dist_nccl_free(Dist *d);
+Status dist_nccl_allreduce_sum(Dist *d, float *buf, size_t n, Err *e);
+Status dist_nccl_reduce_scatter_sum(Dist *d, float *recv, const float *send, const size_t *counts, Err *e);
+Status dist_nccl_allgather(Dist *d, float *buf, const size_t *counts, Err *e);
+#endif
 
 #endif

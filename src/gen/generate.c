@@ -214,9 +214,10 @@ static Status step_inputs(Batch *bt, int step, int *K_out, Err *e) {
     if (bt->sampling) {
         for (int b = 0; b < B; b++) {
             Row *r = &bt->rows[b];
-            bt->h_u[b] = r->prompt_index >= 0 ? rng_keyed_uniform(bt->cfg->seed, (uint32_t)r->prompt_index,
-                                                                  (uint32_t)r->seq_index, (uint32_t)step, 0)
-                                              : 0.0;
+            uint32_t key = (uint32_t)(bt->cfg->prompt_key_offset + r->prompt_index);
+            bt->h_u[b] = r->prompt_index >= 0
+                             ? rng_keyed_uniform(bt->cfg->seed, key, (uint32_t)r->seq_index, (uint32_t)step, 0)
+                             : 0.0;
         }
         be->upload(be, bt->dp->u, bt->h_u, (size_t)B * sizeof(double));
     }

@@ -22,7 +22,9 @@
 //
 // Randomness: the draw of row (prompt i, sequence j) at step t uses
 // rng_keyed_uniform(seed, i, j, t, 0), so a completion depends only on (model, prompt, config,
-// seed, i, j): not on batch size, batch composition, thread count or backend.
+// seed, i, j): not on batch size, batch composition, thread count or backend. With
+// prompt_key_offset k, prompt i of a call draws as prompt k + i: a process generating prompts
+// [k, k + n) of a larger list (data parallel) draws exactly what one call over the list draws.
 //
 // Host / device: token ids, lengths and done flags live on the host; per step only the chosen ids
 // (and log-probs when asked) come back from the device, and ids, positions, uniforms and ban
@@ -75,6 +77,7 @@ typedef struct GenConfig {
     int32_t pad_token_id;        // fills left padding and finished rows; < 0: eos[0], else 0
     int num_return_sequences;    // sequences per prompt, >= 1
     uint64_t seed;
+    int prompt_key_offset;       // added to the prompt index in the draw keys (0: none)
     GenLogprobs logprobs;
     // static shapes
     int batch_size;              // rows per batch; <= 0: every row in one batch

@@ -407,7 +407,9 @@ void bpe_encode_piece(const Bpe *bpe, const char *s, size_t len, TokenIds *out) 
         }
         out->ids[out->n++] = sy[i].id;
     }
-    if (cacheable) cache_put(bpe, s, len, out->ids + start, out->n - start);
+    // A word that yields no ids (unknown characters without unk or byte fallback) is not cached:
+    // out->ids may still be NULL then.
+    if (cacheable && out->n > start) cache_put(bpe, s, len, out->ids + start, out->n - start);
     if (heap != stack_heap) free(heap);
     if (sv.v != stack_syms) free(sv.v);
 }

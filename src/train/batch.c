@@ -132,8 +132,10 @@ static int round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
 void batcher_init(Batcher *bt, const Rows *rows, const BatchConfig *cfg) {
     memset(bt, 0, sizeof *bt);
     bt->cfg = *cfg;
+    if (bt->cfg.world < 1) bt->cfg.world = 1, bt->cfg.rank = 0;
     bt->rows = rows;
-    bt->n_batches = cfg->drop_last ? rows->n / cfg->B : (rows->n + cfg->B - 1) / cfg->B;
+    int G = cfg->B * bt->cfg.world;  // rows per global micro-batch
+    bt->n_batches = cfg->drop_last ? rows->n / G : (rows->n + G - 1) / G;
     bt->Tmax = cfg->fixed_T > 0 ? cfg->fixed_T : round_up(rows->max_len, cfg->pad_to_multiple_of);
     bt->order = xmalloc((size_t)MAX(rows->n, 1) * sizeof(int));
     bt->order_epoch = -1;
@@ -161,12 +163,17 @@ static void ensure_order(Batcher *bt, int epoch) {
     bt->order_epoch = epoch;
 }
 
+// Position in the epoch's order of row b of this rank's part of micro-batch `index`.
+static int order_pos(const Batcher *bt, int index, int b) {
+    return (index * bt->cfg.world + bt->cfg.rank) * bt->cfg.B + b;
+}
+
 int batcher_T(Batcher *bt, int epoch, int index) {
     if (bt->cfg.fixed_T > 0) return bt->cfg.fixed_T;
     ensure_order(bt, epoch);
     int longest = 1;
     for (int b = 0; b < bt->cfg.B; b++) {
-        int k = index * bt->cfg.B + b;
+        int k = order_pos(bt, index, b);
         if (k >= bt->rows->n) break;
         int row = bt->order[k];
         longest = MAX(longest, bt->rows->start[row + 1] - bt->rows->start[row]);
@@ -198,7 +205,7 @@ void batcher_fill(Batcher *bt, int epoch, int index, HostBatch *hb) {
     hb->T = T;
     hb->n_targets = hb->n_tokens = 0;
     for (int b = 0; b < B; b++) {
-        int k = index * B + b, a = 0, len = 0;
+        int k = order_pos(bt, index, b), a = 0, len = 0;
         if (k < r->n) {  // rows past the end (last partial batch) stay empty: all padding
             a = r->start[bt->order[k]];
             len = MIN(r->start[bt->order[k] + 1] - a, T);

@@ -1,6 +1,11 @@
 // batch.h: examples -> rows (one example, or several packed documents) -> static-shape
 // micro-batches (B, T) with T rounded up to pad_to_multiple_of (or fixed at max_length).
 //
+// Data parallel: a global micro-batch is world * B consecutive rows of the epoch's order, and
+// rank r fills rows [r*B, (r+1)*B) of it (accelerate's batch-sampler sharding), so the ranks
+// together see exactly what one process with world * B rows per micro-batch sees. T is each
+// rank's own (its rows' longest, rounded up), as every device pads its own batch.
+//
 // Inside a row every document is its own segment (attention never crosses documents), RoPE
 // positions restart at 0 per document, and the next-token target of a document's last token is
 // IGNORE_INDEX (so the first token of a document is never a target), as TRL's padding-free
@@ -30,7 +35,8 @@ void batch_make_rows(Rows *r, const Dataset *d, PackStrategy pack, int seq_len);
 void batch_rows_free(Rows *r);
 
 typedef struct BatchConfig {
-    int B;                 // rows per micro-batch
+    int B;                 // rows per micro-batch (per rank)
+    int rank, world;       // this process's shard of every global micro-batch (world <= 1: one process)
     int pad_to_multiple_of;// <= 1: off
     int fixed_T;           // > 0: every batch has this T (--padding max_length)
     int drop_last;
@@ -49,7 +55,7 @@ typedef struct HostBatch {
 typedef struct Batcher {
     BatchConfig cfg;
     const Rows *rows;
-    int n_batches;         // micro-batches per epoch
+    int n_batches;         // (global) micro-batches per epoch
     int Tmax;              // largest T any batch can have
     int *order;            // (rows->n) row order of the current epoch
     int order_epoch;       // epoch `order` belongs to (-1 none)

@@ -54,12 +54,10 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
     return ST_OK;
 }
 
-static Status write_optimizer(const char *path, const Model *m, const Optim *o, int with_master, Err *e) {
+static Status write_optimizer(const char *path, const Model *m, const float *mh, const float *vh, int with_master,
+                              Err *e) {
     size_t n = m->tt.n_params;
-    float *mh = xmalloc(n * sizeof(float)), *vh = xmalloc(n * sizeof(float));
     float *ph = with_master ? xmalloc(n * sizeof(float)) : NULL;
-    m->be->download(m->be, mh, o->m, n * sizeof(float));
-    m->be->download(m->be, vh, o->v, n * sizeof(float));
     int nt = m->tt.n, k = 0;
     StWriteTensor *wt = xcalloc((size_t)nt * 3, sizeof(StWriteTensor));
     char (*names)[128] = xcalloc((size_t)nt * 3, 128);
@@ -78,7 +76,7 @@ static Status write_optimizer(const char *path, const Model *m, const Optim *o, 
         }
     }
     Status st = st_write(path, wt, k, NULL, 0, e);
-    free(wt), free(names), free(mh), free(vh), free(ph);
+    free(wt), free(names), free(ph);
     return st;
 }
 
@@ -89,22 +87,24 @@ static Status write_json(const char *path, cJSON *o, Err *e) {
     return st;
 }
 
-Status checkpoint_save(const char *output_dir, const Model *m, const Optim *o, const TrainState *s, DType save_dtype,
-                       const char *src, Err *e) {
-    return checkpoint_save_ex(output_dir, m, o, s, save_dtype, src, NULL, NULL, e);
+Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
+                       const TrainState *s, DType save_dtype, const char *src, Err *e) {
+    return checkpoint_save_ex(output_dir, m, opt_m, opt_v, s, save_dtype, src, NULL, NULL, e);
 }
 
-Status checkpoint_save_ex(const char *output_dir, const Model *m, const Optim *o, const TrainState *s,
-                          DType save_dtype, const char *src, CheckpointExtraFn extra, void *ctx, Err *e) {
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
+                          const TrainState *s, DType save_dtype, const char *src, CheckpointExtraFn extra, void *ctx,
+                          Err *e) {
+    int with_opt = opt_m && opt_v;
     char name[64];
     snprintf(name, sizeof name, "checkpoint-%d", s->step);
     char *dir = path_join(output_dir, name), *marker = path_join(dir, CKPT_MARKER);
     Status st = ST_OK;
     if (file_exists(marker)) unlink(marker);  // rewriting a checkpoint: incomplete until done again
     st = checkpoint_write_model(dir, m, save_dtype, src, e);
-    if (st == ST_OK && o) {
+    if (st == ST_OK && with_opt) {
         char *p = path_join(dir, "optimizer.safetensors");
-        st = write_optimizer(p, m, o, save_dtype != DT_F32, e);
+        st = write_optimizer(p, m, opt_m, opt_v, save_dtype != DT_F32, e);
         free(p);
     }
     if (st == ST_OK) {
@@ -115,12 +115,13 @@ Status checkpoint_save_ex(const char *output_dir, const Model *m, const Optim *o
         cJSON_AddNumberToObject(j, "micro_batches_per_epoch", s->micro_batches);
         cJSON_AddNumberToObject(j, "per_device_train_batch_size", s->batch_size);
         cJSON_AddNumberToObject(j, "gradient_accumulation_steps", s->grad_accum);
+        cJSON_AddNumberToObject(j, "world_size", MAX(1, s->world));
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
         cJSON_AddStringToObject(j, "seed", seed);
         cJSON_AddNumberToObject(j, "num_tokens", s->num_tokens);
         cJSON_AddNumberToObject(j, "epoch", s->steps_per_epoch ? (double)s->step / s->steps_per_epoch : 0);
-        cJSON_AddBoolToObject(j, "has_optimizer_state", o != NULL);
+        cJSON_AddBoolToObject(j, "has_optimizer_state", with_opt);
         char *p = path_join(dir, "trainer_state.json");
         st = write_json(p, j, e);
         free(p);
@@ -207,6 +208,7 @@ Status checkpoint_prune(const char *output_dir, int limit, Err *e) {
     return st;
 }
 
+// Tensor <prefix>.<name> of an optimizer file into dst: device memory, or host when m is NULL.
 static Status upload_tensor(Model *m, const StSet *set, const char *prefix, const TensorInfo *t, float *dst,
                             const char *what, Err *e) {
     char name[160];
@@ -215,11 +217,12 @@ static Status upload_tensor(Model *m, const StSet *set, const char *prefix, cons
     if (!x) return err_set(e, ST_EINVAL, "%s: missing tensor %s", what, name);
     if (x->dtype != DT_F32 || x->numel != t->numel)
         return err_set(e, ST_EINVAL, "%s: tensor %s must be F32 with %zu elements", what, name, t->numel);
-    m->be->upload(m->be, dst, x->data, t->numel * sizeof(float));
+    if (m) m->be->upload(m->be, dst, x->data, t->numel * sizeof(float));
+    else memcpy(dst, x->data, t->numel * sizeof(float));
     return ST_OK;
 }
 
-Status checkpoint_load(const char *dir, Model *m, Optim *o, TrainState *s, Err *e) {
+Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e) {
     if (!dir_exists(dir)) return err_set(e, ST_ENOTFOUND, "--resume_from_checkpoint %s: no such directory", dir);
     if (!checkpoint_is_complete(dir))
         return err_set(e, ST_EINVAL, "%s is incomplete (no %s: the run stopped while saving it); resume from an earlier "
@@ -240,6 +243,8 @@ Status checkpoint_load(const char *dir, Model *m, Optim *o, TrainState *s, Err *
     if (st == ST_OK) st = json_get_int(j, "micro_batches_per_epoch", sp, 1, &v, e), s->micro_batches = (int)v;
     if (st == ST_OK) st = json_get_int(j, "per_device_train_batch_size", sp, 1, &v, e), s->batch_size = (int)v;
     if (st == ST_OK) st = json_get_int(j, "gradient_accumulation_steps", sp, 1, &v, e), s->grad_accum = (int)v;
+    v = 1;  // written by one process unless it says otherwise
+    if (st == ST_OK) st = json_get_int(j, "world_size", sp, 0, &v, e), s->world = (int)v;
     const char *seed;
     if (st == ST_OK) st = json_get_string(j, "seed", sp, 1, &seed, e);
     if (st == ST_OK) s->seed = strtoull(seed, NULL, 10);
@@ -260,8 +265,8 @@ Status checkpoint_load(const char *dir, Model *m, Optim *o, TrainState *s, Err *
         }
         for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
             const TensorInfo *t = &m->tt.t[i];
-            st = upload_tensor(m, &set, "exp_avg", t, o->m + t->goffset, op, e);
-            if (st == ST_OK) st = upload_tensor(m, &set, "exp_avg_sq", t, o->v + t->goffset, op, e);
+            st = upload_tensor(NULL, &set, "exp_avg", t, opt_m + t->goffset, op, e);
+            if (st == ST_OK) st = upload_tensor(NULL, &set, "exp_avg_sq", t, opt_v + t->goffset, op, e);
             float *p = (float *)((char *)m->params + t->offset);
             if (st == ST_OK && with_master) st = upload_tensor(m, &set, "master", t, p, op, e);
             if (st == ST_OK && !with_master) {
@@ -277,6 +282,5 @@ Status checkpoint_load(const char *dir, Model *m, Optim *o, TrainState *s, Err *
         st_close(&set);
     }
     free(op);
-    if (st == ST_OK) o->t = s->step;
     return st;
 }

@@ -6,6 +6,11 @@
 // weights "master.<name>" when the model is saved in another dtype) and trainer_state.json (step,
 // data position, seed, counters). Every file is written atomically; checkpoint_complete.json is
 // written last, and resuming refuses a directory without it.
+//
+// Distributed runs: rank 0 writes every file. The optimizer state is always complete (with ZeRO-1
+// the moments are gathered to rank 0 first), so a checkpoint does not depend on the number of
+// ranks that wrote it; trainer_state.json records that number (world_size) and resuming
+// re-shards on any number of ranks with the same global batch.
 #ifndef STILL_CHECKPOINT_H
 #define STILL_CHECKPOINT_H
 
@@ -18,26 +23,30 @@ typedef struct TrainState {
     int total_steps;
     int steps_per_epoch;
     int micro_batches;     // per epoch
-    int batch_size, grad_accum;
+    int batch_size, grad_accum;  // per-rank rows per micro-batch; micro-batches per step
+    int world;             // ranks that trained it (global batch = world * batch_size)
     uint64_t seed;
     double num_tokens;     // tokens seen (TRL's num_tokens)
 } TrainState;
 
 // Write model, config, generation config and tokenizer files (copied from src_model_dir) into dir.
 Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype, const char *src_model_dir, Err *e);
-// Write output_dir/checkpoint-<step>; o NULL = model only (--save_only_model).
-Status checkpoint_save(const char *output_dir, const Model *m, const Optim *o, const TrainState *s, DType save_dtype,
-                       const char *src_model_dir, Err *e);
+// Write output_dir/checkpoint-<step>; opt_m, opt_v: the complete AdamW moments (host, n_params
+// each), NULL = model only (--save_only_model).
+Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
+                       const TrainState *s, DType save_dtype, const char *src_model_dir, Err *e);
 // The same with extra state: extra(ctx, checkpoint_dir, e) runs before the completion marker.
 typedef Status (*CheckpointExtraFn)(void *ctx, const char *ckpt_dir, Err *e);
-Status checkpoint_save_ex(const char *output_dir, const Model *m, const Optim *o, const TrainState *s,
-                          DType save_dtype, const char *src_model_dir, CheckpointExtraFn extra, void *ctx, Err *e);
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
+                          const TrainState *s, DType save_dtype, const char *src_model_dir, CheckpointExtraFn extra,
+                          void *ctx, Err *e);
 int checkpoint_is_complete(const char *dir);
 // The complete checkpoint-N of output_dir with the highest N; ST_ENOTFOUND if none.
 Status checkpoint_latest(const char *output_dir, char **path, Err *e);
 // Keep the `limit` newest complete checkpoints (limit <= 0: keep all).
 Status checkpoint_prune(const char *output_dir, int limit, Err *e);
-// Restore weights, moments and state from a checkpoint written with optimizer state.
-Status checkpoint_load(const char *dir, Model *m, Optim *o, TrainState *s, Err *e);
+// Restore weights (into m), the complete moments (host opt_m, opt_v: n_params each) and state
+// from a checkpoint written with optimizer state.
+Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e);
 
 #endif

@@ -6,6 +6,7 @@
 #include "../core/log.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -164,11 +165,15 @@ static Status get_int_list(const cJSON *row, const char *key, int vocab, I32Vec 
     if (!cJSON_IsArray(v)) return err_set(e, ST_EINVAL, "\"%s\" must be a list of integers", key);
     int i = 0;
     for (const cJSON *x = v->child; x; x = x->next, i++) {
-        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(long long)x->valuedouble)
+        // floor, not a cast to long long: casting a double beyond the range of the type is undefined.
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble))
             return err_set(e, ST_EINVAL, "\"%s\"[%d] is not an integer", key, i);
         if (vocab > 0 && (x->valuedouble < 0 || x->valuedouble >= vocab))
             return err_set(e, ST_EINVAL, "\"%s\"[%d] = %.0f is outside the vocabulary [0, %d)", key, i, x->valuedouble,
                            vocab);
+        if (x->valuedouble < 0 || x->valuedouble > INT32_MAX)
+            return err_set(e, ST_EINVAL, "\"%s\"[%d] = %.0f is not a token id (0 .. %d)", key, i, x->valuedouble,
+                           INT32_MAX);
         i32vec_push(out, (int32_t)x->valuedouble);
     }
     return ST_OK;
@@ -282,7 +287,8 @@ static Status row_prompt_completion(RowCtx *c, const cJSON *row, I32Vec *ids, I3
     }
     if (st == ST_OK && c->cfg->completion_only_loss != 0) {
         size_t np = MIN(pids.n, ids->n);
-        if (!c->warned_prefix && (pids.n > ids->n || memcmp(pids.v, ids->v, np * sizeof(int32_t)))) {
+        // np == 0: an empty prompt leaves pids.v NULL, and memcmp(NULL, ..., 0) is undefined.
+        if (!c->warned_prefix && (pids.n > ids->n || (np && memcmp(pids.v, ids->v, np * sizeof(int32_t))))) {
             log_warn("the prompt's tokens are not a prefix of the prompt+completion tokens; the completion mask "
                      "starts after %zu tokens anyway (as TRL)", pids.n);
             c->warned_prefix = 1;

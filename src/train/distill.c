@@ -135,11 +135,14 @@ Status distill_score(DistillScorer *s, const int32_t *const *sprompts, const int
     Plan *p, *pt;
     // teacher first: its plan may belong to the student model (live mode) and must not be reused
     TRY(get_plan(mt, PLAN_SCORE, B, T, &pt, e));
-    TRY(get_plan(m, backward ? PLAN_TRAIN : PLAN_SCORE, B, T, &p, e));
+    // a live teacher holds the score plan of this shape: the student then takes the train plan
+    TRY(get_plan(m, backward || mt == m ? PLAN_TRAIN : PLAN_SCORE, B, T, &p, e));
     CHECK(pt != p);
     if (tprompts) qwen3_set_inputs(mt, pt, s->tids, s->tpos, s->tseg, s->targets, NULL);
     else qwen3_set_inputs(mt, pt, s->ids, s->pos, s->seg, s->targets, NULL);
+    double t0 = metrics_now();
     qwen3_forward(mt, pt);
+    out->teacher_seconds = metrics_now() - t0;
     qwen3_set_inputs(m, p, s->ids, s->pos, s->seg, s->targets, NULL);
     qwen3_forward(m, p);
     float inv = norm > 0 ? (float)(1.0 / norm) : 0.0f;
@@ -247,8 +250,8 @@ static uint64_t step_seed(uint64_t seed, uint64_t step) {
     return seed ^ (0x9E3779B97F4A7C15ull * (step + 1)) ^ 0xd157ull;
 }
 
-// Generate completions for rows [k, k + cnt) of the step listed in gidx, from model mdl with
-// prompts gp; completions are stored in *seqs (freed by the caller).
+// Generate completions for the cnt prompts of s->gp / s->gl with model mdl into *seqs (freed by
+// the caller).
 static Status rollout(DistillSource *s, Model *mdl, int cnt, uint64_t seed, GenSeq **seqs, GenStats *gs, Err *e) {
     GenConfig g = s->gen;
     g.seed = seed;
@@ -336,14 +339,14 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
         len_sum += len;
         clipped += !has_eos(s->cp[k], s->clen[k], s->sc.eos, s->sc.n_eos);
     }
-    double t1 = metrics_now(), loss = 0, kl = 0, ntok = 0, ntgt = 0;
+    double t1 = metrics_now(), loss = 0, kl = 0, ntok = 0, ntgt = 0, t_teacher = 0;
     for (int g = 0; g < GA && st == ST_OK; g++) {
         int k = g * B;
         DistillRows dr;
         st = distill_score(&s->sc, s->sp + k, s->slen + k, s->tp ? s->tpp + k : NULL, s->tlen + k, s->cp + k,
                            s->clen + k, B, n_gen, 1, &dr, e);
         if (st != ST_OK) break;
-        loss += dr.loss, kl += dr.kl_sum, ntok += dr.n_tokens, ntgt += dr.n_targets;
+        loss += dr.loss, kl += dr.kl_sum, ntok += dr.n_tokens, ntgt += dr.n_targets, t_teacher += dr.teacher_seconds;
         log_rollouts(s, step, g, B);
     }
     double t_train = metrics_now() - t1;
@@ -356,6 +359,9 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
     step_report_add(r, "completions/clipped_ratio", clipped / R, 1);
     if (gen_tokens > 0) step_report_add(r, "generation_tokens_per_second", t_gen > 0 ? gen_tokens / t_gen : 0, 1);
     step_report_add(r, "train_tokens_per_second", t_train > 0 ? ntok / t_train : 0, 1);
+    step_report_add(r, "time/generation_s", t_gen, 1);
+    step_report_add(r, "time/teacher_s", t_teacher, 1);
+    step_report_add(r, "time/student_s", t_train - t_teacher, 1);
     return ST_OK;
 }
 
@@ -562,7 +568,8 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     g.n_eos = mg.n_eos;
     g.pad_token_id = mg.pad_token_id >= 0 ? mg.pad_token_id : tokenizer_pad_id(mc.tok);
     g.pad_to_multiple_of = c->pad_to_multiple_of;
-    g.batch_size = c->generation_batch_size;
+    // GKD's coin changes how many rows a step generates: batches of one micro-batch keep one shape
+    g.batch_size = c->generation_batch_size > 0 ? c->generation_batch_size : c->gkd ? c->B : 0;
     int C = g.max_new_tokens, mult = MAX(1, c->pad_to_multiple_of);
     if (st == ST_OK && g.n_eos == 0)
         st = err_set(e, ST_EINVAL, "%s defines no EOS token (generation_config.json, config.json or the tokenizer): "

@@ -58,6 +58,7 @@ typedef struct DistillRows {
     int n_targets;             // completion tokens scored
     int n_tokens;              // real tokens (prompts and completions, teacher side excluded)
     int T;                     // the layout's padded length
+    double teacher_seconds;    // wall time of the teacher's forward pass
 } DistillRows;
 
 void distill_scorer_init(DistillScorer *s, Model *student, Model *teacher, const DistillLoss *loss, int B, int Tmax,

@@ -26,7 +26,11 @@ struct Grpo {
     RewardSet rs;
     GenConfig gen;
     int G, B, GA, mu, C;     // generations, completions per micro-batch, micro-batches, iterations, completion slots
-    int n;                   // completions per round = B * GA
+    Dist *dist;              // never NULL (one's own when the config has none)
+    Dist one;
+    int W, R;                // world size, rank
+    int n;                   // completions per round = W * B * GA
+    int n_local;             // completions this rank generates = B * GA: rows [R * n_local, (R + 1) * n_local)
     int ppr;                 // prompts per round = n / G
     int rounds_per_epoch;
     int Tmax;                // longest scoring row (B, Tmax) any micro-batch can have
@@ -46,12 +50,14 @@ struct Grpo {
     float *old_logp;         // (n, C) log-probs at the weights the round was generated with
     int have_old;
     double num_items;        // mask sum of the round (dapo)
-    int *order;              // (n) completions in micro-batch order
+    int *order;              // (n) completions in micro-batch order (rank r: rows [r*B, (r+1)*B) of each W*B)
+    int *mine;               // (B * GA) the rows this rank trains, ascending
     // per micro-batch buffers
     float *d_logp, *d_coef;  // (B * Tmax) device
     float *h_flat, *h_ent;   // (B * Tmax) host
     float *mb_logp, *mb_coef, *mb_mask, *mb_old, *mb_ref;  // (B, C)
     double *mb_adv, *mb_seq; // (B)
+    double *mb_stats;        // (GA, 8) per micro-batch sums, summed over the ranks
 };
 
 void grpo_config_default(GrpoConfig *c, GrpoAlgo algo) {
@@ -133,7 +139,7 @@ static Status score_round(Grpo *g, Model *mm, float *out, Err *e) {
     Backend *be = mm->be;
     int rows[g->B];
     for (int s = 0; s < g->GA; s++) {
-        for (int b = 0; b < g->B; b++) rows[b] = s * g->B + b;
+        for (int b = 0; b < g->B; b++) rows[b] = g->mine[s * g->B + b];
         ScoreBatch sb = {0};
         TRY(build_batch(g, rows, &sb, e));
         Plan *p;
@@ -143,7 +149,9 @@ static Status score_round(Grpo *g, Model *mm, float *out, Err *e) {
             qwen3_forward(mm, p);
             qwen3_logprob(mm, p, g->c->temperature, NULL, g->d_logp);
             be->download(be, g->h_flat, g->d_logp, (size_t)sb.B * sb.T * sizeof(float));
-            gather_completion(&sb, g->h_flat, out + (size_t)s * g->B * g->C, g->C);
+            gather_completion(&sb, g->h_flat, g->mb_logp, g->C);
+            for (int b = 0; b < g->B; b++)
+                memcpy(out + (size_t)rows[b] * g->C, g->mb_logp + (size_t)b * g->C, (size_t)g->C * sizeof(float));
         }
         score_batch_free(&sb);
         TRY(st);
@@ -198,20 +206,24 @@ static Status score_and_advantage(Grpo *g, int round, const double *given_reward
     }
     if (given_rewards) {
         memcpy(g->rewards, given_rewards, (size_t)n * K * sizeof(double));
-    } else {
-        RewardInput *in = xcalloc((size_t)n, sizeof(RewardInput));
-        char **texts = xcalloc((size_t)n, sizeof(char *));
-        for (int i = 0; i < n; i++) {
+    } else {  // each rank scores the completions it generated; the sums gather them (NaN stays NaN)
+        int lo = g->R * g->n_local, nl = g->n_local;
+        RewardInput *in = xcalloc((size_t)nl, sizeof(RewardInput));
+        char **texts = xcalloc((size_t)nl, sizeof(char *));
+        for (int q = 0; q < nl; q++) {
+            int i = lo + q;
             const int32_t *ids = g->ids + (size_t)i * C;
-            texts[i] = tokenizer_decode(tok, ids, (size_t)g->mlen[i], 1);
-            in[i] = (RewardInput){.prompt = g->ptext[g->prompt[i]], .completion = texts[i], .ids = ids,
+            texts[q] = tokenizer_decode(tok, ids, (size_t)g->mlen[i], 1);
+            in[q] = (RewardInput){.prompt = g->ptext[g->prompt[i]], .completion = texts[q], .ids = ids,
                                   .n_ids = g->mlen[i], .row = g->ps.rows[g->prompt[i]].row};
         }
-        Status st = rewards_score(&g->rs, in, n, g->rewards, e);
-        for (int i = 0; i < n; i++) free(texts[i]);
+        memset(g->rewards, 0, (size_t)n * K * sizeof(double));
+        Status st = rewards_score(&g->rs, in, nl, g->rewards + (size_t)lo * K, e);
+        for (int q = 0; q < nl; q++) free(texts[q]);
         free(texts);
         free(in);
         TRY(st);
+        TRY(dist_allreduce_sum_host_d(g->dist, g->rewards, (size_t)n * K, e));
     }
     rl_reward_sum(g->total, g->rewards, g->rs.weights, n, K);
     int n_zero = 0;
@@ -227,24 +239,19 @@ static Status score_and_advantage(Grpo *g, int round, const double *given_reward
         reward_std = s / n;
     } else {
         double *seq_kl = NULL;
-        if (g->c->beta != 0) {
-            seq_kl = xmalloc((size_t)n * sizeof(double));
-            rl_rloo_seq_kl(seq_kl, g->old_logp, g->ref_logp, g->mask, n, C);
+        if (g->c->beta != 0) {  // log-probs exist for the rows this rank trains: gather the sums
+            seq_kl = xcalloc((size_t)n, sizeof(double));
+            double *all = xmalloc((size_t)n * sizeof(double));
+            rl_rloo_seq_kl(all, g->old_logp, g->ref_logp, g->mask, n, C);
+            for (int q = 0; q < g->B * g->GA; q++) seq_kl[g->mine[q]] = all[g->mine[q]];
+            free(all);
+            TRY(dist_allreduce_sum_host_d(g->dist, seq_kl, (size_t)n, e));
         }
         rl_rloo_advantages(g->adv, g->total, seq_kl, g->c->beta, g->c->has_reward_clip_range ? g->c->reward_clip_range : NULL,
                            g->c->normalize_advantages, n, g->G);
         free(seq_kl);
         for (int q = 0; q < n / g->G; q++) n_zero += nanstd(g->total + (size_t)q * g->G, g->G, 1) == 0 ? g->G : 0;
         reward_std = nanstd(g->total, n, 1);
-    }
-    // the micro-batch order: the round shuffled, keyed by (seed, round) (TRL shuffles the
-    // generation batch before splitting it into steps)
-    for (int i = 0; i < n; i++) g->order[i] = i;
-    Rng rg;
-    rng_init(&rg, g->c->train.seed, 3000000u + (uint64_t)round);
-    for (int i = n - 1; i > 0; i--) {
-        int j = (int)rng_below(&rg, (uint64_t)i + 1), t = g->order[i];
-        g->order[i] = g->order[j], g->order[j] = t;
     }
     g->num_items = 0;
     for (size_t i = 0; i < (size_t)n * C; i++) g->num_items += g->mask[i];
@@ -275,15 +282,40 @@ static Status score_and_advantage(Grpo *g, int round, const double *given_reward
     step_report_add(r, "frac_reward_zero_std", (double)n_zero / n, 1);
     if (g->c->algo == GRPO_ALGO_RLOO && g->c->beta != 0) {
         double kl = 0;
-        for (size_t i = 0; i < (size_t)n * C; i++) kl += g->mask[i] * (g->old_logp[i] - g->ref_logp[i]);
+        for (int q = 0; q < g->B * g->GA; q++)
+            for (size_t k = (size_t)g->mine[q] * C; k < (size_t)(g->mine[q] + 1) * C; k++)
+                kl += g->mask[k] * (g->old_logp[k] - g->ref_logp[k]);
+        TRY(dist_allreduce_sum_host_d(g->dist, &kl, 1, e));
         step_report_add(r, "kl", kl / fmax(1.0, g->num_items), 1);
     }
     return ST_OK;
 }
 
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+// The micro-batch order: the round shuffled, keyed by (seed, round) (TRL shuffles the generation
+// batch before splitting it into steps); this rank's rows of it.
+static void round_order(Grpo *g, int round) {
+    int n = g->n, B = g->B;
+    for (int i = 0; i < n; i++) g->order[i] = i;
+    Rng rg;
+    rng_init(&rg, g->c->train.seed, 3000000u + (uint64_t)round);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)rng_below(&rg, (uint64_t)i + 1), t = g->order[i];
+        g->order[i] = g->order[j], g->order[j] = t;
+    }
+    for (int s = 0; s < g->GA; s++)
+        for (int b = 0; b < B; b++) g->mine[s * B + b] = g->order[((size_t)s * g->W + g->R) * B + b];
+    qsort(g->mine, (size_t)B * g->GA, sizeof(int), cmp_int);
+}
+
 // Reference (and, for RLOO's KL reward, generation-time) log-probs of the round, then rewards.
 static Status finish_round(Grpo *g, int round, const double *given_rewards, StepReport *r, Err *e) {
     g->have_old = 0;
+    round_order(g, round);
     // masks first: the scoring batches count completion tokens up to the first EOS
     for (int i = 0; i < g->n; i++) g->mlen[i] = rollout_mask_len(g->ids + (size_t)i * g->C, g->len[i], g->gen.eos, g->gen.n_eos);
     if (g->c->beta != 0) {
@@ -304,27 +336,68 @@ static uint64_t round_seed(uint64_t seed, int round) {
     return ((uint64_t)out[0] << 32) | out[1];
 }
 
+// One line per completion of the round (TRL's log_completions, as a file): step, prompt index,
+// completion ids and text, total reward and advantage.
+static Status log_round(Grpo *g, int round, Err *e) {
+    if (!g->c->log_completions || g->R != 0) return ST_OK;
+    TRY(dir_create(g->c->train.output_dir, e));
+    char *path = path_join(g->c->train.output_dir, "completions.jsonl");
+    FILE *f = fopen(path, round == 0 ? "w" : "a");
+    free(path);
+    if (!f) return err_set(e, ST_EIO, "%s/completions.jsonl: cannot open for writing", g->c->train.output_dir);
+    for (int i = 0; i < g->n; i++) {
+        const int32_t *ids = g->ids + (size_t)i * g->C;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", round * g->mu + 1);
+        cJSON_AddNumberToObject(o, "prompt_index", g->prompt[i]);
+        cJSON_AddItemToObject(o, "completion_ids", cJSON_CreateIntArray(ids, g->len[i]));
+        char *text = tokenizer_decode(g->codec.tok, ids, (size_t)g->mlen[i], 1);
+        cJSON_AddStringToObject(o, "completion", text ? text : "");
+        free(text);
+        cJSON_AddNumberToObject(o, "reward", g->total[i]);
+        cJSON_AddNumberToObject(o, "advantage", g->adv[i]);
+        char *line = cJSON_PrintUnformatted(o);
+        fprintf(f, "%s\n", line);
+        free(line);
+        cJSON_Delete(o);
+    }
+    return fclose(f) == 0 ? ST_OK : err_set(e, ST_EIO, "%s/completions.jsonl: write failed", g->c->train.output_dir);
+}
+
+// This rank generates prompts [R * pl, (R + 1) * pl) of the round's ppr (pl = ppr / W), drawing
+// as one process would (prompt keys offset by the first), then every rank gets every completion.
 static Status generate_round(Grpo *g, int round, StepReport *r, Err *e) {
     int epoch = round / g->rounds_per_epoch, j = round % g->rounds_per_epoch;
+    int npl = g->ppr / g->W, first = j * g->ppr + g->R * npl, lo = g->R * g->n_local;
     prompt_order(g, epoch);
-    const int32_t *pp[g->ppr];
-    int pl[g->ppr];
-    for (int k = 0; k < g->ppr; k++) {
-        const PromptRow *pr = &g->ps.rows[g->perm[j * g->ppr + k]];
+    const int32_t *pp[npl];
+    int pl[npl];
+    for (int k = 0; k < npl; k++) {
+        const PromptRow *pr = &g->ps.rows[g->perm[first + k]];
         pp[k] = pr->ids, pl[k] = pr->n;
     }
     g->gen.seed = round_seed(g->c->train.seed, round);
+    g->gen.prompt_key_offset = g->R * npl;
     GenSeq *seqs = NULL;
     GenStats gs;
-    TRY(gen_generate(g->m, &g->gen, pp, pl, g->ppr, &seqs, &gs, e));
-    for (int i = 0; i < g->n; i++) {
-        GenSeq *s = &seqs[i];
-        g->prompt[i] = g->perm[j * g->ppr + s->prompt_index];
+    TRY(gen_generate(g->m, &g->gen, pp, pl, npl, &seqs, &gs, e));
+    for (int q = 0; q < g->n_local; q++) {
+        GenSeq *s = &seqs[q];
+        int i = lo + q;
+        g->prompt[i] = g->perm[first + s->prompt_index];
         g->len[i] = MIN(s->n, g->C);
+        memset(g->ids + (size_t)i * g->C, 0, (size_t)g->C * sizeof(int32_t));
         memcpy(g->ids + (size_t)i * g->C, s->ids, (size_t)g->len[i] * sizeof(int32_t));
     }
-    gen_seqs_free(seqs, g->n);
-    return finish_round(g, round, NULL, r, e);
+    gen_seqs_free(seqs, g->n_local);
+    if (g->W > 1) {  // equal shares: gather in place
+        size_t nl = (size_t)g->n_local;
+        TRY(dist_allgather_host(g->dist, g->prompt, g->prompt + lo, nl * sizeof(int), e));
+        TRY(dist_allgather_host(g->dist, g->len, g->len + lo, nl * sizeof(int), e));
+        TRY(dist_allgather_host(g->dist, g->ids, g->ids + (size_t)lo * g->C, nl * g->C * sizeof(int32_t), e));
+    }
+    TRY(finish_round(g, round, NULL, r, e));
+    return log_round(g, round, e);
 }
 
 Status grpo_set_round(Grpo *g, int step, const int *prompt, const int32_t *const *ids, const int *lens,
@@ -366,9 +439,15 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     RlLossConfig lc = {.loss_type = c->loss_type, .epsilon_low = c->epsilon,
                        .epsilon_high = c->epsilon_high >= 0 ? c->epsilon_high : c->epsilon,
                        .beta = c->algo == GRPO_ALGO_GRPO ? c->beta : 0, .max_completion_length = C,
-                       .num_items = g->num_items, .num_processes = 1, .grad_accum = g->GA};
+                       .num_items = g->num_items, .num_processes = 1, .grad_accum = g->GA * g->W};
+    // The ranks' gradients are summed: dapo divides by the round's global token count
+    // (num_processes 1); the per-micro-batch means of the other losses also divide by W, as
+    // DDP's gradient average does. Per micro-batch (global after the sum): loss, entropy sum,
+    // mask sum, kl sum, loss mask sum, clip low / high / region sums.
+    double *mb = g->mb_stats;
+    memset(mb, 0, (size_t)g->GA * 8 * sizeof(double));
     for (int s = 0; s < g->GA; s++) {
-        const int *rows = g->order + (size_t)s * B;
+        const int *rows = g->order + ((size_t)s * g->W + g->R) * B;
         ScoreBatch sb = {0};
         TRY(build_batch(g, rows, &sb, e));
         Plan *p;
@@ -421,13 +500,20 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         double msum = 0;
         for (size_t k = 0; k < (size_t)B * C; k++) msum += g->mb_mask[k];
         score_batch_free(&sb);
-        r->loss += ls.loss;
-        double den = fmax(1.0, ls.mask_sum);
-        step_report_add(r, "entropy", hs / fmax(1.0, msum), 1);
-        if (c->algo == GRPO_ALGO_GRPO && c->beta != 0) step_report_add(r, "kl", ls.kl_sum / den, 1);
-        step_report_add(r, "clip_ratio/low_mean", ls.clip_low_sum / den, 1);
-        step_report_add(r, "clip_ratio/high_mean", ls.clip_high_sum / den, 1);
-        step_report_add(r, "clip_ratio/region_mean", ls.clip_region_sum / den, 1);
+        double *x = mb + (size_t)s * 8;
+        x[0] = ls.loss, x[1] = hs, x[2] = msum, x[3] = ls.kl_sum, x[4] = ls.mask_sum;
+        x[5] = ls.clip_low_sum, x[6] = ls.clip_high_sum, x[7] = ls.clip_region_sum;
+    }
+    TRY(dist_allreduce_sum_host_d(g->dist, mb, (size_t)g->GA * 8, e));
+    for (int s = 0; s < g->GA; s++) {
+        const double *x = mb + (size_t)s * 8;
+        r->loss += x[0];
+        double den = fmax(1.0, x[4]);
+        step_report_add(r, "entropy", x[1] / fmax(1.0, x[2]), 1);
+        if (c->algo == GRPO_ALGO_GRPO && c->beta != 0) step_report_add(r, "kl", x[3] / den, 1);
+        step_report_add(r, "clip_ratio/low_mean", x[5] / den, 1);
+        step_report_add(r, "clip_ratio/high_mean", x[6] / den, 1);
+        step_report_add(r, "clip_ratio/region_mean", x[7] / den, 1);
     }
     if (store_old) g->have_old = 1;
     double t2 = metrics_now();
@@ -439,7 +525,7 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
 StepSource grpo_source(Grpo *g) {
     StepSource s = {.ctx = g, .what = "prompts", .n_items = g->ps.n, .steps_per_epoch = g->rounds_per_epoch * g->mu,
                     .micro_batches = g->rounds_per_epoch * g->GA, .batch_size = g->B, .grad_accum = g->GA,
-                    .step = grpo_step, .evaluate = NULL};
+                    .step = grpo_step, .evaluate = NULL, .dist = g->dist};
     return s;
 }
 
@@ -454,8 +540,9 @@ static Status check_config(const GrpoConfig *c, Err *e) {
     int n = c->per_device_train_batch_size * c->train.grad_accum;
     if (n % c->num_generations)
         return err_set(e, ST_EINVAL, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
-                                     "%d = %d completions) must be a multiple of --num_generations %d",
-                       c->per_device_train_batch_size, c->train.grad_accum, n, c->num_generations);
+                                     "%d = %d completions%s) must be a multiple of --num_generations %d",
+                       c->per_device_train_batch_size, c->train.grad_accum, n,
+                       c->dist && c->dist->world > 1 ? " per rank" : "", c->num_generations);
     if (c->max_completion_length <= 0) return err_set(e, ST_EINVAL, "--max_completion_length must be positive");
     if (c->num_iterations <= 0) return err_set(e, ST_EINVAL, "--num_iterations must be positive");
     if (c->epsilon < 0) return err_set(e, ST_EINVAL, "--epsilon must be >= 0");
@@ -471,7 +558,10 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     g->c = c, g->m = m, g->round = -1, g->perm_epoch = -1;
     g->G = c->num_generations, g->B = c->per_device_train_batch_size, g->GA = c->train.grad_accum;
     g->mu = c->num_iterations, g->C = c->max_completion_length;
-    g->n = g->B * g->GA, g->ppr = g->n / g->G;
+    if (c->dist) g->dist = c->dist;
+    else dist_single(&g->one), g->dist = &g->one;
+    g->W = g->dist->world, g->R = g->dist->rank;
+    g->n_local = g->B * g->GA, g->n = g->n_local * g->W, g->ppr = g->n / g->G;
     Status st = model_codec_load(&g->codec, c->model_dir, NULL, e);
     if (st != ST_OK) {
         free(g);
@@ -521,7 +611,7 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
         gc->min_p = c->min_p, gc->repetition_penalty = c->repetition_penalty, gc->no_repeat_ngram_size = 0;
         gc->num_return_sequences = g->G;
         gc->logprobs = GEN_LOGPROBS_NONE;
-        gc->batch_size = c->decode_batch_size > 0 ? c->decode_batch_size : g->n;
+        gc->batch_size = c->decode_batch_size > 0 ? c->decode_batch_size : g->n_local;
         gc->pad_to_multiple_of = c->pad_to_multiple_of;
         gc->prefill_chunk_size = MAX(512, round_up(512, MAX(1, c->pad_to_multiple_of)));
         gc->max_cache_len = round_up(round_up(maxp, c->pad_to_multiple_of) + g->C, 128);  // one decode plan
@@ -544,6 +634,8 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     g->total = xcalloc((size_t)n, sizeof(double));
     g->adv = xcalloc((size_t)n, sizeof(double));
     g->order = xcalloc((size_t)n, sizeof(int));
+    g->mine = xcalloc((size_t)g->n_local, sizeof(int));
+    g->mb_stats = xcalloc((size_t)g->GA * 8, sizeof(double));
     g->mask = xcalloc((size_t)n * C, sizeof(float));
     g->ref_logp = xcalloc((size_t)n * C, sizeof(float));
     g->old_logp = xcalloc((size_t)n * C, sizeof(float));
@@ -578,7 +670,7 @@ void grpo_free(Grpo *g) {
     free(g->perm), free(g->prompt), free(g->ids), free(g->len), free(g->mlen), free(g->truncated);
     free(g->rewards), free(g->total), free(g->adv), free(g->order), free(g->mask), free(g->ref_logp), free(g->old_logp);
     free(g->h_flat), free(g->h_ent), free(g->mb_logp), free(g->mb_coef), free(g->mb_mask), free(g->mb_old);
-    free(g->mb_ref), free(g->mb_adv), free(g->mb_seq);
+    free(g->mb_ref), free(g->mb_adv), free(g->mb_seq), free(g->mine), free(g->mb_stats);
     free(g);
 }
 
@@ -587,15 +679,16 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     Model *m = NULL;
     Grpo *g = NULL;
     Status st = backend_create(c->backend, c->threads, &be, e);
+    if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);  // trained weights: fp32 masters
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         st = grpo_create(c, m, &g, e);
     }
     if (st == ST_OK) {
-        log_info("%s: %d prompts, %d generations each, %d completions per step (%d x %d micro-batches), "
+        log_info("%s: %d prompts, %d generations each, %d completions per round (%d x %d micro-batches x %d ranks), "
                  "max_completion_length %d, %d reward function%s, loss %s, beta %g",
-                 c->algo == GRPO_ALGO_RLOO ? "rloo" : "grpo", g->ps.n, g->G, g->n, g->B, g->GA, g->C, g->rs.n,
+                 c->algo == GRPO_ALGO_RLOO ? "rloo" : "grpo", g->ps.n, g->G, g->n, g->B, g->GA, g->W, g->C, g->rs.n,
                  g->rs.n == 1 ? "" : "s", loss_name(c), c->beta);
         c->train.src_model_dir = c->model_dir;
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype

@@ -9,6 +9,13 @@
 // Per micro-batch: [prompt ; completion] rows as a static-shape scoring batch (rollout.h),
 // forward, log-probs of the completion tokens at logits / temperature (qwen3_logprob), the RL
 // loss and its d loss / d logp (rl_math.h), and the backward pass of those coefficients.
+//
+// Data parallel (`mpirun -np N`, TRL's layout): a round is world × B × GA completions. Rank r
+// generates its contiguous share of the round's prompts (draws keyed by the global prompt index,
+// so N ranks generate exactly what one process with N × B generates) and scores its rewards;
+// completions and rewards are gathered, advantages computed over the whole round on every rank;
+// micro-batch s of the shuffled round is world × B completions and rank r trains rows
+// [r·B, (r+1)·B) of it. With N > 1, B × GA must be a multiple of num_generations.
 #ifndef STILL_GRPO_H
 #define STILL_GRPO_H
 
@@ -59,7 +66,9 @@ typedef struct GrpoConfig {
     int has_reward_clip_range;      // RLOO
     double reward_clip_range[2];
     int max_plans;
+    int log_completions;            // rank 0 appends every round to output_dir/completions.jsonl
     TrainConfig train;
+    Dist *dist;                     // the ranks (NULL: one process)
 } GrpoConfig;
 
 // TRL's defaults for GRPOConfig (algo GRPO) or RLOOConfig (algo RLOO).

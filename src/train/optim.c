@@ -1,6 +1,8 @@
 // optim.c: AdamW steps, schedules and clipping; the arithmetic is the backend's adamw op.
 #include "optim.h"
 
+#include "../core/alloc.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -38,26 +40,82 @@ double optim_lr_at(const OptimConfig *c, int done) {
     return c->lr * f;
 }
 
-void optim_init(Optim *o, Model *m, const OptimConfig *cfg) {
+// Where flat element x (inside the tensor table) lives in the parameter buffer, in floats.
+static size_t param_float_index(const Model *m, size_t x) {
+    if (x >= m->tt.n_params) return m->tt.param_bytes / sizeof(float);
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *t = &m->tt.t[i];
+        if (x >= t->goffset && x < t->goffset + t->numel) return t->offset / sizeof(float) + (x - t->goffset);
+    }
+    CHECK_MSG(0, "flat element %zu is in no tensor", x);
+    return 0;
+}
+
+void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero_stage) {
     memset(o, 0, sizeof *o);
+    CHECK(dist && (zero_stage == 0 || zero_stage == 1));
     o->cfg = *cfg;
+    o->dist = dist;
     o->n = m->tt.n_params;
-    o->m = m->be->alloc(m->be, o->n * sizeof(float));
-    o->v = m->be->alloc(m->be, o->n * sizeof(float));
+    o->zero_stage = dist->world > 1 ? zero_stage : 0;
+    o->hi = o->n;
+    if (o->zero_stage == 1) {
+        int W = dist->world;
+        CHECK_MSG(m->tt.param_bytes % sizeof(float) == 0, "parameter buffer of %zu bytes", m->tt.param_bytes);
+        dist_shard_range(dist, dist->rank, o->n, &o->lo, &o->hi);
+        o->gcounts = xmalloc((size_t)W * sizeof(size_t));
+        o->pcounts = xmalloc((size_t)W * sizeof(size_t));
+        dist_shard_counts(dist, o->n, o->gcounts);
+        // a rank's block in the parameter buffer runs from its first element to the next rank's
+        // first (the alignment gaps between tensors ride along with the block before them)
+        size_t start = 0;
+        for (int r = 0; r < W; r++) {
+            size_t lo, hi;
+            dist_shard_range(dist, r + 1 < W ? r + 1 : r, o->n, &lo, &hi);
+            size_t end = r + 1 < W ? param_float_index(m, lo) : m->tt.param_bytes / sizeof(float);
+            o->pcounts[r] = end - start;
+            start = end;
+        }
+        o->gshard = m->be->alloc(m->be, MAX(o->hi - o->lo, 1) * sizeof(float));
+    }
+    size_t k = MAX(o->hi - o->lo, 1);
+    o->m = m->be->alloc(m->be, k * sizeof(float));
+    o->v = m->be->alloc(m->be, k * sizeof(float));
 }
 
 void optim_free(Optim *o, Backend *be) {
     if (o->m) be->free(be, o->m);
     if (o->v) be->free(be, o->v);
-    o->m = o->v = NULL;
+    if (o->gshard) be->free(be, o->gshard);
+    free(o->gcounts);
+    free(o->pcounts);
+    o->m = o->v = o->gshard = NULL;
+    o->gcounts = o->pcounts = NULL;
 }
 
-double optim_grad_norm(const Optim *o, const Model *m) { return sqrt(m->be->sumsq(m->be, m->grads, o->n)); }
+size_t optim_state_bytes(const Optim *o) { return 2 * (o->hi - o->lo) * sizeof(float); }
 
-void optim_step(Optim *o, Model *m, double *grad_norm, double *lr) {
+Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
+    Backend *be = m->be;
+    Dist *d = o->dist;
+    if (o->zero_stage == 1) {
+        size_t k = o->hi - o->lo;
+        TRY(dist_reduce_scatter_sum(d, be, o->gshard, m->grads, o->gcounts, e));
+        double ss = k ? be->sumsq(be, o->gshard, k) : 0.0;
+        TRY(dist_allreduce_sum_host_d(d, &ss, 1, e));
+        *grad_norm = sqrt(ss);
+    } else {
+        TRY(dist_allreduce_sum(d, be, m->grads, o->n, e));
+        *grad_norm = sqrt(be->sumsq(be, m->grads, o->n));
+    }
+    return ST_OK;
+}
+
+Status optim_apply(Optim *o, Model *m, double norm, double *lr, Err *e) {
     Backend *be = m->be;
     CHECK_MSG(m->matrix_dtype == DT_F32, "training needs fp32 master weights");
-    double norm = optim_grad_norm(o, m);
+    // the summed gradient of [lo, hi) starts at g[lo]
+    const float *g = o->zero_stage == 1 ? o->gshard - o->lo : m->grads;
     float clip = 1.0f;
     if (o->cfg.max_grad_norm > 0) {
         // torch.nn.utils.clip_grad_norm_: coef = max_norm / (total + 1e-6), clamped to 1 (fp32)
@@ -66,12 +124,49 @@ void optim_step(Optim *o, Model *m, double *grad_norm, double *lr) {
     }
     double rate = optim_lr_at(&o->cfg, o->t);
     o->t++;
-    for (int i = 0; i < m->tt.n; i++) {
+    for (int i = 0; i < m->tt.n; i++) {  // every tensor's part inside [lo, hi)
         const TensorInfo *ti = &m->tt.t[i];
-        float *p = (float *)((char *)m->params + ti->offset);
-        be->adamw(be, p, o->m + ti->goffset, o->v + ti->goffset, m->grads + ti->goffset, ti->numel, rate, o->cfg.beta1,
-                  o->cfg.beta2, o->cfg.eps, ti->decay ? o->cfg.weight_decay : 0.0, o->t, clip);
+        size_t a = MAX(ti->goffset, o->lo), b = MIN(ti->goffset + ti->numel, o->hi);
+        if (a >= b) continue;
+        float *p = (float *)((char *)m->params + ti->offset) + (a - ti->goffset);
+        be->adamw(be, p, o->m + (a - o->lo), o->v + (a - o->lo), g + a, b - a, rate, o->cfg.beta1, o->cfg.beta2,
+                  o->cfg.eps, ti->decay ? o->cfg.weight_decay : 0.0, o->t, clip);
     }
-    if (grad_norm) *grad_norm = norm;
+    if (o->zero_stage == 1) TRY(dist_allgather(o->dist, be, (float *)m->params, o->pcounts, e));
     if (lr) *lr = rate;
+    return ST_OK;
+}
+
+Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e) {
+    double norm;
+    TRY(optim_reduce_grads(o, m, &norm, e));
+    if (grad_norm) *grad_norm = norm;
+    return optim_apply(o, m, norm, lr, e);
+}
+
+Status optim_gather_state(Optim *o, Backend *be, float *mh, float *vh, Err *e) {
+    Dist *d = o->dist;
+    size_t k = o->hi - o->lo;
+    if (o->zero_stage == 0) {
+        if (d->rank == 0) {
+            be->download(be, mh, o->m, o->n * sizeof(float));
+            be->download(be, vh, o->v, o->n * sizeof(float));
+        }
+        return ST_OK;
+    }
+    float *h = xmalloc(MAX(k, 1) * sizeof(float));
+    be->download(be, h, o->m, k * sizeof(float));
+    Status st = dist_gather_host_f(d, mh, h, o->gcounts, e);
+    if (st == ST_OK) {
+        be->download(be, h, o->v, k * sizeof(float));
+        st = dist_gather_host_f(d, vh, h, o->gcounts, e);
+    }
+    free(h);
+    return st;
+}
+
+void optim_load_state(Optim *o, Backend *be, const float *mh, const float *vh) {
+    size_t k = o->hi - o->lo;
+    be->upload(be, o->m, mh + o->lo, k * sizeof(float));
+    be->upload(be, o->v, vh + o->lo, k * sizeof(float));
 }

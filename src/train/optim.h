@@ -1,9 +1,16 @@
 // optim.h: AdamW over the tensor table (weight decay only where the table says `decay`, as
 // transformers), learning-rate schedules with warmup, and global grad-norm clipping.
 // The moments live in fp32 device buffers in table order (element offsets = goffset).
+//
+// Data parallel: optim_step first sums the gradient over the ranks. ZeRO-0 all-reduces the flat
+// gradient buffer in one call and every rank updates every parameter. ZeRO-1 splits the flat
+// range [0, n) into one block per rank (dist_shard_range): the gradient is reduce-scattered, each
+// rank holds m and v of its block only and updates that block of the parameters, and the
+// parameter buffer is all-gathered. Clipping uses the global norm in both modes.
 #ifndef STILL_OPTIM_H
 #define STILL_OPTIM_H
 
+#include "../dist/dist.h"
 #include "../model/model.h"
 
 typedef enum {
@@ -23,8 +30,14 @@ typedef struct OptimConfig {
 
 typedef struct Optim {
     OptimConfig cfg;
-    float *m, *v;              // device (n_params) AdamW moments
-    size_t n;
+    Dist *dist;                // the ranks the gradient is summed over (never NULL after init)
+    int zero_stage;            // 0 or 1
+    size_t n;                  // parameters (flat fp32 elements)
+    size_t lo, hi;             // the flat block this rank updates: [0, n) unless ZeRO-1
+    float *m, *v;              // device (hi - lo) AdamW moments of [lo, hi)
+    float *gshard;             // ZeRO-1: device (hi - lo) the summed gradient of [lo, hi)
+    size_t *gcounts;           // ZeRO-1: (world) every rank's block size in the flat order
+    size_t *pcounts;           // ZeRO-1: (world) the same blocks in the parameter buffer (floats)
     int t;                     // optimizer steps taken so far
 } Optim;
 
@@ -37,12 +50,23 @@ int optim_warmup_steps(double warmup_steps, double warmup_ratio, int total_steps
 // scheduler step `done`).
 double optim_lr_at(const OptimConfig *c, int done);
 
-void optim_init(Optim *o, Model *m, const OptimConfig *cfg);
+// dist NULL: one process. zero_stage 0 or 1 (1 with one process is the same as 0).
+void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero_stage);
 void optim_free(Optim *o, Backend *be);
-// Global L2 norm of the gradient buffer (before clipping).
-double optim_grad_norm(const Optim *o, const Model *m);
-// One step: norm, clip coefficient min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_,
-// AdamW over every tensor. Returns the pre-clip norm and the lr used.
-void optim_step(Optim *o, Model *m, double *grad_norm, double *lr);
+// Bytes of optimizer state this rank holds (m and v).
+size_t optim_state_bytes(const Optim *o);
+// The gradient summed over the ranks (ZeRO-0: all-reduce; ZeRO-1: reduce-scatter of this rank's
+// block) and its global L2 norm before clipping; fails only when a collective does (timeout).
+Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e);
+// AdamW with clip coefficient min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_, over
+// this rank's block, then the parameters gathered (ZeRO-1). grad_norm: optim_reduce_grads's.
+// Returns the lr used.
+Status optim_apply(Optim *o, Model *m, double grad_norm, double *lr, Err *e);
+// Both.
+Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e);
+// Collective: the complete moments (n each) into host mh, vh on rank 0 (others pass NULL).
+Status optim_gather_state(Optim *o, Backend *be, float *mh, float *vh, Err *e);
+// This rank's block of complete host moments (n each) into the optimizer.
+void optim_load_state(Optim *o, Backend *be, const float *mh, const float *vh);
 
 #endif

@@ -67,6 +67,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     Model *m = NULL;
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
     if (st == ST_OK) be->max_memory = c->max_memory;
+    if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);  // trained weights: fp32 masters
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)
@@ -80,6 +81,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         int seq = c->data.max_length;
+        if (c->dist) c->batch.rank = c->dist->rank, c->batch.world = c->dist->world;
         batch_make_rows(&rows, &train, c->packing ? c->packing_strategy : PACK_NONE, seq);
         if (c->padding_max_length) c->batch.fixed_T = seq > 0 ? MAX(seq, rows.max_len) : rows.max_len;
         batcher_init(&bt, &rows, &c->batch);
@@ -100,7 +102,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
                               : c->dtype >= 0     ? (DType)c->dtype
                                                   : m->ckpt_dtype;
-        st = trainer_run(m, &bt, c->eval_dataset ? &ebt : NULL, &c->train, res, e);
+        st = trainer_run(m, &bt, c->eval_dataset ? &ebt : NULL, c->dist, &c->train, res, e);
     }
     batcher_free(&bt);
     batcher_free(&ebt);

@@ -21,6 +21,7 @@ typedef struct SftConfig {
     int eval_batch_size;
     int max_plans;
     TrainConfig train;
+    Dist *dist;                   // the ranks (NULL: one process)
 } SftConfig;
 
 Status sft_run(SftConfig *c, TrainResult *res, Err *e);

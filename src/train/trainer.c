@@ -54,7 +54,7 @@ static void sum_rows(Model *m, Plan *p, const HostBatch *hb, RowStats *rs, doubl
     *loss = l, *correct = c, *entropy = h;
 }
 
-Status trainer_evaluate(Model *m, Batcher *eval, double *loss, double *accuracy, double *entropy, Err *e) {
+Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *accuracy, double *entropy, Err *e) {
     HostBatch hb;
     host_batch_init(&hb, eval);
     RowStats rs;
@@ -76,6 +76,11 @@ Status trainer_evaluate(Model *m, Batcher *eval, double *loss, double *accuracy,
     host_batch_free(&hb);
     stats_free(&rs);
     TRY(st);
+    if (d) {
+        double sums[4] = {L, Cc, H, n};
+        TRY(dist_allreduce_sum_host_d(d, sums, 4, e));
+        L = sums[0], Cc = sums[1], H = sums[2], n = sums[3];
+    }
     *loss = n > 0 ? L / n : NAN;
     if (accuracy) *accuracy = n > 0 ? Cc / n : NAN;
     if (entropy) *entropy = n > 0 ? H / n : NAN;
@@ -99,9 +104,11 @@ void step_report_add(StepReport *r, const char *name, double value, double weigh
 // ---- SFT: batches of rows, cross-entropy over the targets ------------------------------------
 
 typedef struct SftSource {
-    Batcher *train, *eval;
+    Batcher *train, *eval;  // this rank's shards
+    Dist *dist;
     int grad_accum;
     HostBatch *hb;  // (grad_accum)
+    double *sums;   // (grad_accum, 4) per micro-batch: loss, correct, entropy, targets
     RowStats rs;
 } SftSource;
 
@@ -111,14 +118,16 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     int GA = s->grad_accum, mb = train->n_batches, spe = trainer_steps_per_epoch(mb, GA);
     int epoch = step / spe, j = step % spe;
     int first = j * GA, n_micro = MIN(GA, mb - first);
-    int n_targets = 0, n_tok = 0;
+    double counts[2] = {0, 0};  // targets, tokens
     for (int g = 0; g < n_micro; g++) {
         batcher_fill(train, epoch, first + g, &s->hb[g]);
-        n_targets += s->hb[g].n_targets;
-        n_tok += s->hb[g].n_tokens;
+        counts[0] += s->hb[g].n_targets;
+        counts[1] += s->hb[g].n_tokens;
     }
-    // TRL: the loss of a step is the token mean over every micro-batch of the step.
-    float scale = n_targets > 0 ? 1.0f / (float)n_targets : 0.0f;
+    // TRL: the loss of a step is the token mean over every micro-batch of the step on every rank
+    // (average_tokens_across_devices), so the count is summed before the backward.
+    TRY(dist_allreduce_sum_host_d(s->dist, counts, 2, e));
+    float scale = counts[0] > 0 ? 1.0f / (float)counts[0] : 0.0f;
     for (int g = 0; g < n_micro; g++) {
         HostBatch *hb = &s->hb[g];
         Plan *p;
@@ -126,22 +135,27 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         qwen3_set_inputs(m, p, hb->ids, hb->pos, hb->seg, hb->targets, NULL);
         qwen3_forward(m, p);
         qwen3_ce_loss(m, p, scale, 1);
-        double l, c, h;
-        sum_rows(m, p, hb, &s->rs, &l, &c, &h);
-        r->loss += l * scale;
-        if (hb->n_targets > 0) {
-            step_report_add(r, "mean_token_accuracy", c / hb->n_targets, 1);
-            step_report_add(r, "entropy", h / hb->n_targets, 1);
+        double *x = &s->sums[4 * g];
+        sum_rows(m, p, hb, &s->rs, &x[0], &x[1], &x[2]);
+        x[3] = hb->n_targets;
+    }
+    TRY(dist_allreduce_sum_host_d(s->dist, s->sums, 4 * (size_t)n_micro, e));
+    for (int g = 0; g < n_micro; g++) {
+        const double *x = &s->sums[4 * g];
+        r->loss += x[0] * scale;
+        if (x[3] > 0) {
+            step_report_add(r, "mean_token_accuracy", x[1] / x[3], 1);
+            step_report_add(r, "entropy", x[2] / x[3], 1);
         }
     }
-    r->n_tokens = n_tok;
+    r->n_tokens = counts[1];
     return ST_OK;
 }
 
 static Status sft_evaluate(void *ctx, Model *m, cJSON *o, double *eval_loss, Err *e) {
     SftSource *s = ctx;
     double l, a, h;
-    TRY(trainer_evaluate(m, s->eval, &l, &a, &h, e));
+    TRY(trainer_evaluate(m, s->eval, s->dist, &l, &a, &h, e));
     cJSON_AddNumberToObject(o, "eval_loss", l);
     cJSON_AddNumberToObject(o, "eval_mean_token_accuracy", a);
     cJSON_AddNumberToObject(o, "eval_entropy", h);
@@ -149,22 +163,27 @@ static Status sft_evaluate(void *ctx, Model *m, cJSON *o, double *eval_loss, Err
     return ST_OK;
 }
 
-Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *cfg, TrainResult *res, Err *e) {
+Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const TrainConfig *cfg, TrainResult *res,
+                   Err *e) {
     int GA = MAX(1, cfg->grad_accum), mb = train->n_batches;
     if (mb == 0)
         return err_set(e, ST_EINVAL, "the training set has %d rows, fewer than one batch of %d (drop_last)",
-                       train->rows->n, train->cfg.B);
-    SftSource s = {.train = train, .eval = eval, .grad_accum = GA};
+                       train->rows->n, train->cfg.B * train->cfg.world);
+    Dist one;
+    if (!d) dist_single(&one), d = &one;
+    SftSource s = {.train = train, .eval = eval, .dist = d, .grad_accum = GA};
     s.hb = xcalloc((size_t)GA, sizeof(HostBatch));
+    s.sums = xcalloc(4 * (size_t)GA, sizeof(double));
     for (int g = 0; g < GA; g++) host_batch_init(&s.hb[g], train);
     stats_init(&s.rs, (size_t)train->cfg.B * train->Tmax);
     StepSource src = {.ctx = &s, .what = "rows", .n_items = train->rows->n,
                       .steps_per_epoch = trainer_steps_per_epoch(mb, GA), .micro_batches = mb,
                       .batch_size = train->cfg.B, .grad_accum = GA, .step = sft_step,
-                      .evaluate = eval ? sft_evaluate : NULL};
+                      .evaluate = eval ? sft_evaluate : NULL, .dist = d};
     Status st = trainer_loop(m, &src, cfg, res, e);
     for (int g = 0; g < GA; g++) host_batch_free(&s.hb[g]);
     free(s.hb);
+    free(s.sums);
     stats_free(&s.rs);
     return st;
 }
@@ -185,14 +204,16 @@ static void window_add(LogWindow *w, const StepReport *r) {
     }
 }
 
-static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int step, double epoch, double *out, Err *e) {
+// Every rank evaluates its shard; rank 0 writes the line.
+static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int lead, int step, double epoch, double *out,
+                               Err *e) {
     cJSON *o = cJSON_CreateObject();
     double l = NAN;
     Status st = src->evaluate(src->ctx, m, o, &l, e);
     if (st == ST_OK) {
         cJSON_AddNumberToObject(o, "epoch", epoch);
         cJSON_AddNumberToObject(o, "step", step);
-        metrics_write(mt, o);
+        if (lead) metrics_write(mt, o);
         log_info("step %d: eval_loss %.6f", step, l);
         *out = l;
     }
@@ -200,57 +221,146 @@ static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int step,
     return st;
 }
 
+// Every rank calls it: the moments are gathered to rank 0, which writes the checkpoint; all
+// ranks learn whether it worked.
+static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg,
+                              const TrainState *ts, Err *e) {
+    float *mh = NULL, *vh = NULL;
+    Status st = ST_OK;
+    if (!cfg->save_only_model) {
+        if (d->rank == 0) {
+            mh = xmalloc(m->tt.n_params * sizeof(float));
+            vh = xmalloc(m->tt.n_params * sizeof(float));
+        }
+        st = optim_gather_state(opt, m->be, mh, vh, e);
+    }
+    if (st == ST_OK && d->rank == 0) {
+        st = checkpoint_save_ex(cfg->output_dir, m, mh, vh, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
+                                src->ctx, e);
+        if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
+    }
+    free(mh);
+    free(vh);
+    return dist_agree(d, st, e);
+}
+
+// Rank 0 reads the checkpoint (weights, complete moments, state) and broadcasts it; every rank
+// keeps its block of the moments, so any number of ranks resumes with the same global batch.
+// The source's own state (load_state) is read by every rank from the same directory (on several
+// nodes, a filesystem they share).
+static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg, TrainState *ts,
+                          Err *e) {
+    size_t n = m->tt.n_params;
+    float *mh = xmalloc(n * sizeof(float)), *vh = xmalloc(n * sizeof(float));
+    char *dir = NULL;
+    TrainState saved = {0};
+    Status st = ST_OK;
+    if (d->rank == 0) {
+        if (!strcmp(cfg->resume, "latest") || !strcmp(cfg->resume, "true"))
+            st = checkpoint_latest(cfg->output_dir, &dir, e);
+        else
+            dir = xstrdup(cfg->resume);
+        if (st == ST_OK) st = checkpoint_load(dir, m, mh, vh, &saved, e);
+        int global = ts->batch_size * d->world, saved_global = saved.batch_size * MAX(1, saved.world);
+        if (st == ST_OK && (saved.micro_batches != ts->micro_batches || saved_global != global ||
+                            saved.grad_accum != ts->grad_accum || saved.seed != cfg->seed))
+            st = err_set(e, ST_EINVAL, "%s was written with %d micro-batches per epoch of %d rows (%d per rank x %d "
+                                       "ranks), gradient accumulation %d, seed %llu; this run has %d, %d (%d x %d), %d, "
+                                       "%llu: resume needs the same data, global batch and seed", dir,
+                         saved.micro_batches, saved_global, saved.batch_size, MAX(1, saved.world), saved.grad_accum,
+                         (unsigned long long)saved.seed, ts->micro_batches, global, ts->batch_size, d->world,
+                         ts->grad_accum, (unsigned long long)cfg->seed);
+        if (st == ST_OK) {
+            log_info("resuming from %s at step %d of %d", dir, saved.step, ts->total_steps);
+            if (MAX(1, saved.world) != d->world)
+                log_info("%s was written by %d rank(s); optimizer state re-sharded over %d", dir, MAX(1, saved.world),
+                         d->world);
+        }
+    }
+    st = dist_agree(d, st, e);
+    if (st == ST_OK && d->world > 1) {
+        // weights through host memory (any backend), then the moments and the state
+        void *ph = xmalloc(m->tt.param_bytes);
+        if (d->rank == 0) m->be->download(m->be, ph, m->params, m->tt.param_bytes);
+        st = dist_bcast_host(d, ph, m->tt.param_bytes, e);
+        if (st == ST_OK && d->rank != 0) m->be->upload(m->be, m->params, ph, m->tt.param_bytes);
+        free(ph);
+        if (st == ST_OK) st = dist_bcast_host(d, mh, n * sizeof(float), e);
+        if (st == ST_OK) st = dist_bcast_host(d, vh, n * sizeof(float), e);
+        if (st == ST_OK) st = dist_bcast_host(d, &saved, sizeof saved, e);
+        if (st == ST_OK && src->load_state) {  // the directory's name, for every rank
+            char path[4096] = "";
+            if (d->rank == 0) snprintf(path, sizeof path, "%s", dir);
+            st = dist_bcast_host(d, path, sizeof path, e);
+            if (st == ST_OK && d->rank != 0) free(dir), dir = xstrdup(path);
+        }
+    }
+    if (st == ST_OK && src->load_state) st = dist_agree(d, src->load_state(src->ctx, dir, e), e);
+    if (st == ST_OK) {
+        optim_load_state(opt, m->be, mh, vh);
+        opt->t = saved.step;
+        ts->step = saved.step;
+        ts->num_tokens = saved.num_tokens;
+    }
+    free(mh);
+    free(vh);
+    free(dir);
+    return st;
+}
+
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
     memset(res, 0, sizeof *res);
     res->eval_loss = NAN;
     CHECK(m->matrix_dtype == DT_F32);
+    Dist one, *d = src->dist;
+    if (!d) dist_single(&one), d = &one;
+    int lead = d->rank == 0;  // rank 0 logs and writes files
     int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
     if (total <= 0) return err_set(e, ST_EINVAL, "nothing to train: 0 steps (num_train_epochs %g)", cfg->num_train_epochs);
+    if (cfg->zero_stage != 0 && cfg->zero_stage != 1)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", cfg->zero_stage);
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
-    if (!m->grads)
-        TRY(mem_check(m->tt.n_params * sizeof(float) * 3, m->be->max_memory,
+    if (!m->grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
+        size_t n = m->tt.n_params, w = (size_t)d->world, k = cfg->zero_stage == 1 && w > 1 ? (n + w - 1) / w : n;
+        TRY(mem_check((n + (cfg->zero_stage == 1 && w > 1 ? 3 : 2) * k) * sizeof(float), m->be->max_memory,
                       "training state (fp32 gradients and AdamW moments)", e));
+    }
     model_alloc_grads(m);
     Optim opt;
-    optim_init(&opt, m, &oc);
+    optim_init(&opt, m, &oc, d, cfg->zero_stage);
     TrainState ts = {.total_steps = total, .steps_per_epoch = spe, .micro_batches = src->micro_batches,
-                     .batch_size = src->batch_size, .grad_accum = src->grad_accum, .seed = cfg->seed};
-    Status st = dir_create(cfg->output_dir, e);
-    char *resume_dir = NULL;
-    if (st == ST_OK && cfg->resume) {
-        if (!strcmp(cfg->resume, "latest") || !strcmp(cfg->resume, "true"))
-            st = checkpoint_latest(cfg->output_dir, &resume_dir, e);
-        else
-            resume_dir = xstrdup(cfg->resume);
-        TrainState saved;
-        if (st == ST_OK) st = checkpoint_load(resume_dir, m, &opt, &saved, e);
-        if (st == ST_OK && (saved.micro_batches != ts.micro_batches || saved.batch_size != ts.batch_size ||
-                            saved.grad_accum != ts.grad_accum || saved.seed != cfg->seed))
-            st = err_set(e, ST_EINVAL, "%s was written with %d micro-batches per epoch of %d, gradient "
-                                       "accumulation %d, seed %llu; this run has %d, %d, %d, %llu: resume needs the "
-                                       "same data, batch and seed flags", resume_dir, saved.micro_batches,
-                         saved.batch_size, saved.grad_accum, (unsigned long long)saved.seed, ts.micro_batches,
-                         ts.batch_size, ts.grad_accum, (unsigned long long)cfg->seed);
-        if (st == ST_OK && src->load_state) st = src->load_state(src->ctx, resume_dir, e);
-        if (st == ST_OK) {
-            ts.step = saved.step;
-            ts.num_tokens = saved.num_tokens;
-            log_info("resuming from %s at step %d of %d", resume_dir, ts.step, total);
-        }
+                     .batch_size = src->batch_size, .grad_accum = src->grad_accum, .seed = cfg->seed,
+                     .world = d->world};
+    Status st = lead ? dir_create(cfg->output_dir, e) : ST_OK;
+    st = dist_agree(d, st, e);
+    if (st == ST_OK && d->world > 1) {  // what each rank holds (tests read this line)
+        double *bytes = xcalloc((size_t)d->world, sizeof(double));
+        bytes[d->rank] = (double)optim_state_bytes(&opt);
+        st = dist_allreduce_sum_host_d(d, bytes, (size_t)d->world, e);
+        char line[1024];
+        int k = snprintf(line, sizeof line, "optimizer state (ZeRO-%d):", opt.zero_stage);
+        for (int r = 0; r < d->world && k < (int)sizeof line; r++)
+            k += snprintf(line + k, sizeof line - (size_t)k, " rank %d %.0f bytes%s", r, bytes[r],
+                          r + 1 < d->world ? "," : "");
+        if (st == ST_OK) log_info("%d ranks, %d rows per rank per micro-batch; %s", d->world, src->batch_size, line);
+        free(bytes);
     }
+    if (st == ST_OK && cfg->resume) st = resume_from(m, &opt, d, src, cfg, &ts, e);
     Metrics mt = {0};
-    if (st == ST_OK) st = metrics_open(&mt, cfg->output_dir, cfg->resume ? ts.step : -1, ts.step, e);
+    if (st == ST_OK && lead) st = metrics_open(&mt, cfg->output_dir, cfg->resume ? ts.step : -1, ts.step, e);
+    st = dist_agree(d, st, e);
     if (st != ST_OK) {
-        free(resume_dir);
+        metrics_close(&mt);
         optim_free(&opt, m->be);
         return st;
     }
     log_info("training: %d %s, %d micro-batches of %d per epoch, %d steps per epoch (gradient accumulation %d), "
-             "%d steps, warmup %d, lr %g (%s)", src->n_items, src->what, src->micro_batches, src->batch_size, spe,
-             src->grad_accum, total, oc.warmup_steps, oc.lr, optim_schedule_name(oc.sched));
+             "%d steps, warmup %d, lr %g (%s)", src->n_items, src->what, src->micro_batches,
+             src->batch_size * d->world, spe, src->grad_accum, total, oc.warmup_steps, oc.lr,
+             optim_schedule_name(oc.sched));
 
     LogWindow win = {0};
     double t_start = metrics_now(), tokens_run = 0;
@@ -261,13 +371,25 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         m->be->zero(m->be, m->grads, m->tt.n_params * sizeof(float));
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st != ST_OK) break;
-        if (!isfinite(rep.loss)) {
-            st = err_set(e, ST_ERUNTIME, "step %d: the loss is %g; lower --learning_rate or check the data", ts.step + 1,
-                         rep.loss);
-            break;
+        // The gradient summed over the ranks first: the loss and the norm are global, so every rank
+        // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
+        double gnorm = NAN, lr = optim_lr_at(&opt.cfg, opt.t);
+        if (isfinite(rep.loss)) st = optim_reduce_grads(&opt, m, &gnorm, e);
+        if (st != ST_OK) break;
+        if (!isfinite(rep.loss) || !isfinite(gnorm)) {
+            const char *what = !isfinite(rep.loss) ? "the loss" : "the gradient norm";
+            double val = !isfinite(rep.loss) ? rep.loss : gnorm;
+            if (!cfg->skip_nonfinite) {
+                st = err_set(e, ST_ERUNTIME, "step %d: %s is %g; lower --learning_rate, check the data, or pass "
+                                             "--skip_nonfinite to skip such steps", ts.step + 1, what, val);
+                break;
+            }
+            log_warn("step %d: %s is %g: skipping this step's update (--skip_nonfinite)", ts.step + 1, what, val);
+            res->skipped_steps++;
+        } else {
+            st = optim_apply(&opt, m, gnorm, &lr, e);
+            if (st != ST_OK) break;
         }
-        double gnorm, lr;
-        optim_step(&opt, m, &gnorm, &lr);
         ts.step++;
         steps_run++;
         ts.num_tokens += rep.n_tokens;
@@ -275,7 +397,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         window_add(&win, &rep);
         int log_now = (cfg->logging_steps > 0 && ts.step % cfg->logging_steps == 0) ||
                       (cfg->logging_first_step && ts.step == 1) || ts.step == total;
-        if (log_now) {
+        if (log_now && lead) {
             double el = metrics_now() - t_start;
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "loss", win.loss_sum / win.steps);
@@ -291,17 +413,16 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
             cJSON_AddNumberToObject(o, "step", ts.step);
             metrics_write(&mt, o);
             cJSON_Delete(o);
+        }
+        if (log_now) {
             res->last_loss = win.loss_sum / win.steps;
             memset(&win, 0, sizeof win);
         }
-        metrics_progress(&mt, ts.step, total, rep.loss, log_now);
+        if (lead) metrics_progress(&mt, ts.step, total, rep.loss, log_now);
         if (src->evaluate && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
-            st = run_eval_and_log(m, src, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
-        if (st == ST_OK && cfg->save_steps > 0 && ts.step % cfg->save_steps == 0 && ts.step < total) {
-            st = checkpoint_save_ex(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
-                                    cfg->src_model_dir, src->save_state, src->ctx, e);
-            if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
-        }
+            st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
+        if (st == ST_OK && cfg->save_steps > 0 && ts.step % cfg->save_steps == 0 && ts.step < total)
+            st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
         if (cfg->stop_after_steps > 0 && steps_run >= cfg->stop_after_steps) break;
     }
     double secs = metrics_now() - t_start;
@@ -310,15 +431,12 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     res->tokens_per_second = secs > 0 ? tokens_run / secs : 0;
     int finished = st == ST_OK && ts.step >= total;
     if (finished && src->evaluate && (cfg->eval_steps <= 0 || ts.step % cfg->eval_steps != 0))
-        st = run_eval_and_log(m, src, &mt, ts.step, (double)ts.step / spe, &res->eval_loss, e);
-    if (finished && st == ST_OK && cfg->save_steps > 0) {
-        st = checkpoint_save_ex(cfg->output_dir, m, cfg->save_only_model ? NULL : &opt, &ts, cfg->save_dtype,
-                                cfg->src_model_dir, src->save_state, src->ctx, e);
-        if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
-    }
-    if (finished && st == ST_OK) st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
+        st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
+    if (finished && st == ST_OK && cfg->save_steps > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
+    if (finished && st == ST_OK && lead)
+        st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
     metrics_close(&mt);
-    if (finished && st == ST_OK) {
+    if (finished && st == ST_OK && lead) {
         char *jp = path_join(cfg->output_dir, "metrics.jsonl"), *sp = path_join(cfg->output_dir, "loss.svg");
         st = metrics_svg(jp, sp, e);
         free(jp);
@@ -327,7 +445,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                  res->tokens_per_second, m->plans.n, m->plans.bytes / 1048576.0, cfg->output_dir,
                  dtype_torch_name(cfg->save_dtype));
     }
-    free(resume_dir);
+    if (finished) st = dist_agree(d, st, e);
     optim_free(&opt, m->be);
     return st;
 }

@@ -1,6 +1,10 @@
 // trainer.h: the training loop every trainer shares: micro-batches grouped into optimizer steps
 // (gradient accumulation), a loss normalised over the whole step, AdamW with schedule and
 // clipping, logging, evaluation, checkpoints and bit-exact resume.
+//
+// Data parallel (`mpirun -np N`): every rank runs the loop on its shard of every global batch;
+// the step function normalises by global counts and reports global values, the optimizer sums
+// the gradients (optim.h: ZeRO-0 or ZeRO-1), rank 0 logs and writes every file.
 #ifndef STILL_TRAINER_H
 #define STILL_TRAINER_H
 
@@ -25,6 +29,8 @@ typedef struct TrainConfig {
     const char *resume;          // checkpoint path, "latest", or NULL
     uint64_t seed;
     int stop_after_steps;        // > 0: stop (as if killed) after this many steps (tests)
+    int skip_nonfinite;          // a NaN/Inf loss or gradient skips the update (logged) instead of stopping
+    int zero_stage;              // 0: moments replicated; 1: sharded over the ranks (optim.h)
 } TrainConfig;
 
 typedef struct TrainResult {
@@ -33,6 +39,7 @@ typedef struct TrainResult {
     double train_seconds;
     double tokens_per_second;
     double eval_loss;            // NAN without an eval set
+    int skipped_steps;           // updates skipped for a NaN/Inf loss or gradient (--skip_nonfinite)
 } TrainResult;
 
 // What one optimizer step of a trainer reports. Metrics are (sum, count) pairs so the logging
@@ -52,12 +59,18 @@ void step_report_add(StepReport *r, const char *name, double value, double weigh
 // A trainer plugs into the loop with one function per optimizer step: fill m->grads (zeroed by
 // the loop) with the gradient of the step's loss and report it. The step function must be a pure
 // function of (weights, step index, seed) so that resuming reproduces the run bit for bit.
+// Distributed (dist->world > 1), a step function computes its rank's share of the step: its
+// gradient is this rank's part of the gradient of the GLOBAL loss (normalisers summed over the
+// ranks first: the loop only sums the gradients), and its report holds global values, the same
+// on every rank (the loop logs rank 0's).
 typedef struct StepSource {
     void *ctx;
     const char *what;          // "rows", "prompts": for log lines
     int n_items;               // dataset rows / prompts
     int steps_per_epoch;
     int micro_batches, batch_size, grad_accum;  // checked on resume: same data and batch flags
+                                                // (micro-batches per epoch are global ones; batch_size per rank)
+    Dist *dist;                // the ranks this source's steps run on (NULL: one process)
     Status (*step)(void *ctx, Model *m, int step, StepReport *r, Err *e);
     // Evaluation (may be NULL): writes its metrics into o and the loss into *eval_loss.
     Status (*evaluate)(void *ctx, Model *m, cJSON *o, double *eval_loss, Err *e);
@@ -74,9 +87,12 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
 // Steps of one epoch: micro-batches / grad_accum, rounded up (the last step of an epoch may
 // take fewer micro-batches, as transformers does).
 int trainer_steps_per_epoch(int micro_batches, int grad_accum);
-// Train m (fp32 master weights) on `train`, evaluating on `eval` (may be NULL).
-Status trainer_run(Model *m, Batcher *train, Batcher *eval, const TrainConfig *cfg, TrainResult *res, Err *e);
+// Train m (fp32 master weights) on `train`, evaluating on `eval` (may be NULL); the batchers are
+// this rank's shards of d (NULL: one process).
+Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const TrainConfig *cfg, TrainResult *res,
+                   Err *e);
 // Loss over every batch of an eval set (score plans); also accuracy and entropy (may be NULL).
-Status trainer_evaluate(Model *m, Batcher *eval, double *loss, double *accuracy, double *entropy, Err *e);
+// With d (may be NULL), eval is this rank's shard and the sums run over every rank.
+Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *accuracy, double *entropy, Err *e);
 
 #endif

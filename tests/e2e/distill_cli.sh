@@ -100,8 +100,9 @@ $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/p.jsonl" --
 
 # 5. self-distillation: the teacher sees the privileged columns, so its log-probs differ on the same tokens
 for mode in fixed ema live; do
-  run "self_$mode" --teacher self --teacher_mode $mode --log_rollouts "$tmp/self_$mode.jsonl"
+  run "self_$mode" --teacher self --teacher_mode $mode --log_rollouts "$tmp/self_$mode.jsonl" --eval_dataset "$tmp/p.jsonl"
 done
+grep -q '"eval_kl_student_teacher"' "$tmp/self_live/metrics.jsonl" && ok self_live_eval || fail self_live_eval "no eval line"
 if grep -q '"teacher_prompt":"<|im_start|>user\\n3+3?\\n\\nHere is a reference solution to this problem:\\n6\\n' \
      "$tmp/self_fixed.jsonl" && grep -q 'within \\\\boxed{}.<|im_end|>' "$tmp/self_fixed.jsonl" \
    && grep -q '"teacher_prompt":"2+2?\\n\\nHere is a reference solution to this problem:\\n4' "$tmp/self_fixed.jsonl"; then
@@ -182,3 +183,8 @@ k1=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l1/metrics.jsonl" | cu
 if [ -n "$k0" ] && [ -n "$k1" ] && awk -v a="$k0" -v b="$k1" 'BEGIN{exit !(a > 0.5 && b < a / 2)}'; then
   ok kl_halves_on_held_out
 else fail kl_halves_on_held_out "held-out KL $k0 -> $k1; $(tail -2 "$tmp/err")"; fi
+
+# 9. still info: the memory of student training + teacher inference
+out=$($BIN info --model "$tmp/stu" --teacher "$tmp/tea" --teacher_dtype bfloat16 --batch 2 --seq 64 2>&1)
+grep -q "^distillation    student training .* + teacher weights .* (bfloat16) + plan score B=2 T=64" <<<"$out" \
+  && ok info_teacher || fail info_teacher "$out"

@@ -166,14 +166,16 @@ static void check_case(const Case *cs) {
     StepReport rep;
     Optim opt;
     OptimConfig oc = {.lr = 0.02, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .sched = SCHED_CONSTANT, .total_steps = 2};
-    optim_init(&opt, m, &oc);
+    Dist one;
+    dist_single(&one);
+    optim_init(&opt, m, &oc, &one, 0);
     for (int step = 0; step < cs->iterations; step++) {
         memset(&rep, 0, sizeof rep);
         be->zero(be, m->grads, np * sizeof(float));
         EXPECT_MSG(src.step(src.ctx, m, step, &rep, &e) == ST_OK, "%s", e.msg);
         if (step + 1 < cs->iterations) {  // move the weights: the next iteration has ratios != 1
             double gn, lr;
-            optim_step(&opt, m, &gn, &lr);
+            EXPECT(optim_step(&opt, m, &gn, &lr, &e) == ST_OK);
         }
     }
     be->download(be, got, m->grads, np * sizeof(float));

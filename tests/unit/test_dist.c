@@ -25,20 +25,40 @@ static void test_allreduce(void) {
 
 static void test_reduce_scatter_allgather(void) {
     Err e = {0};
-    size_t n = 3;
-    float *send = xmalloc(n * d.world * sizeof(float)), *recv = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n * d.world; i++) send[i] = (float)i + 100.0f * d.rank;
-    EXPECT(dist_reduce_scatter_sum(&d, be, recv, send, n, &e) == ST_OK);
-    for (size_t i = 0; i < n; i++) {
+    // uneven blocks: n = 7 over the ranks (ZeRO-1's split), and explicit counts
+    size_t n = 7, *counts = xmalloc(sizeof(size_t) * d.world), lo, hi;
+    dist_shard_counts(&d, n, counts);
+    dist_shard_range(&d, d.rank, n, &lo, &hi);
+    size_t total = 0;
+    for (int r = 0; r < d.world; r++) total += counts[r];
+    EXPECT(total == n && counts[d.rank] == hi - lo);
+    if (d.world == 2) EXPECT(counts[0] == 4 && counts[1] == 3);
+    float *send = xmalloc(n * sizeof(float)), *recv = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) send[i] = (float)i + 100.0f * d.rank;
+    EXPECT(dist_reduce_scatter_sum(&d, be, recv, send, counts, &e) == ST_OK);
+    for (size_t i = lo; i < hi; i++) {
         float want = 0;
-        for (int r = 0; r < d.world; r++) want += (float)(d.rank * n + i) + 100.0f * r;
-        EXPECT(recv[i] == want);
+        for (int r = 0; r < d.world; r++) want += (float)i + 100.0f * r;
+        EXPECT(recv[i - lo] == want);
     }
-    float *all = xmalloc(n * d.world * sizeof(float));
-    for (size_t i = 0; i < n; i++) all[d.rank * n + i] = (float)(d.rank * 10 + i);
-    EXPECT(dist_allgather(&d, be, all, all + d.rank * n, n, &e) == ST_OK);  // in place
-    for (int r = 0; r < d.world; r++)
-        for (size_t i = 0; i < n; i++) EXPECT(all[r * n + i] == (float)(r * 10 + i));
+    float *all = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) all[i] = -1;
+    for (size_t i = lo; i < hi; i++) all[i] = (float)(d.rank * 10 + i);
+    EXPECT(dist_allgather(&d, be, all, counts, &e) == ST_OK);  // in place
+    for (int r = 0; r < d.world; r++) {
+        size_t a, b;
+        dist_shard_range(&d, r, n, &a, &b);
+        for (size_t i = a; i < b; i++) EXPECT(all[i] == (float)(r * 10 + i));
+    }
+    float *got0 = d.rank == 0 ? xmalloc(n * sizeof(float)) : NULL;
+    EXPECT(dist_gather_host_f(&d, got0, send + lo, counts, &e) == ST_OK);
+    if (got0)
+        for (int r = 0; r < d.world; r++) {
+            size_t a, b;
+            dist_shard_range(&d, r, n, &a, &b);
+            for (size_t i = a; i < b; i++) EXPECT(got0[i] == (float)i + 100.0f * r);
+        }
+    free(got0), free(counts);
     int mine = 7 + d.rank, *got = xmalloc(sizeof(int) * d.world);
     EXPECT(dist_allgather_host(&d, got, &mine, sizeof(int), &e) == ST_OK);
     for (int r = 0; r < d.world; r++) EXPECT(got[r] == 7 + r);
@@ -47,6 +67,25 @@ static void test_reduce_scatter_allgather(void) {
     EXPECT(dist_bcast_host(&d, msg, sizeof msg, &e) == ST_OK);
     EXPECT(!strcmp(msg, "hello"));
     free(send), free(recv), free(all), free(got);
+}
+
+static void test_agree(void) {
+    Err e = {0};
+    EXPECT(dist_agree(&d, ST_OK, &e) == ST_OK);
+    // the last rank fails: everyone hears of it, naming that rank
+    Status mine = d.rank == d.world - 1 ? err_set(&e, ST_EINVAL, "own failure") : ST_OK;
+    Status st = dist_agree(&d, mine, &e);
+    EXPECT(st != ST_OK);
+    if (d.rank == d.world - 1) EXPECT_STR_CONTAINS(e.msg, "own failure");
+    else EXPECT_STR_CONTAINS(e.msg, "failed");
+    size_t big = 3u << 20;  // bytes beyond one small message
+    unsigned char *buf = xmalloc(big);
+    for (size_t i = 0; i < big; i++) buf[i] = d.rank == 0 ? (unsigned char)(i * 7) : 0;
+    EXPECT(dist_bcast_host(&d, buf, big, &e) == ST_OK);
+    int same = 1;
+    for (size_t i = 0; i < big; i++) same &= buf[i] == (unsigned char)(i * 7);
+    EXPECT(same);
+    free(buf);
 }
 
 int main(void) {
@@ -71,6 +110,7 @@ int main(void) {
     }
     RUN(test_allreduce);
     RUN(test_reduce_scatter_allgather);
+    RUN(test_agree);
     backend_destroy(be);
     dist_finalize(&d);
     TEST_MAIN_END();

@@ -63,7 +63,8 @@ int cpu_panel_rows(int C, int total);
 // expf without a libm call, so loops that use it vectorise: x clamped to [-87.3, 88] (below:
 // exactly 0, so -inf gives 0), x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor
 // polynomial (truncation < 1e-8 relative), 2^n through the exponent bits. Relative error is a
-// few ulp (tests/ops/test_backend_parity.c measures it). NaN gives an unspecified finite value.
+// few ulp (tests/ops/test_backend_parity.c measures it). NaN gives NaN; 2^n is built from t's
+// mantissa bits with unsigned arithmetic, so no input makes a float-to-int conversion undefined.
 static inline float cpu_expf(float x) {
     float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
     float t = xc * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: rounds to an integer
@@ -78,7 +79,9 @@ static inline float cpu_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t tbits;
+    memcpy(&tbits, &t, 4);
+    uint32_t bits = (tbits - 0x4B400000u + 127u) << 23;  // t = 1.5 * 2^23 + n: n sits in the low bits
     float scale;
     memcpy(&scale, &bits, 4);
     return x < -87.3f ? 0.0f : p * scale;

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# nonfinite.sh: a NaN/Inf loss or gradient stops training naming the step, or with
+# --skip_nonfinite skips that step's update and says so in the log.
+# asan: yes
+set -u
+BIN=${STILL_BIN:-./still}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# a learning rate of 1e38 overflows the weights in the first update, so step 2 is not finite
+A="--model tests/data/models/qwen3_tied --dataset tests/data/sft/ids.jsonl --max_steps 4 --learning_rate 1e38
+   --warmup_steps 0 --lr_scheduler_type constant --per_device_train_batch_size 4 --threads 2 --pad_to_multiple_of 16"
+out=$($BIN sft $A --output_dir "$tmp/a" 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -qE "step 2: the (loss|gradient norm) is (-?nan|-?inf)" <<<"$out"; then echo "ok nonfinite_stops_naming_the_step"
+else echo "FAIL nonfinite_stops_naming_the_step: rc=$rc $(tail -2 <<<"$out")"; fi
+out=$($BIN sft $A --output_dir "$tmp/b" --skip_nonfinite 2>&1); rc=$?
+n=$(grep -c "skipping this step's update (--skip_nonfinite)" <<<"$out")
+if [ $rc -eq 0 ] && [ "$n" -eq 3 ]; then echo "ok skip_nonfinite_skips_and_logs"
+else echo "FAIL skip_nonfinite_skips_and_logs: rc=$rc, $n skipped: $(tail -2 <<<"$out")"; fi
