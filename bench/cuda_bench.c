@@ -4,11 +4,14 @@
 //                                       with bf16 GEMM operands; "ok"/"FAIL" lines, exit 1 on FAIL
 //   cuda_bench train CONFIG.json B T R  training step (forward, ce head, backward: one captured
 //                                       graph; AdamW eagerly), median of R; MFU; one JSON line
-//   cuda_bench decode CONFIG.json B R   decode proxy: B rows x 1 token forward + LM head with bf16
-//                                       weights, captured; tokens/s and weight bandwidth; JSON
+//   cuda_bench decode CONFIG.json B NEW generation engine, B rows, 128-token prompts, NEW greedy
+//                                       tokens, bf16 weights: decode step time with the step
+//                                       captured and eager (same tokens required); tokens/s and
+//                                       bandwidth of weights + KV reads; one JSON line
 // Without CUDA=1 it says so and exits 2.
 #include "core/alloc.h"
 #include "core/rng.h"
+#include "gen/generate.h"
 #include "model/qwen3.h"
 
 #include <math.h>
@@ -246,10 +249,34 @@ static int cmd_train(const ModelConfig *cfg, int B, int T, int reps) {
     return 0;
 }
 
-// Decode proxy until the generation engine lands: B rows of one token each through every layer
-// (attention over itself only: no KV cache yet) and the LM head for each row, with bf16 weights,
-// as one captured graph. Bytes counted: every weight read once (bf16) per step.
-static int cmd_decode(const ModelConfig *cfg, int B, int reps) {
+// One generate() call on the engine: B prompts of P random ids, NEW greedy tokens each (EOS
+// ignored); returns the decode seconds and checks every row got NEW tokens.
+static double decode_run(Model *m, int B, int P, int NEW, int32_t **prompts, int *lens, GenSeq **first) {
+    GenConfig gc;
+    gen_config_default(&gc);
+    gc.max_new_tokens = NEW;
+    gc.ignore_eos = 1;
+    gc.batch_size = B;
+    GenStats st;
+    GenSeq *out;
+    Err e = {0};
+    if (gen_generate(m, &gc, (const int32_t *const *)prompts, lens, B, &out, &st, &e) != ST_OK) die("generate", &e);
+    for (int b = 0; b < B; b++)
+        if (out[b].n != NEW) {
+            fprintf(stderr, "cuda_bench: row %d generated %d tokens, expected %d\n", b, out[b].n, NEW);
+            exit(1);
+        }
+    if (first && !*first) *first = out;
+    else gen_seqs_free(out, B);
+    return st.decode_seconds / (double)st.decode_steps;
+}
+
+// Decode on the static KV cache through the generation engine (prefill, then one token per row
+// per step: the decode step is one captured graph, sampling eager), B rows, bf16 weights. The
+// same run with the graph hooks off gives the eager step time; the two must produce the same
+// tokens. Bytes per step: every weight once (bf16 matrices, fp32 norms) plus the keys and
+// values read (fp32 cache, B rows, the average slot count over the run).
+static int cmd_decode(const ModelConfig *cfg, int B, int NEW) {
     Err e = {0};
     Backend *be;
     if (backend_create("cuda", 0, &be, &e) != ST_OK) die("cuda", &e);
@@ -266,42 +293,51 @@ static int cmd_decode(const ModelConfig *cfg, int B, int reps) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cuda_bench: could not remove %s\n", dir);
-    Plan *p;
-    if (plan_get(m, PLAN_SCORE, B, 1, &p, &e) != ST_OK) die("plan", &e);
-    int32_t *ids = xmalloc(B * 4), *pos = xmalloc(B * 4), *seg = xmalloc(B * 4);
-    for (int b = 0; b < B; b++) ids[b] = 100 + b, pos[b] = 7, seg[b] = 1;
-    qwen3_set_inputs(m, p, ids, pos, seg, NULL, NULL);
-    float *logits = be->alloc(be, (size_t)B * cfg->vocab_size * 4);
-    qwen3_forward(m, p);  // warm-up, sizes scratch
-    qwen3_logits(m, p, 0, B, logits);
-    be->sync(be);
-    const uint64_t key = 0x6465000000000000ull | (uint64_t)B;  // "de", B
-    be->graph_begin(be, key);
-    qwen3_forward(m, p);
-    qwen3_logits(m, p, 0, B, logits);
-    be->graph_end(be, key);
-    double *ts = xmalloc((size_t)reps * sizeof(double));
-    for (int r = 0; r < reps; r++) {
-        double a = now();
-        be->graph_launch(be, key);
-        be->sync(be);
-        ts[r] = now() - a;
+    const int P = 128;
+    int32_t **prompts = xmalloc((size_t)B * sizeof(int32_t *));
+    int *lens = xmalloc((size_t)B * sizeof(int));
+    Rng rng;
+    rng_init(&rng, 11, 0);
+    for (int b = 0; b < B; b++) {
+        lens[b] = P;
+        prompts[b] = xmalloc((size_t)P * sizeof(int32_t));
+        for (int t = 0; t < P; t++) prompts[b][t] = (int32_t)rng_below(&rng, (uint64_t)cfg->vocab_size);
     }
-    qsort(ts, reps, sizeof *ts, cmp_double);
-    double step = ts[reps / 2];
-    double bytes = (double)m->tt.param_bytes;  // bf16 matrices + fp32 norms: all read once
+    GenSeq *ref = NULL;
+    decode_run(m, B, P, NEW, prompts, lens, &ref);  // warm-up: plans, scratch, the recording
+    double step = decode_run(m, B, P, NEW, prompts, lens, NULL);
+    int graphs = m->plans.graphs;
+    // eager: the same engine with the graph hooks off
+    void (*gb)(Backend *, uint64_t) = be->graph_begin;
+    int (*gl)(Backend *, uint64_t) = be->graph_launch;
+    be->graph_begin = NULL;
+    be->graph_launch = NULL;
+    plan_cache_free(m);  // a fresh decode plan, never recorded
+    GenSeq *eager = NULL;
+    double step_eager = decode_run(m, B, P, NEW, prompts, lens, &eager);
+    step_eager = decode_run(m, B, P, NEW, prompts, lens, NULL);
+    be->graph_begin = gb;
+    be->graph_launch = gl;
+    int same = 1;
+    for (int b = 0; b < B; b++) same &= !memcmp(ref[b].ids, eager[b].ids, (size_t)NEW * sizeof(int32_t));
+    double kv_slots = (double)B * (P + (NEW - 1) / 2.0);  // average slots attended per step
+    double kv_bytes = kv_slots * 2.0 * cfg->num_hidden_layers * cfg->num_key_value_heads * cfg->head_dim * 4.0;
+    double bytes = (double)m->tt.param_bytes + kv_bytes;
     double gbs = bytes / step / 1e9;
     double copy = backend_cuda_copy_gbs(be, (size_t)2 << 30, 10);
     char dev[256];
-    printf("{\"device\": \"%s\", \"B\": %d, \"step_s\": %.6f, \"tok_s\": %.1f, \"weight_gb\": %.3f, \"gb_s\": %.1f, "
-           "\"copy_gb_s\": %.1f, \"bandwidth_pct_of_copy\": %.1f}\n",
-           backend_cuda_device_name(be, dev, sizeof dev), B, step, B / step, bytes / 1e9, gbs, copy,
-           100.0 * gbs / copy);
-    be->free(be, logits);
-    free(ts), free(ids), free(pos), free(seg);
+    printf("{\"device\": \"%s\", \"B\": %d, \"prompt\": %d, \"new_tokens\": %d, \"graphs\": %d, \"step_s\": %.6f, "
+           "\"step_eager_s\": %.6f, \"tok_s\": %.1f, \"tok_s_eager\": %.1f, \"weight_gb\": %.3f, \"kv_gb\": %.3f, "
+           "\"gb_s\": %.1f, \"copy_gb_s\": %.1f, \"bandwidth_pct_of_copy\": %.1f, \"graph_equals_eager\": %d}\n",
+           backend_cuda_device_name(be, dev, sizeof dev), B, P, NEW, graphs, step, step_eager, B / step,
+           B / step_eager, m->tt.param_bytes / 1e9, kv_bytes / 1e9, gbs, copy, 100.0 * gbs / copy, same);
+    gen_seqs_free(ref, B);
+    gen_seqs_free(eager, B);
+    for (int b = 0; b < B; b++) free(prompts[b]);
+    free(prompts), free(lens);
     model_free(m);
     backend_destroy(be);
-    return 0;
+    return same ? 0 : 1;
 }
 #endif
 
@@ -312,7 +348,7 @@ int main(int argc, char **argv) {
     return 2;
 #else
     if (argc < 3) {
-        fprintf(stderr, "usage: cuda_bench check CONFIG | train CONFIG B T REPS | decode CONFIG B REPS\n");
+        fprintf(stderr, "usage: cuda_bench check CONFIG | train CONFIG B T REPS | decode CONFIG B NEW_TOKENS\n");
         return 2;
     }
     Err e = {0};

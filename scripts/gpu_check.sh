@@ -9,7 +9,8 @@
 # backward, fp32 and bf16 GEMMs, the sampling ops), the whole test suite on the CUDA build, a
 # small model on cpu and cuda (logits, 5 AdamW steps' losses; the CLI's logits), greedy
 # generation once `still generate` exists, and benchmarks: Qwen3-0.6B-shaped training step at
-# 4 x 1024 (MFU) and the decode proxy at batch 1 and 64 (bandwidth). A table goes to stdout and
+# 4 x 1024 (MFU) and decode through the generation engine at batch 1 and 64 (bandwidth; the
+# captured decode step against the eager one). A table goes to stdout and
 # rows are appended to bench/RESULTS.md (copied to $OUT: bring it back into the repository).
 # Budget: about 6 minutes of GPU time. SKIP_TESTS=1 skips the test suite, SKIP_BENCH=1 the
 # benchmarks. Exit status: 0 all passed, 1 a check failed, 2 build failed, 3 no GPU.
@@ -108,6 +109,30 @@ cli=$(paste -d'\n' "$out/logits_cpu.txt" "$out/logits_cuda.txt" | awk '
   END { if (bad || NR == 0 || mx == 0) { print "FAIL shapes"; exit } printf "%s %.3g %.3g\n", (e <= 3e-2 * mx ? "ok" : "FAIL"), e, mx }')
 note "CLI logits --device cuda vs cpu: $cli (max err, max |logit|)"
 case "$cli" in ok*) ;; *) fail=1 ;; esac
+# a few SFT steps through the command line (trainer, data, AdamW, clipping): losses within 2e-2
+# relative (bf16 GEMM operands on cuda)
+for d in cpu cuda; do
+  ./still sft --device $d --model tests/data/models/qwen3_tied --dataset tests/data/sft/ids.jsonl \
+    --output_dir "$out/sft_$d" --max_steps 5 --logging_steps 1 --pad_to_multiple_of 16 --learning_rate 1e-3 \
+    --save_strategy no >"$out/sft_$d.log" 2>&1 || { fail=1; tail -3 "$out/sft_$d.log" >&2; }
+done
+sft=$(python3 - "$out/sft_cpu/metrics.jsonl" "$out/sft_cuda/metrics.jsonl" <<'PY'
+import json, sys
+def losses(p):
+    try:
+        return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
+    except Exception:
+        return []
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+if len(a) < 5 or len(a) != len(b):
+    print(f"FAIL steps: cpu {len(a)}, cuda {len(b)}")
+else:
+    e = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    print(f"{'ok' if e <= 2e-2 else 'FAIL'} {len(a)} steps, max rel diff {e:.3g}, last loss cpu {a[-1]:.4f} cuda {b[-1]:.4f}")
+PY
+)
+note "still sft --device cuda vs cpu: $sft"
+case "$sft" in ok*) ;; *) fail=1 ;; esac
 if ./still generate --help >/dev/null 2>&1; then
   gen_args=(--model tests/data/models/qwen3_tied --ids "$ids" --max_new_tokens 32 --do_sample false)
   ./still generate --device cpu "${gen_args[@]}" >"$out/gen_cpu.txt" 2>&1
@@ -124,7 +149,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   timeout 200 build-cuda/bench/cuda_bench train $cfg 4 1024 5 >"$out/bench_train.json" 2>"$out/bench_train.err"
   [ $? -eq 0 ] || { fail=1; tail -5 "$out/bench_train.err" >&2; }
   for b in 1 64; do
-    timeout 120 build-cuda/bench/cuda_bench decode $cfg $b 20 >"$out/bench_decode_$b.json" 2>"$out/bench_decode_$b.err"
+    timeout 150 build-cuda/bench/cuda_bench decode $cfg $b 128 >"$out/bench_decode_$b.json" 2>"$out/bench_decode_$b.err"
     [ $? -eq 0 ] || { fail=1; tail -5 "$out/bench_decode_$b.err" >&2; }
   done
   python3 - "$out" "$gpu" <<'PY' >"$out/bench_table.txt"
@@ -164,11 +189,12 @@ if t:
 for b in (1, 64):
     d = load(f"bench_decode_{b}.json")
     if not d: continue
-    row = (f"| {date} | {gpu} | `cuda_bench decode qwen3_0.6b.json {b} 20` | {b} | {d['step_s']*1e3:.3f} ms | {d['tok_s']:.0f} | "
-           f"{d['gb_s']:.0f} GB/s | bandwidth {d['bandwidth_pct_of_copy']:.1f}% | {d['copy_gb_s']:.0f} GB/s | proxy: no KV cache yet, bf16 weights, one graph |")
-    append("cuda: decode proxy, Qwen3-0.6B shape (B rows x 1 token + LM head, bf16 weights)",
-           "| date | GPU | command | batch | step | tok/s | weight bytes/s | bandwidth (of measured copy) | copy GB/s | notes |\n|---|---|---|---|---|---|---|---|---|---|", row)
-    rows.append(f"decode proxy B={b:<3} step {d['step_s']*1e3:8.3f} ms  {d['tok_s']:9.0f} tok/s  {d['gb_s']:6.0f} GB/s  bandwidth {d['bandwidth_pct_of_copy']:.1f}% of copy {d['copy_gb_s']:.0f} GB/s")
+    row = (f"| {date} | {gpu} | `cuda_bench decode qwen3_0.6b.json {b} 128` | {b} | {d['step_s']*1e3:.3f} ms | {d['tok_s']:.0f} | "
+           f"{d['gb_s']:.0f} GB/s | bandwidth {d['bandwidth_pct_of_copy']:.1f}% | {d['copy_gb_s']:.0f} GB/s | "
+           f"eager {d['step_eager_s']*1e3:.3f} ms ({d['tok_s_eager']:.0f} tok/s); graphs {d['graphs']}; tokens graph == eager: {'yes' if d['graph_equals_eager'] else 'NO'} |")
+    append("cuda: decode, Qwen3-0.6B shape (generation engine, 128-token prompts, 128 greedy tokens, bf16 weights, fp32 KV cache)",
+           "| date | GPU | command | batch | step (graph) | tok/s | weights + KV bytes/s | bandwidth (of measured copy) | copy GB/s | notes |\n|---|---|---|---|---|---|---|---|---|---|", row)
+    rows.append(f"decode B={b:<3}       step {d['step_s']*1e3:8.3f} ms  {d['tok_s']:9.0f} tok/s  {d['gb_s']:6.0f} GB/s  bandwidth {d['bandwidth_pct_of_copy']:.1f}% of copy {d['copy_gb_s']:.0f} GB/s  (eager {d['step_eager_s']*1e3:.3f} ms)")
 print("\n".join(rows))
 PY
   cp bench/RESULTS.md "$out/RESULTS.md" 2>/dev/null || true

@@ -13,8 +13,8 @@
 //  - Ops never allocate. Scratch space comes from the caller's plan.
 //  - backend/ref is the spec: plain scalar loops with double accumulators. backend/cpu and
 //    backend/cuda are held to it by tests/ops.
-//  - Every function pointer is required except graph_begin, graph_end and graph_launch (NULL on
-//    backends that run ops eagerly; callers test them). backend_create fails, naming the op,
+//  - Every function pointer is required except the graph_* hooks (NULL on backends that run ops
+//    eagerly; callers test them). backend_create fails, naming the op,
 //    when a backend leaves a required one NULL (backend.c, REQUIRED_OPS), so a missing op is an
 //    error at startup, never a NULL call mid-run.
 #ifndef STILL_BACKEND_H
@@ -181,13 +181,19 @@ struct Backend {
     // A replay reads and writes the same device buffers, with the same scalar arguments, as
     // the recorded calls: inputs change by uploading into those buffers first.
     int (*graph_launch)(Backend *be, uint64_t key);
+    // graph_drop: release graph `key` (its buffers are about to be freed); no-op when absent.
+    void (*graph_drop)(Backend *be, uint64_t key);
     // ---- KV cache / decode (generation on a static cache, ARCHITECTURE §6) -----------------
     // One layer's cache is kc, vc (B,NKV,S,HD): S = max_cache_len slots per row, written at
     // absolute slot indices (left padding occupies slots; RoPE positions are separate).
 
+    // The chunk's first cache slot `start` is a device int32 scalar, not an argument, so that a
+    // captured decode step replays at the next slot after one upload (graph_launch above).
+    // The caller keeps 0 <= start and start + T <= S.
+
     // kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD). Other slots untouched.
-    void (*kv_cache_write)(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
-                           int HD, int S, int start);
+    void (*kv_cache_write)(Backend *be, float *kc, float *vc, const float *k, const float *v, const int32_t *start,
+                           int B, int T, int NKV, int HD, int S);
 
     // Attention of a chunk of queries against the cache (prefill chunks; decode is T = 1).
     // q (B,T,NH,HD) are the queries at cache slots [start, start+T); kc, vc (B,NKV,S,HD);
@@ -197,7 +203,8 @@ struct Backend {
     // 1/sqrt(HD). A query with no key to attend (a padding slot) gets out = 0. Masked keys are
     // skipped, never weighted, so whatever a masked or unwritten slot holds has no effect.
     void (*attention_cached)(Backend *be, float *out, const float *q, const float *kc, const float *vc,
-                             const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start);
+                             const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD,
+                             int S);
     // ---- end of KV cache / decode ----------------------------------------------------------
     // ---- distillation and RL heads (docs/heads.md) --------------------------------------
     // Fused with the LM head and chunked over rows like ce_head: at most `chunk` rows of logits

@@ -236,10 +236,10 @@ static void report_stats(const char *command, const GenStats *st) {
     double dc = st->decode_seconds > 0 ? st->generated_tokens / st->decode_seconds : 0;
     fprintf(stderr,
             "still %s: prefill %ld tokens (%ld slots) in %.3f s = %.1f tok/s; decode %ld tokens in %.3f s = %.1f tok/s "
-            "(%ld steps, batch %d); plans: %d built, %d held, %.1f MiB; max_cache_len %d\n",
+            "(%ld steps, batch %d); plans: %d built, %d held, %.1f MiB, %d decode graphs; max_cache_len %d\n",
             command, st->prompt_tokens, st->prefill_slots, st->prefill_seconds, pf, st->generated_tokens,
             st->decode_seconds, dc, st->decode_steps, st->batch_size, st->plans_built, st->plans_total,
-            st->plan_bytes / 1048576.0, st->max_cache_len);
+            st->plan_bytes / 1048576.0, st->graphs, st->max_cache_len);
 }
 
 static void print_ids_line(const GenSeq *s) {

@@ -294,7 +294,8 @@ static Status batch_prefill(Batch *bt, int P, GenStats *st, Err *e) {
         }
         be->upload(be, p->ids, cids, (size_t)B * Tc * sizeof(int32_t));
         be->upload(be, p->pos, cpos, (size_t)B * Tc * sizeof(int32_t));
-        qwen3_forward_cached(m, p, dp, c0);
+        qwen3_cache_seek(m, dp, c0, Tc);
+        qwen3_forward_cached(m, p, dp);
         if (c0 + Tc == P) qwen3_last_logits(m, p, dp);
         st->prefill_slots += (long)B * Tc;
     }
@@ -330,8 +331,8 @@ static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
         be->upload(be, dp->ids, feed, (size_t)B * sizeof(int32_t));
         be->upload(be, dp->pos, pos, (size_t)B * sizeof(int32_t));
         if (bt->rep) be->sample_seen_update(be, dp->seen, dp->ids, B, 1, bt->V);
-        qwen3_forward_cached(m, dp, dp, P + step);
-        qwen3_last_logits(m, dp, dp);
+        qwen3_cache_seek(m, dp, P + step, 1);
+        qwen3_decode_step(m, dp);
         st->decode_steps++;
         st->decode_rows += B;
     }
@@ -473,6 +474,7 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
     st->max_cache_len = S;
     st->plans_built = m->plans.n - plans_before;
     st->plans_total = m->plans.n;
+    st->graphs = m->plans.graphs;
     st->plan_bytes = m->plans.bytes;
     if (status != ST_OK) {
         gen_seqs_free(seqs, nrows);

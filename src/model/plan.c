@@ -75,6 +75,7 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->kcache = TAKE_F(cache);
     p->vcache = TAKE_F(cache);
     p->kmask = TAKE_I((size_t)B * S);
+    p->cache_start = TAKE_I(1);
     p->hlast = TAKE_F((size_t)B * C);
     p->lnlast = TAKE_F((size_t)B * C);
     p->rstdlast = TAKE_F(B);
@@ -213,6 +214,7 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
 void plan_cache_free(Model *m) {
     PlanCache *pc = &m->plans;
     for (int i = 0; i < pc->n; i++) {
+        if (pc->plans[i]->graph_ready && m->be->graph_drop) m->be->graph_drop(m->be, (uint64_t)(uintptr_t)pc->plans[i]);
         m->be->free(m->be, pc->plans[i]->base);
         free(pc->plans[i]->layers);
         free(pc->plans[i]);

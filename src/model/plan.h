@@ -72,6 +72,7 @@ typedef struct Plan {
     // DECODE only: the static KV cache and one decoding step's head and sampler buffers
     float *kcache, *vcache;  // (L,B,NKV,S,HD) keys after q/k norm and RoPE; values
     int32_t *kmask;        // (B,S) 1 = a real token's slot, 0 = left padding
+    int32_t *cache_start;  // (1) first cache slot of the chunk being run (qwen3_cache_seek)
     float *hlast;          // (B,C) residual at each row's last position (gathered)
     float *lnlast;         // (B,C) final norm of hlast
     float *rstdlast;       // (B)
@@ -84,11 +85,17 @@ typedef struct Plan {
     uint8_t *seen;         // (B,V) ids seen so far, for the repetition penalty
     int32_t *banned;       // (B,ban_cap) ids set to -inf this step, -1 = unused
     int ban_cap;
+    // DECODE on backends with graph hooks: the decode step is recorded once, after one eager
+    // run has sized every scratch buffer, and replayed (qwen3_decode_step). Key: the plan's
+    // address, dropped from the backend when the plan is freed.
+    int decode_runs;       // eager decode steps so far (recording starts after the first)
+    int graph_ready;       // the decode step is recorded
 } Plan;
 
 typedef struct PlanCache {
     Plan **plans;
     int n;
+    int graphs;            // decode steps recorded as graphs
     int max_plans;         // 0 = unlimited; exceeding it is an error
     size_t bytes;          // total over plans
 } PlanCache;

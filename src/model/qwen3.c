@@ -92,13 +92,20 @@ void qwen3_forward(Model *m, Plan *p) {
     be->rmsnorm_forward(be, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C, (float)cfg->rms_norm_eps);
 }
 
-void qwen3_forward_cached(Model *m, Plan *p, Plan *dp, int start) {
+void qwen3_cache_seek(Model *m, Plan *dp, int start, int T) {
+    CHECK_MSG(dp->mode == PLAN_DECODE && start >= 0 && start + T <= dp->S, "cache slots [%d, %d) outside [0, %d)",
+              start, start + T, dp->S);
+    int32_t s = start;
+    m->be->upload(m->be, dp->cache_start, &s, sizeof s);
+}
+
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, S = dp->S;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
     size_t layer_cache = (size_t)B * NKV * S * HD;
-    CHECK(dp->mode == PLAN_DECODE && dp->B == B && start >= 0 && start + T <= S);
+    CHECK(dp->mode == PLAN_DECODE && dp->B == B && T <= S);
 
     be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), m->matrix_dtype, N, C);
     for (int l = 0; l < L; l++) {
@@ -106,8 +113,8 @@ void qwen3_forward_cached(Model *m, Plan *p, Plan *dp, int start) {
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
         layer_qkv(m, p, a, l);
         float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
-        be->kv_cache_write(be, kc, vc, a->kr, a->v, B, T, NKV, HD, S, start);
-        be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask, B, T, NH, NKV, HD, S, start);
+        be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, B, T, NKV, HD, S);
+        be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask, dp->cache_start, B, T, NH, NKV, HD, S);
         layer_out(m, p, a, l, p->res_out);
     }
 }
@@ -125,6 +132,25 @@ void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
     const TensorInfo *head = model_lm_head(m);
     be->matmul_forward(be, dp->logits, dp->lnlast, (char *)m->params + head->offset, m->matrix_dtype, NULL, B, C,
                        m->cfg.vocab_size);
+}
+
+void qwen3_decode_step(Model *m, Plan *dp) {
+    Backend *be = m->be;
+    uint64_t key = (uint64_t)(uintptr_t)dp;
+    if (dp->graph_ready && be->graph_launch(be, key)) return;
+    if (!be->graph_begin || dp->decode_runs == 0) {  // eager; the first run sizes every scratch buffer
+        qwen3_forward_cached(m, dp, dp);
+        qwen3_last_logits(m, dp, dp);
+        dp->decode_runs++;
+        return;
+    }
+    be->graph_begin(be, key);
+    qwen3_forward_cached(m, dp, dp);
+    qwen3_last_logits(m, dp, dp);
+    be->graph_end(be, key);
+    dp->graph_ready = 1;
+    m->plans.graphs++;
+    CHECK(be->graph_launch(be, key));
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {

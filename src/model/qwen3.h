@@ -15,11 +15,19 @@ void qwen3_forward(Model *m, Plan *p);
 
 // Generation on a static KV cache (PREFILL chunks and DECODE steps). p is a PREFILL plan (B,T)
 // or the DECODE plan dp itself; p->ids and p->pos hold the chunk's tokens, which occupy cache
-// slots [start, start+T) of every row. Each layer writes its keys and values into dp's cache
-// and attends to slots [0, start+T) under dp->kmask. Leaves the residual in p->res_out.
-void qwen3_forward_cached(Model *m, Plan *p, Plan *dp, int start);
+// slots [start, start+T) of every row, start set by qwen3_cache_seek (a device scalar, so a
+// recorded decode step replays at the next slot). Each layer writes its keys and values into
+// dp's cache and attends to slots [0, start+T) under dp->kmask. Leaves the residual in
+// p->res_out.
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp);
 // Final norm and LM head for the last position (T-1) of every row of p only -> dp->logits (B,V).
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp);
+// Set the first cache slot of the next chunk of T tokens (0 <= start, start + T <= dp->S).
+void qwen3_cache_seek(Model *m, Plan *dp, int start, int T);
+// One decode step: forward_cached and last_logits of the DECODE plan on itself. On a backend
+// with graph hooks the step is run eagerly once, then recorded as the plan's graph and
+// replayed from then on (every later input arrives by upload: ids, pos, cache_start).
+void qwen3_decode_step(Model *m, Plan *dp);
 
 // Cross-entropy head over p->lnf: fills p->row_loss / row_correct / row_entropy (N).
 // With backward (TRAIN plans, m->grads allocated): every parameter gradient ACCUMULATES

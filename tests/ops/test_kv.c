@@ -51,6 +51,7 @@ static double max_err(const float *a, const float *b, size_t n, double *maxref) 
 static void test_ref_cached_equals_training_attention(void) {
     Backend *be = backend_ref_create(1);
     int B = 3, T = 11, NH = 4, NKV = 2, HD = 6, S = 16;
+    int32_t zero_slot = 0;
     int pads[3] = {0, 4, 10};
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nc = (size_t)B * NKV * S * HD;
     float *q = new_normal(nq, 1), *k = new_normal(nk, 1), *v = new_normal(nk, 1);
@@ -62,8 +63,8 @@ static void test_ref_cached_equals_training_attention(void) {
         for (int s = 0; s < S; s++) kmask[b * S + s] = s >= pads[b];
     }
     be->attention_forward(be, o1, lse, q, k, v, seg, B, T, NH, NKV, HD);
-    be->kv_cache_write(be, kc, vc, k, v, B, T, NKV, HD, S, 0);
-    be->attention_cached(be, o2, q, kc, vc, kmask, B, T, NH, NKV, HD, S, 0);
+    be->kv_cache_write(be, kc, vc, k, v, &zero_slot, B, T, NKV, HD, S);
+    be->attention_cached(be, o2, q, kc, vc, kmask, &zero_slot, B, T, NH, NKV, HD, S);
     double err = max_err(o2, o1, nq, NULL);
     EXPECT_MSG(err < 1e-6, "cached vs training attention: max error %.3g", err);
     free(q), free(k), free(v), free(kc), free(vc), free(o1), free(o2), free(lse);
@@ -75,6 +76,7 @@ static void test_ref_cached_equals_training_attention(void) {
 static void test_ref_chunks_equal_one_pass(void) {
     Backend *be = backend_ref_create(1);
     int B = 2, T = 13, NH = 6, NKV = 3, HD = 5, S = 20;
+    int32_t zero_slot = 0;
     int pads[2] = {3, 0};
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nc = (size_t)B * NKV * S * HD;
     float *q = new_normal(nq, 1), *k = new_normal(nk, 1), *v = new_normal(nk, 1);
@@ -83,12 +85,13 @@ static void test_ref_chunks_equal_one_pass(void) {
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) kmask[b * S + s] = s >= pads[b];
     for (size_t i = 0; i < nc; i++) kc[i] = vc[i] = NAN;
-    be->kv_cache_write(be, kc, vc, k, v, B, T, NKV, HD, S, 0);
-    be->attention_cached(be, o1, q, kc, vc, kmask, B, T, NH, NKV, HD, S, 0);
+    be->kv_cache_write(be, kc, vc, k, v, &zero_slot, B, T, NKV, HD, S);
+    be->attention_cached(be, o1, q, kc, vc, kmask, &zero_slot, B, T, NH, NKV, HD, S);
     for (size_t i = 0; i < nc; i++) kc[i] = vc[i] = NAN;
     int cuts[] = {0, 5, 9, 12, 13};  // chunks of 5, 4, 3 then one decode step
     for (int c = 0; c + 1 < 5; c++) {
-        int t0 = cuts[c], tn = cuts[c + 1] - t0;
+        int32_t t0 = cuts[c];
+        int tn = cuts[c + 1] - t0;
         size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
         float *qc = xmalloc((size_t)B * tn * qs * 4), *kk = xmalloc((size_t)B * tn * ks * 4),
               *vv = xmalloc((size_t)B * tn * ks * 4), *oc = xmalloc((size_t)B * tn * qs * 4);
@@ -97,8 +100,8 @@ static void test_ref_chunks_equal_one_pass(void) {
             memcpy(kk + (size_t)b * tn * ks, k + ((size_t)b * T + t0) * ks, (size_t)tn * ks * 4);
             memcpy(vv + (size_t)b * tn * ks, v + ((size_t)b * T + t0) * ks, (size_t)tn * ks * 4);
         }
-        be->kv_cache_write(be, kc, vc, kk, vv, B, tn, NKV, HD, S, t0);
-        be->attention_cached(be, oc, qc, kc, vc, kmask, B, tn, NH, NKV, HD, S, t0);
+        be->kv_cache_write(be, kc, vc, kk, vv, &t0, B, tn, NKV, HD, S);
+        be->attention_cached(be, oc, qc, kc, vc, kmask, &t0, B, tn, NH, NKV, HD, S);
         for (int b = 0; b < B; b++) memcpy(o2 + ((size_t)b * T + t0) * qs, oc + (size_t)b * tn * qs, (size_t)tn * qs * 4);
         free(qc), free(kk), free(vv), free(oc);
     }
@@ -119,7 +122,8 @@ typedef struct {
 } KvCase;
 
 static void check_case(Backend *R, Backend *X, const KvCase *c) {
-    int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, HD = c->HD, S = c->S, start = c->start;
+    int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, HD = c->HD, S = c->S;
+    int32_t start = c->start;
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nc = (size_t)B * NKV * S * HD;
     float *q = new_normal(nq, 1.5f), *k = new_normal(nk, 1.5f), *v = new_normal(nk, 1);
     float *kc0 = new_normal(nc, 1), *vc0 = new_normal(nc, 1);  // earlier cache contents
@@ -135,15 +139,17 @@ static void check_case(Backend *R, Backend *X, const KvCase *c) {
     }
     // reference
     float *rkc = new_copy(kc0, nc), *rvc = new_copy(vc0, nc), *ro = xmalloc(nq * 4);
-    R->kv_cache_write(R, rkc, rvc, k, v, B, T, NKV, HD, S, start);
-    R->attention_cached(R, ro, q, rkc, rvc, kmask, B, T, NH, NKV, HD, S, start);
+    R->kv_cache_write(R, rkc, rvc, k, v, &start, B, T, NKV, HD, S);
+    R->attention_cached(R, ro, q, rkc, rvc, kmask, &start, B, T, NH, NKV, HD, S);
     // backend under test
     float *dq = dev_with_guard(X, q, nq), *dk = dev_with_guard(X, k, nk), *dv = dev_with_guard(X, v, nk);
     float *dkc = dev_with_guard(X, kc0, nc), *dvc = dev_with_guard(X, vc0, nc), *dout = dev_with_guard(X, NULL, nq);
     int32_t *dmask = X->alloc(X, (size_t)B * S * sizeof(int32_t));
     X->upload(X, dmask, kmask, (size_t)B * S * sizeof(int32_t));
-    X->kv_cache_write(X, dkc, dvc, dk, dv, B, T, NKV, HD, S, start);
-    X->attention_cached(X, dout, dq, dkc, dvc, dmask, B, T, NH, NKV, HD, S, start);
+    int32_t *dstart = X->alloc(X, sizeof(int32_t));
+    X->upload(X, dstart, &start, sizeof(int32_t));
+    X->kv_cache_write(X, dkc, dvc, dk, dv, dstart, B, T, NKV, HD, S);
+    X->attention_cached(X, dout, dq, dkc, dvc, dmask, dstart, B, T, NH, NKV, HD, S);
     char what[160];
     snprintf(what, sizeof what, "B=%d T=%d NH=%d NKV=%d HD=%d S=%d start=%d mask=%d", B, T, NH, NKV, HD, S, start,
              c->mask_kind);
@@ -161,7 +167,7 @@ static void check_case(Backend *R, Backend *X, const KvCase *c) {
     free(q), free(k), free(v), free(kc0), free(vc0), free(kmask), free(rkc), free(rvc), free(ro);
     free(xkc), free(xvc), free(xo);
     X->free(X, dq), X->free(X, dk), X->free(X, dv), X->free(X, dkc), X->free(X, dvc), X->free(X, dout);
-    X->free(X, dmask);
+    X->free(X, dmask), X->free(X, dstart);
 }
 
 static void test_backends_against_ref(void) {

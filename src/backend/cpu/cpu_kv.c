@@ -11,8 +11,9 @@
 #define KV_QB 64  // query rows per block
 
 // kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD)
-static void cpu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
-                               int HD, int S, int start) {
+static void cpu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v,
+                               const int32_t *start_slot, int B, int T, int NKV, int HD, int S) {
+    int start = *start_slot;
     CHECK(start >= 0 && start + T <= S);
     size_t row = (size_t)HD * sizeof(float);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(be->threads) if ((size_t)B * T * NKV * HD > 65536)
@@ -67,7 +68,9 @@ static void attend_block(float *out, const float *q, const float *kb, const floa
 
 // q (B,T,NH,HD) at slots [start, start+T), kc vc (B,NKV,S,HD), kmask (B,S) -> out (B,T,NH,HD)
 static void cpu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
-                                 const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start) {
+                                 const int32_t *kmask, const int32_t *start_slot, int B, int T, int NH, int NKV,
+                                 int HD, int S) {
+    int start = *start_slot;
     CHECK(NKV > 0 && NH % NKV == 0 && start >= 0 && start + T <= S);
     int rep = NH / NKV, nblk = (T + KV_QB - 1) / KV_QB, nthr = be->threads;
     float scale = (float)(1.0 / sqrt((double)HD));

@@ -130,6 +130,16 @@ static int cuda_graph_launch(Backend *be, uint64_t key) {
     return 1;
 }
 
+static void cuda_graph_drop(Backend *be, uint64_t key) {
+    CudaCtx *ctx = cu_ctx(be);
+    CuGraph *g = find_graph(ctx, key);
+    if (!g) return;
+    not_recording(ctx, "graph_drop");
+    CUDA_CHECK(cudaStreamSynchronize(ctx->stream));  // a replay still queued may use it
+    CUDA_CHECK(cudaGraphExecDestroy(g->exec));
+    *g = ctx->graphs[--ctx->n_graphs];
+}
+
 static void cuda_destroy(Backend *be) {
     CudaCtx *ctx = cu_ctx(be);
     cudaStreamSynchronize(ctx->stream);
@@ -171,6 +181,11 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
                        prop.name, prop.major, prop.minor);
     }
     ctx->num_sms = prop.multiProcessorCount;
+    const char *graphs = getenv("STILL_CUDA_GRAPHS");
+    if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
+        free(ctx), free(be);
+        return err_set(e, ST_EINVAL, "STILL_CUDA_GRAPHS=%s: expected 1 (capture decode steps, the default) or 0", graphs);
+    }
     const char *g = getenv("STILL_CUDA_GEMM");
     ctx->gemm_dt = DT_BF16;
     if (g && !strcmp(g, "fp32")) ctx->gemm_dt = DT_F32;
@@ -223,9 +238,12 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     be->attention_cached = cu_attention_cached;
     be->logprob_head = cu_logprob_head;
     be->distill_head = cu_distill_head;
-    be->graph_begin = cuda_graph_begin;
-    be->graph_end = cuda_graph_end;
-    be->graph_launch = cuda_graph_launch;
+    if (!graphs || strcmp(graphs, "0")) {  // STILL_CUDA_GRAPHS=0: every step runs eagerly
+        be->graph_begin = cuda_graph_begin;
+        be->graph_end = cuda_graph_end;
+        be->graph_launch = cuda_graph_launch;
+        be->graph_drop = cuda_graph_drop;
+    }
     *out = be;
     return ST_OK;
 }

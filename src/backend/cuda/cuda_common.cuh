@@ -200,10 +200,10 @@ void cu_sample_logits(Backend *be, int32_t *ids, float *logprob, float *logprob_
                       const float *logits, const SampleParams *params, const double *u, const uint8_t *seen,
                       const int32_t *banned, int K, int B, int V);
 // cuda_kv.cu
-void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
-                       int HD, int S, int start);
+void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, const int32_t *start,
+                       int B, int T, int NKV, int HD, int S);
 void cu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
-                         const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start);
+                         const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD, int S);
 // cuda_heads.cu
 void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
                      const void *W, DType wdt, const int32_t *targets, const float *coef, float tau, float *scratch,

@@ -4,13 +4,17 @@
 // sum of an online softmax; each thread owns output dims d = tid, tid + KV_TILE, ... of an fp32
 // accumulator in shared memory. Masked keys and keys after the query's slot are skipped (score
 // -inf, weight 0): whatever a masked or unwritten slot holds is never combined with a weight.
+// The first slot `start` is read on the device (a captured decode step replays at the next slot
+// after one upload); the host keeps it in range, and a kernel given one out of range does nothing.
 #include "cuda_common.cuh"
 
 #define KV_TILE 128
 
 // kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD); one thread per element.
-__global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV, int HD,
-                                int S, int start) {
+__global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v, const int32_t *start_slot, int B,
+                                int T, int NKV, int HD, int S) {
+    const int start = *start_slot;
+    if (start < 0 || start + T > S) return;
     size_t n = (size_t)B * T * NKV * HD;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         int d = (int)(i % HD);
@@ -25,24 +29,27 @@ __global__ void kv_write_kernel(float *kc, float *vc, const float *k, const floa
     }
 }
 
-void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
-                       int HD, int S, int start) {
-    CHECK(start >= 0 && start + T <= S);
+void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, const int32_t *start,
+                       int B, int T, int NKV, int HD, int S) {
+    CHECK(T <= S);
     size_t n = (size_t)B * T * NKV * HD;
     if (!n) return;
-    kv_write_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(kc, vc, k, v, B, T, NKV, HD, S, start);
+    kv_write_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(kc, vc, k, v, start, B, T, NKV, HD, S);
     LAUNCH_CHECK();
 }
 
 // Block (KV_TILE threads) per query: blockIdx.x = (b*T + t)*NH + h. Dynamic shared: q (HD), acc (HD).
 __global__ void __launch_bounds__(KV_TILE) attn_cached_kernel(float *out, const float *q, const float *kc,
-                                                              const float *vc, const int32_t *kmask, int T, int NH,
-                                                              int NKV, int HD, int S, int start, float scale) {
+                                                              const float *vc, const int32_t *kmask,
+                                                              const int32_t *start_slot, int T, int NH, int NKV,
+                                                              int HD, int S, float scale) {
     extern __shared__ float sh_dyn[];
     float *qs = sh_dyn, *acc = sh_dyn + HD;
     __shared__ float p[KV_TILE];
     __shared__ float red[32];
     const int tid = threadIdx.x;
+    const int start = *start_slot;
+    if (start < 0 || start + T > S) return;  // uniform across the block
     const size_t qi = blockIdx.x;  // (b*T + t)*NH + h
     const int h = (int)(qi % NH);
     const int t = (int)((qi / NH) % T);
@@ -88,14 +95,14 @@ __global__ void __launch_bounds__(KV_TILE) attn_cached_kernel(float *out, const 
 }
 
 void cu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
-                         const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start) {
-    CHECK(NKV > 0 && NH % NKV == 0 && start >= 0 && start + T <= S && HD >= 1);
+                         const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD, int S) {
+    CHECK(NKV > 0 && NH % NKV == 0 && T <= S && HD >= 1);
     size_t nq = (size_t)B * T * NH;
     if (!nq) return;
     CHECK_MSG(nq <= 0x7fffffffu, "cuda attention_cached: %zu queries exceed one grid", nq);
     size_t shmem = (size_t)2 * HD * sizeof(float);
     CHECK_MSG(shmem <= 40000, "cuda attention_cached: head dim %d too large", HD);
-    attn_cached_kernel<<<(unsigned)nq, KV_TILE, shmem, cu_ctx(be)->stream>>>(out, q, kc, vc, kmask, T, NH, NKV, HD, S,
-                                                                             start, 1.0f / sqrtf((float)HD));
+    attn_cached_kernel<<<(unsigned)nq, KV_TILE, shmem, cu_ctx(be)->stream>>>(out, q, kc, vc, kmask, start, T, NH, NKV,
+                                                                             HD, S, 1.0f / sqrtf((float)HD));
     LAUNCH_CHECK();
 }

@@ -6,8 +6,9 @@
 #include <string.h>
 
 // kc, vc (B,NKV,S,HD) at slots [start, start+T) = k, v (B,T,NKV,HD)
-static void ref_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v, int B, int T, int NKV,
-                               int HD, int S, int start) {
+static void ref_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const float *v,
+                               const int32_t *start_slot, int B, int T, int NKV, int HD, int S) {
+    int start = *start_slot;
     CHECK(start >= 0 && start + T <= S);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -21,7 +22,9 @@ static void ref_kv_cache_write(Backend *be, float *kc, float *vc, const float *k
 
 // q (B,T,NH,HD) at slots [start, start+T), kc vc (B,NKV,S,HD), kmask (B,S) -> out (B,T,NH,HD)
 static void ref_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
-                                 const int32_t *kmask, int B, int T, int NH, int NKV, int HD, int S, int start) {
+                                 const int32_t *kmask, const int32_t *start_slot, int B, int T, int NH, int NKV,
+                                 int HD, int S) {
+    int start = *start_slot;
     CHECK(NKV > 0 && NH % NKV == 0 && start >= 0 && start + T <= S);
     int rep = NH / NKV;
     double scale = 1.0 / sqrt((double)HD);
