@@ -1,5 +1,8 @@
 # bench/common.sh: shared helpers for bench_*.sh (sourced).
 BUILD=${STILL_BUILD:-build}
+# Both engines' OpenMP threads wait sleeping (./still's default, src/cli/main.c; PyTorch's libgomp
+# reads the same variable), so a busy neighbour does not turn waiting into spinning for either.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 machine() { lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'; }
 ncpu() { nproc; }
 torch_blas() {  # what Debian's PyTorch multiplies with: the target of libblas.so.3

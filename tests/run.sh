@@ -10,6 +10,9 @@ suite=${1:-all}
 BUILD=${STILL_BUILD:-build}
 export STILL_BIN=${STILL_BIN:-./still}
 export STILL_BUILD=$BUILD
+# Test programs wait for OpenMP work sleeping, as ./still does by default (src/cli/main.c): spinning
+# waiters slow everything several times on shared cores.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 passed=0 failed=0 skipped=0

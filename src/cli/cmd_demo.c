@@ -53,23 +53,7 @@ static Status run(const Args *a, Err *e) {
     return st;
 }
 
-// OpenMP threads that wait by spinning (libgomp's default) slow a small model's many short
-// parallel regions down several times as soon as another process wants the same cores; waiting
-// threads that sleep cost little when the cores are free. libgomp reads the policy when the
-// program starts, so the demo starts itself again with it unless the caller chose one.
-static void exec_with_passive_wait(int argc, char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    char **nargv = xcalloc((size_t)argc + 3, sizeof(char *));
-    nargv[0] = "still";
-    nargv[1] = "demo";
-    for (int i = 0; i < argc; i++) nargv[i + 2] = argv[i];
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", nargv);
-    free(nargv);  // exec failed: run as we are
-}
-
 int cmd_demo(int argc, char **argv) {
-    exec_with_passive_wait(argc, argv);
     return cli_run("demo", "The whole system on a synthetic task it writes itself: a teacher trained with SFT, a "
                            "smaller student distilled on its own rollouts, then GRPO with an exact-match reward.",
                    specs, argc, argv, run);

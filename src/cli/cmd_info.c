@@ -5,6 +5,8 @@
 #include "cli_common.h"
 #include "commands.h"
 
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const ArgSpec specs[] = {
@@ -98,6 +100,9 @@ static Status run(const Args *a, Err *e) {
                mib(p32), mib(g), mib(adam), B, T, mib(train), mib(p32 + g + adam + train));
         printf("loss head       chunks of %d rows: %.1f MiB of logits at a time (never B x T x V = %.1f MiB)\n", chunk,
                mib((size_t)chunk * cfg.vocab_size * 4), mib((size_t)B * T * cfg.vocab_size * 4));
+        const char *wait = getenv("OMP_WAIT_POLICY");
+        printf("openmp          %d threads, waiting %s (OMP_WAIT_POLICY)\n", omp_get_max_threads(),
+               wait ? wait : "libgomp default");
         if (args_str(a, "teacher")) st = distill_memory(a, &cfg, B, T, p32 + g + adam + train, e);
         tensors_free(&tt32);
         tensors_free(&ttinf);

@@ -4,7 +4,9 @@
 #include "args.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const Command commands[] = {
     {"init", cmd_init, "write a randomly initialised model in Hugging Face layout"},
@@ -31,7 +33,20 @@ static void usage(FILE *f) {
     fprintf(f, "\n`still <command> --help` lists a command's flags.\n");
 }
 
+// OpenMP threads that wait by spinning (libgomp's default) slow the many short parallel regions
+// of decoding and small models down several times as soon as another process wants the same
+// cores (bench/RESULTS.md: 5x-20x on a shared 2-core machine); threads that sleep while waiting
+// cost little when the cores are free. libgomp reads the policy once, when the program loads,
+// so still starts itself again with OMP_WAIT_POLICY=passive unless the caller set a policy.
+static void exec_with_passive_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+    // exec failed (no /proc): run on with libgomp's default
+}
+
 int main(int argc, char **argv) {
+    exec_with_passive_wait(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

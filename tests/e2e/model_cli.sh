@@ -40,6 +40,11 @@ else fail init_deterministic_by_seed "bytes differ for one seed or agree across 
 out=$($BIN info --model "$tmp/m" --batch 2 --seq 256 2>&1)
 if grep -q "parameters" <<<"$out" && grep -q "training" <<<"$out" && grep -q "plan train B=2 T=256" <<<"$out"; then ok info_reports_plans
 else fail info_reports_plans "$out"; fi
+# OpenMP waiters sleep unless the caller chose a policy (still restarts itself with it)
+w1=$(env -u OMP_WAIT_POLICY $BIN info --model "$tmp/m" 2>&1 | grep '^openmp')
+w2=$(OMP_WAIT_POLICY=active $BIN info --model "$tmp/m" 2>&1 | grep '^openmp')
+if grep -q "waiting passive" <<<"$w1" && grep -q "waiting active" <<<"$w2"; then ok omp_wait_policy_default
+else fail omp_wait_policy_default "unset: '$w1', active: '$w2'"; fi
 
 lines=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" --all 2>/dev/null | wc -l)
 cols=$($BIN logits --model "$tmp/m" --ids "1 2 3 4" 2>/dev/null | wc -w)
