@@ -56,11 +56,17 @@ int cli_fail(const char *command, const Err *e) {
     return e->code == ST_EUNSUPPORTED ? 3 : 1;
 }
 
-Status cli_backend(const Args *a, Backend **out, Err *e) {
-    size_t max_memory = 0;
+Status cli_max_memory(const Args *a, size_t *out, Err *e) {
+    *out = 0;
     const char *mm = args_str(a, "max_memory");
-    if (mm && mem_parse_size(mm, &max_memory) != 0)
+    if (mm && mem_parse_size(mm, out) != 0)
         return err_set(e, ST_EINVAL, "--max_memory %s: expected a size such as 8GiB, 512MiB or a number of bytes", mm);
+    return ST_OK;
+}
+
+Status cli_backend(const Args *a, Backend **out, Err *e) {
+    size_t max_memory;
+    TRY(cli_max_memory(a, &max_memory, e));
     TRY(backend_create(args_str(a, "device"), (int)args_int(a, "threads"), out, e));
     (*out)->max_memory = max_memory;
     return ST_OK;
@@ -74,16 +80,18 @@ Status cli_model_dir(const Args *a, const char *flag, char **dir, Err *e) {
     return hf_resolve_model(model, rev, dir, e);
 }
 
-Status cli_dtype(const Args *a, int *out, Err *e) {
+Status cli_dtype_flag(const Args *a, const char *flag, int *out, Err *e) {
     *out = -1;
-    const char *s = args_str(a, "dtype");
+    const char *s = args_str(a, flag);
     if (!s || !strcmp(s, "auto")) return ST_OK;
     DType d;
     if (dtype_parse(s, &d) != 0 || d == DT_F16)
-        return err_set(e, ST_EINVAL, "--dtype %s: expected float32 or bfloat16", s);
+        return err_set(e, ST_EINVAL, "--%s %s: expected float32 or bfloat16", flag, s);
     *out = (int)d;
     return ST_OK;
 }
+
+Status cli_dtype(const Args *a, int *out, Err *e) { return cli_dtype_flag(a, "dtype", out, e); }
 
 Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t **ids, int *n, Err *e) {
     int cap = 16, cnt = 0;

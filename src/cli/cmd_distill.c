@@ -1,11 +1,10 @@
 // cmd_distill.c: still distill — flags (TRL DistillationConfig / GKDConfig names) -> DistillConfig
 // -> distill_run. Defaults are DistillationTrainer's; --gkd switches to GKDTrainer's.
-#include "../core/log.h"
 #include "../train/distill.h"
 #include "cli_common.h"
+#include "cli_train.h"
 #include "commands.h"
 
-#include <math.h>
 #include <string.h>
 
 static const ArgSpec specs[] = {
@@ -15,7 +14,6 @@ static const ArgSpec specs[] = {
     {"teacher_dtype", ARG_STR, NULL, "storage of the frozen teacher's weights: float32 | bfloat16 (default: its checkpoint's)"},
     {"dataset", ARG_STR, NULL, "prompts: a local JSONL or JSON file (prompt-only or conversational rows)"},
     {"eval_dataset", ARG_STR, NULL, "held-out prompts: eval_loss and eval_kl_student_teacher on student rollouts"},
-    {"output_dir", ARG_STR, NULL, "directory for checkpoints, the final model and metrics.jsonl"},
     {"gkd", ARG_BOOL, "false", "GKDTrainer's defaults and behaviour (lmbda, seq_kd, beta 0.5, temperature 0.9 for sampling only)"},
     {"loss", ARG_STR, "jsd", "jsd (generalized JSD, --beta) | reverse_kl_sampled (sampled-token reverse KL) | "
                              "reverse_kl (= jsd, beta 1) | forward_kl (= jsd, beta 0)"},
@@ -42,33 +40,17 @@ static const ArgSpec specs[] = {
     {"pad_to_multiple_of", ARG_INT, "128", "round prompt regions and scoring rows up to this (static shapes)"},
     {"generation_batch_size", ARG_INT, NULL, "rows per generation batch (default: every rollout of the step; GKD: one micro-batch)"},
     {"prefill_chunk_size", ARG_INT, "512", "prefill chunk of rollouts (a multiple of pad_to_multiple_of)"},
-    {"learning_rate", ARG_FLOAT, NULL, "peak learning rate (default 1e-6; GKD 2e-5)"},
-    {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},
-    {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps"},
-    {"warmup_ratio", ARG_FLOAT, "0", "warmup as a ratio of the total steps"},
-    {"weight_decay", ARG_FLOAT, "0", "AdamW weight decay (not on norms and biases)"},
-    {"adam_beta1", ARG_FLOAT, "0.9", "AdamW beta1"},
-    {"adam_beta2", ARG_FLOAT, "0.999", "AdamW beta2"},
-    {"adam_epsilon", ARG_FLOAT, "1e-8", "AdamW epsilon"},
-    {"max_grad_norm", ARG_FLOAT, "1.0", "clip the global gradient norm (0 = off)"},
-    {"num_train_epochs", ARG_FLOAT, "3", "epochs over the prompts"},
-    {"max_steps", ARG_INT, "-1", "optimizer steps (overrides num_train_epochs)"},
-    {"per_device_train_batch_size", ARG_INT, "8", "prompts per micro-batch"},
-    {"gradient_accumulation_steps", ARG_INT, "1", "micro-batches per optimizer step"},
-    {"logging_steps", ARG_INT, "10", "one metrics.jsonl line every N steps"},
-    {"logging_first_step", ARG_BOOL, "false", "also log step 1"},
-    {"save_strategy", ARG_STR, "steps", "steps | no"},
-    {"save_steps", ARG_INT, "500", "checkpoint every N steps"},
-    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints"},
-    {"save_only_model", ARG_BOOL, "false", "checkpoints without optimizer state (cannot be resumed)"},
-    {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},
-    {"eval_strategy", ARG_STR, "no", "no | steps (with --eval_dataset, also evaluated at the end)"},
-    {"eval_steps", ARG_INT, NULL, "evaluate every N steps (default: logging_steps)"},
-    {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
-    {"max_plans", ARG_INT, "0", "fail instead of building more than N plans per model (0 = no limit)"},
-    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
-    CLI_DIST_FLAGS,
     {"use_vllm", ARG_BOOL, "false", "accepted when false: rollouts use still's own generation engine"},
+    {NULL, 0, NULL, NULL},
+};
+
+// Shared training flags with this trainer's default or help (the learning rate, when not given,
+// follows --gkd: build).
+static const ArgSpec train_defaults[] = {
+    {"learning_rate", ARG_FLOAT, NULL, "peak learning rate (default 1e-6; GKD 2e-5)"},
+    {"num_train_epochs", ARG_FLOAT, "3", "epochs over the prompts"},
+    {"per_device_train_batch_size", ARG_INT, "8", "prompts per micro-batch"},
+    {"max_plans", ARG_INT, "0", "fail instead of building more than N plans per model (0 = no limit)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -87,28 +69,15 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
     c->dataset = args_str(a, "dataset");
     if (!c->dataset) return err_set(e, ST_EINVAL, "--dataset FILE.jsonl is required (also --dataset_name, --train_file)");
     c->eval_dataset = args_str(a, "eval_dataset");
-    TrainConfig *t = &c->train;
-    t->output_dir = args_str(a, "output_dir");
-    if (!t->output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
+    CliTrain r;
+    TRY(cli_train_config(a, CLI_TRAIN_EVAL, &c->train, &r, e));
+    c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
+    c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->B = r.batch_size;
     if (args_bool(a, "use_vllm"))
         return err_set(e, ST_EUNSUPPORTED, "--use_vllm is not supported: rollouts run on still's own static-shape engine");
-    c->backend = args_str(a, "device");
-    c->threads = (int)args_int(a, "threads");
-    TRY(cli_dtype(a, &c->dtype, e));
-    c->save_dtype = -1;
-    if (args_str(a, "save_dtype")) {
-        DType d;
-        if (dtype_parse(args_str(a, "save_dtype"), &d) != 0 || d == DT_F16)
-            return err_set(e, ST_EINVAL, "--save_dtype %s: expected float32 or bfloat16", args_str(a, "save_dtype"));
-        c->save_dtype = (int)d;
-    }
-    c->teacher_dtype = (DType)-1;
-    if (args_str(a, "teacher_dtype")) {
-        DType d;
-        if (dtype_parse(args_str(a, "teacher_dtype"), &d) != 0 || d == DT_F16)
-            return err_set(e, ST_EINVAL, "--teacher_dtype %s: expected float32 or bfloat16", args_str(a, "teacher_dtype"));
-        c->teacher_dtype = d;
-    }
+    int teacher_dtype;
+    TRY(cli_dtype_flag(a, "teacher_dtype", &teacher_dtype, e));
+    c->teacher_dtype = (DType)teacher_dtype;
     // TRL's defaults: DistillationTrainer, or GKDTrainer with --gkd
     int gkd = c->gkd = args_bool(a, "gkd");
     DistillLoss *L = &c->loss;
@@ -173,53 +142,18 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
     c->shuffle = args_bool(a, "shuffle");
     c->pad_to_multiple_of = (int)args_int(a, "pad_to_multiple_of");
     c->generation_batch_size = args_is_set(a, "generation_batch_size") ? (int)args_int(a, "generation_batch_size") : 0;
-    c->max_plans = (int)args_int(a, "max_plans");
-    c->B = (int)args_int(a, "per_device_train_batch_size");
-    if (c->B <= 0) return err_set(e, ST_EINVAL, "--per_device_train_batch_size must be positive");
-    t->grad_accum = (int)args_int(a, "gradient_accumulation_steps");
-    if (t->grad_accum <= 0) return err_set(e, ST_EINVAL, "--gradient_accumulation_steps must be positive");
-    t->num_train_epochs = args_float(a, "num_train_epochs");
-    t->max_steps = (int)args_int(a, "max_steps");
-    OptimConfig *o = &t->opt;
-    o->lr = fdef(a, "learning_rate", gkd ? 2e-5 : 1e-6);
-    o->beta1 = args_float(a, "adam_beta1");
-    o->beta2 = args_float(a, "adam_beta2");
-    o->eps = args_float(a, "adam_epsilon");
-    o->weight_decay = args_float(a, "weight_decay");
-    o->max_grad_norm = args_float(a, "max_grad_norm");
-    TRY(optim_parse_schedule(args_str(a, "lr_scheduler_type"), &o->sched, e));
-    t->warmup_steps = args_float(a, "warmup_steps");
-    t->warmup_ratio = args_float(a, "warmup_ratio");
-    if (t->warmup_steps < 0 || t->warmup_ratio < 0 || t->warmup_ratio > 1)
-        return err_set(e, ST_EINVAL, "--warmup_steps must be >= 0 and --warmup_ratio in [0, 1]");
-    t->logging_steps = (int)args_int(a, "logging_steps");
-    t->logging_first_step = args_bool(a, "logging_first_step");
-    const char *ss = args_str(a, "save_strategy");
-    if (strcmp(ss, "steps") && strcmp(ss, "no"))
-        return err_set(e, ST_EUNSUPPORTED, "--save_strategy %s is not supported yet (steps or no)", ss);
-    t->save_steps = strcmp(ss, "no") ? (int)args_int(a, "save_steps") : 0;
-    t->save_total_limit = args_str(a, "save_total_limit") ? (int)args_int(a, "save_total_limit") : 0;
-    t->save_only_model = args_bool(a, "save_only_model");
-    const char *es = args_str(a, "eval_strategy");
-    if (strcmp(es, "no") && strcmp(es, "steps"))
-        return err_set(e, ST_EUNSUPPORTED, "--eval_strategy %s is not supported yet (steps or no)", es);
-    t->eval_steps = !strcmp(es, "steps") || args_str(a, "eval_steps")
-                        ? (args_str(a, "eval_steps") ? (int)args_int(a, "eval_steps") : t->logging_steps)
-                        : 0;
-    t->resume = args_str(a, "resume_from_checkpoint");
-    if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
-    t->seed = (uint64_t)args_int(a, "seed");
-    t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    c->train.opt.lr = fdef(a, "learning_rate", gkd ? 2e-5 : 1e-6);
     return ST_OK;
 }
 
 int cmd_distill(int argc, char **argv) {
     Args a;
     int done;
+    ArgSpec *all = cli_train_specs(specs, train_defaults, CLI_TRAIN_EVAL);
     int rc = cli_parse(&a, "distill", "On-policy distillation with TRL DistillationTrainer / GKDTrainer semantics, "
                                       "and on-policy self-distillation (OPSD), on static shapes.",
-                       specs, argc, argv, &done);
-    if (rc || done) return rc;
+                       all, argc, argv, &done);
+    if (rc || done) return free(all), rc;
     Err e = {0};
     DistillConfig c;
     char *dir = NULL, *tdir = NULL;
@@ -236,5 +170,6 @@ int cmd_distill(int argc, char **argv) {
     free(dir);
     free(tdir);
     args_free(&a);
+    free(all);
     return cli_dist_finish("distill", &d, st, &e);
 }

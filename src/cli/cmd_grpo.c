@@ -1,8 +1,8 @@
 // cmd_grpo.c: still grpo and still rloo — flags (TRL GRPOConfig / RLOOConfig names) -> GrpoConfig
 // -> grpo_run.
-#include "../core/log.h"
 #include "../train/grpo.h"
 #include "cli_common.h"
+#include "cli_train.h"
 #include "commands.h"
 
 #include <math.h>
@@ -14,7 +14,6 @@
     {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},                             \
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},                                      \
     {"dataset", ARG_STR, NULL, "prompts: a local JSONL or JSON file with a \"prompt\" column (text or messages)"},    \
-    {"output_dir", ARG_STR, NULL, "directory for checkpoints, the final model and metrics.jsonl"},                     \
     {"reward", ARG_LIST, NULL, "reward function (repeatable): exact_match:COLUMN | regex:PATTERN | length:TARGET | "    \
                                "format | cmd:PROGRAM"},                                                                \
     {"reward_funcs", ARG_LIST, NULL, "alias of --reward"},                                                             \
@@ -41,32 +40,8 @@
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},                          \
     {"skip_bad_rows", ARG_BOOL, "false", "skip malformed rows (counted) instead of failing"},                          \
     {"shuffle_dataset", ARG_BOOL, "true", "reshuffle prompts every epoch (seeded)"},                                   \
-    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate"},                                                        \
-    {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},                     \
-    {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps"},                              \
-    {"warmup_ratio", ARG_FLOAT, "0", "warmup as a ratio of the total steps"},                                          \
-    {"weight_decay", ARG_FLOAT, "0", "AdamW weight decay (not on norms and biases)"},                                  \
-    {"adam_beta1", ARG_FLOAT, "0.9", "AdamW beta1"},                                                                   \
-    {"adam_beta2", ARG_FLOAT, "0.999", "AdamW beta2"},                                                                 \
-    {"adam_epsilon", ARG_FLOAT, "1e-8", "AdamW epsilon"},                                                              \
-    {"max_grad_norm", ARG_FLOAT, "1.0", "clip the global gradient norm (0 = off)"},                                    \
-    {"num_train_epochs", ARG_FLOAT, "3", "epochs over the prompts"},                                                   \
-    {"max_steps", ARG_INT, "-1", "optimizer steps (overrides num_train_epochs)"},                                      \
-    {"per_device_train_batch_size", ARG_INT, "8", "completions per micro-batch (as TRL)"},                             \
-    {"gradient_accumulation_steps", ARG_INT, "1", "micro-batches per optimizer step"},                                 \
-    {"logging_steps", ARG_INT, "10", "one metrics.jsonl line every N steps"},                                          \
-    {"logging_first_step", ARG_BOOL, "false", "also log step 1"},                                                      \
-    {"save_strategy", ARG_STR, "steps", "steps | no"},                                                                 \
-    {"save_steps", ARG_INT, "500", "checkpoint every N steps"},                                                        \
-    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints"},                                         \
-    {"save_only_model", ARG_BOOL, "false", "checkpoints without optimizer state (cannot be resumed)"},                 \
-    {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},           \
-    {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},                      \
-    {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},                          \
-    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"}, \
     {"log_completions", ARG_BOOL, "false", "write every round's completions, rewards and advantages to "           \
-                                           "output_dir/completions.jsonl"},                                        \
-    CLI_DIST_FLAGS
+                                           "output_dir/completions.jsonl"}
 
 static const ArgSpec grpo_specs[] = {
     RL_COMMON_FLAGS,
@@ -79,6 +54,14 @@ static const ArgSpec rloo_specs[] = {
     RL_COMMON_FLAGS,
     {"normalize_advantages", ARG_BOOL, "false", "normalise advantages over the batch"},
     {"reward_clip_range", ARG_STR, NULL, "LO,HI: clamp the summed reward"},
+    {NULL, 0, NULL, NULL},
+};
+
+// Shared training flags with GRPOConfig / RLOOConfig's default or this trainer's help.
+static const ArgSpec train_defaults[] = {
+    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate"},
+    {"num_train_epochs", ARG_FLOAT, "3", "epochs over the prompts"},
+    {"per_device_train_batch_size", ARG_INT, "8", "completions per micro-batch (as TRL)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -113,8 +96,10 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
     c->model_dir = *model_dir;
     c->dataset = args_str(a, "dataset");
     if (!c->dataset) return err_set(e, ST_EINVAL, "--dataset FILE.jsonl is required (prompts; also --dataset_name)");
-    c->train.output_dir = args_str(a, "output_dir");
-    if (!c->train.output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
+    CliTrain r;
+    TRY(cli_train_config(a, 0, &c->train, &r, e));
+    c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
+    c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
     char **r1, **r2;
     int n1 = args_list(a, "reward", &r1), n2 = args_list(a, "reward_funcs", &r2);
     if (n1 + n2 == 0)
@@ -128,15 +113,6 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
     TRY(parse_weights(a, weights, &c->n_reward_weights, e));
     c->reward_weights = *weights;
     c->reward_timeout = args_float(a, "reward_timeout");
-    c->backend = args_str(a, "device");
-    c->threads = (int)args_int(a, "threads");
-    TRY(cli_dtype(a, &c->dtype, e));
-    if (args_str(a, "save_dtype")) {
-        DType d;
-        if (dtype_parse(args_str(a, "save_dtype"), &d) != 0 || d == DT_F16)
-            return err_set(e, ST_EINVAL, "--save_dtype %s: expected float32 or bfloat16", args_str(a, "save_dtype"));
-        c->save_dtype = (int)d;
-    }
     if (args_is_set(a, "num_generations")) c->num_generations = (int)args_int(a, "num_generations");
     c->max_completion_length = (int)args_int(a, "max_completion_length");
     c->max_prompt_length = (int)args_int(a, "max_prompt_length");
@@ -155,14 +131,10 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
     c->chat_template_kwargs = args_str(a, "chat_template_kwargs");
     c->skip_bad_rows = args_bool(a, "skip_bad_rows");
     c->shuffle_dataset = args_bool(a, "shuffle_dataset");
-    c->per_device_train_batch_size = (int)args_int(a, "per_device_train_batch_size");
-    c->max_plans = (int)args_int(a, "max_plans");
     if (strcmp(args_str(a, "importance_sampling_level"), "token"))
         return err_set(e, ST_EUNSUPPORTED, "--importance_sampling_level %s is not supported yet (token only)",
                        args_str(a, "importance_sampling_level"));
     TrainConfig *t = &c->train;
-    t->grad_accum = (int)args_int(a, "gradient_accumulation_steps");
-    if (t->grad_accum <= 0) return err_set(e, ST_EINVAL, "--gradient_accumulation_steps must be positive");
     if (args_is_set(a, "steps_per_generation") && args_int(a, "steps_per_generation") != t->grad_accum)
         return err_set(e, ST_EUNSUPPORTED, "--steps_per_generation %lld is not supported yet (only the default, "
                                            "gradient_accumulation_steps = %d)", args_int(a, "steps_per_generation"),
@@ -192,32 +164,6 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
             c->has_reward_clip_range = 1;
         }
     }
-    t->num_train_epochs = args_float(a, "num_train_epochs");
-    t->max_steps = (int)args_int(a, "max_steps");
-    OptimConfig *o = &t->opt;
-    o->lr = args_float(a, "learning_rate");
-    o->beta1 = args_float(a, "adam_beta1");
-    o->beta2 = args_float(a, "adam_beta2");
-    o->eps = args_float(a, "adam_epsilon");
-    o->weight_decay = args_float(a, "weight_decay");
-    o->max_grad_norm = args_float(a, "max_grad_norm");
-    TRY(optim_parse_schedule(args_str(a, "lr_scheduler_type"), &o->sched, e));
-    t->warmup_steps = args_float(a, "warmup_steps");
-    t->warmup_ratio = args_float(a, "warmup_ratio");
-    if (t->warmup_steps < 0 || t->warmup_ratio < 0 || t->warmup_ratio > 1)
-        return err_set(e, ST_EINVAL, "--warmup_steps must be >= 0 and --warmup_ratio in [0, 1]");
-    t->logging_steps = (int)args_int(a, "logging_steps");
-    t->logging_first_step = args_bool(a, "logging_first_step");
-    const char *ss = args_str(a, "save_strategy");
-    if (strcmp(ss, "steps") && strcmp(ss, "no"))
-        return err_set(e, ST_EUNSUPPORTED, "--save_strategy %s is not supported yet (steps or no)", ss);
-    t->save_steps = strcmp(ss, "no") ? (int)args_int(a, "save_steps") : 0;
-    t->save_total_limit = args_str(a, "save_total_limit") ? (int)args_int(a, "save_total_limit") : 0;
-    t->save_only_model = args_bool(a, "save_only_model");
-    t->resume = args_str(a, "resume_from_checkpoint");
-    if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
-    t->seed = (uint64_t)args_int(a, "seed");
-    t->stop_after_steps = (int)args_int(a, "stop_after_steps");
     c->log_completions = args_bool(a, "log_completions");
     return ST_OK;
 }
@@ -226,11 +172,12 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     const char *name = algo == GRPO_ALGO_RLOO ? "rloo" : "grpo";
     Args a;
     int done;
+    ArgSpec *all = cli_train_specs(algo == GRPO_ALGO_RLOO ? rloo_specs : grpo_specs, train_defaults, 0);
     int rc = cli_parse(&a, name,
                        algo == GRPO_ALGO_RLOO ? "Online RL with RLOO (TRL RLOOTrainer semantics) and verifiable rewards."
                                               : "Online RL with GRPO (TRL GRPOTrainer semantics) and verifiable rewards.",
-                       algo == GRPO_ALGO_RLOO ? rloo_specs : grpo_specs, argc, argv, &done);
-    if (rc || done) return rc;
+                       all, argc, argv, &done);
+    if (rc || done) return free(all), rc;
     Err e = {0};
     GrpoConfig c;
     char *dir = NULL;
@@ -249,6 +196,7 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     free(specs);
     free(weights);
     args_free(&a);
+    free(all);
     return cli_dist_finish(name, &d, st, &e);
 }
 

@@ -544,6 +544,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         if (st == ST_OK) st = same_tokenizer(mc.tok, tmc.tok, c->model_dir, c->teacher_dir, e);
     }
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
+    if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);
     if (st == ST_OK) {

@@ -79,6 +79,7 @@ typedef struct DistillConfig {
     const char *dataset, *eval_dataset;
     const char *backend;
     int threads;
+    size_t max_memory;           // --max_memory (0: what the machine has available)
     int dtype;                   // --dtype (-1: not given): saved dtype unless --save_dtype
     int save_dtype;              // -1: --dtype, else the input checkpoint's dtype
     DType teacher_dtype;         // storage of the frozen teacher's 2-D weights

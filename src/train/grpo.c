@@ -680,6 +680,7 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     Model *m = NULL;
     Grpo *g = NULL;
     Status st = backend_create(c->backend, c->threads, &be, e);
+    if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);  // trained weights: fp32 masters
     if (st == ST_OK) {

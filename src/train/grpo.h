@@ -32,6 +32,7 @@ typedef struct GrpoConfig {
     const char *model_dir, *dataset;
     const char *backend;
     int threads;
+    size_t max_memory;              // --max_memory (0: what the machine has available)
     int dtype;                      // --dtype: storage of the frozen reference (-1: the checkpoint's)
     int save_dtype;                 // -1: --dtype, else the input checkpoint's dtype
     const char *chat_template_kwargs;  // JSON object text or NULL

@@ -154,6 +154,8 @@ expect_err sampled_no_topk "do not apply" \
   --loss reverse_kl_sampled --loss_top_k 3
 expect_err beta_range "--beta 2" \
   $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/p.jsonl" --output_dir "$tmp/x" --beta 2
+expect_err max_memory "but --max_memory 0.0 MiB leaves" \
+  $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/p.jsonl" --output_dir "$tmp/x" --max_memory 1KiB
 
 # 8. a student distilled from a peaked teacher (SFT'd to answer " ok") halves its KL on held-out prompts
 cat >"$tmp/cfg.json" <<'J'

@@ -64,6 +64,8 @@ expect_err weights_count "--reward_weights has 2 values for 1" \
 expect_err steps_per_generation "--steps_per_generation 4 is not supported yet" \
   $BIN grpo $RL --output_dir "$tmp/x" --reward format --steps_per_generation 4
 expect_err bad_loss_type "--loss_type cispo" $BIN grpo $RL --output_dir "$tmp/x" --reward format --loss_type cispo
+expect_err max_memory "but --max_memory 0.0 MiB leaves" $BIN rloo $RL --output_dir "$tmp/x" --reward format --max_memory 1KiB
+expect_err bad_optim "--optim sgd is not supported yet" $BIN grpo $RL --output_dir "$tmp/x" --reward format --optim sgd
 
 # 5. eval: metrics, loss / perplexity on rows with a completion, files
 out=$($BIN eval --model "$tmp/m" --dataset "$tmp/p.jsonl" --metric exact_match:answer --metric 'regex:[0-9]' \

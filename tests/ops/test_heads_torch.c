@@ -6,80 +6,21 @@
 // reference backend in double with fp32 logits and outputs: a few fp32 ulp, as
 // test_ref_torch.c); RL math 1e-5 (double math from the same fp32 inputs, fp32 outputs, and
 // torch's clip comparisons made in float64 like ours).
-#include "ops_util.h"
+#include "torch_fixture.h"
 
 #include "train/rl_math.h"
 
 #define FIXTURE "tests/data/heads/heads_ref.bin"
 #define TOL 1e-5
 
-typedef struct {
-    char name[64];
-    int kind;  // 0 f32, 1 i32
-    uint32_t n;
-    void *data;
-} Rec;
-
-static Rec recs[256];
-static int nrecs;
 static Backend *R;
-
-static int load_fixture(void) {
-    FILE *f = fopen(FIXTURE, "rb");
-    if (!f) return 0;
-    char magic[9];
-    if (fread(magic, 1, 9, f) != 9 || memcmp(magic, "STILLOPS1", 9)) return fclose(f), 0;
-    unsigned char hdr[2];
-    while (nrecs < (int)ARRAY_LEN(recs) && fread(hdr, 1, 2, f) == 2) {
-        Rec *r = &recs[nrecs];
-        uint32_t n;
-        if (fread(r->name, 1, hdr[1], f) != hdr[1] || fread(&n, 4, 1, f) != 1) break;
-        r->name[hdr[1]] = 0;
-        r->kind = hdr[0];
-        r->n = n;
-        r->data = xmalloc((size_t)n * 4 + 4);
-        if (fread(r->data, 4, n, f) != n) break;
-        nrecs++;
-    }
-    fclose(f);
-    return nrecs > 0;
-}
-
-static const Rec *get(const char *name) {
-    for (int i = 0; i < nrecs; i++)
-        if (!strcmp(recs[i].name, name)) return &recs[i];
-    printf("FAIL fixture: %s has no record %s\n", FIXTURE, name);
-    exit(1);
-}
-
-static float *F(const char *name) { return get(name)->data; }
-static int32_t *I(const char *name) { return get(name)->data; }
 
 // A f32 record as doubles (NaN kept).
 static double *Dbl(const char *name) {
-    const Rec *r = get(name);
+    const FixtureRec *r = fixture_get(name);
     double *d = xmalloc(r->n * sizeof(double) + 8);
     for (uint32_t i = 0; i < r->n; i++) d[i] = ((float *)r->data)[i];
     return d;
-}
-
-// got (n) against the fixture record `name`: norm-wise relative error <= TOL.
-static void expect_ref(const char *name, const float *got, size_t n) {
-    const Rec *r = get(name);
-    EXPECT_MSG(r->n == n, "%s: fixture has %u values, code gives %zu", name, r->n, n);
-    const float *want = r->data;
-    double maxref = 0, maxerr = 0;
-    size_t worst = 0;
-    for (size_t i = 0; i < n && i < r->n; i++) {
-        maxref = fmax(maxref, fabs(want[i]));
-        double e = fabs((double)got[i] - want[i]);
-        if (isnan(got[i]) || isnan(want[i])) e = INFINITY;
-        if (e > maxerr) maxerr = e, worst = i;
-    }
-    double rel = maxref > 0 ? maxerr / maxref : maxerr;
-    if (getenv("OPS_VERBOSE")) printf("  %-22s rel err vs torch %.2e\n", name, rel);
-    EXPECT_MSG(rel <= TOL, "%s: rel err vs torch %.3g > %.0g at [%zu]: %.8g vs %.8g", name, rel, TOL, worst,
-               got[worst], want[worst]);
 }
 
 static void expect_ref_d(const char *name, const double *got, size_t n) {
@@ -202,7 +143,7 @@ static void test_policy_loss_vs_torch(void) {
 }
 
 int main(void) {
-    if (!load_fixture()) {
+    if (!fixture_load(FIXTURE, TOL)) {
         printf("FAIL fixture: cannot read %s (regenerate with scripts/refs_heads.sh)\n", FIXTURE);
         return 1;
     }
@@ -216,6 +157,6 @@ int main(void) {
     RUN(test_advantages_vs_torch);
     RUN(test_policy_loss_vs_torch);
     backend_destroy(R);
-    for (int i = 0; i < nrecs; i++) free(recs[i].data);
+    fixture_free();
     TEST_MAIN_END();
 }

@@ -3,68 +3,12 @@
 // Inputs are fp32, torch computes in float64, the reference backend in double with fp32
 // storage: every output agrees to a few fp32 ulp, so the bound is 1e-5 of each buffer's largest
 // magnitude.
-#include "ops_util.h"
+#include "torch_fixture.h"
 
 #define FIXTURE "tests/data/ops/ops_ref.bin"
 #define TOL 1e-5
 
-typedef struct {
-    char name[64];
-    int kind;  // 0 f32, 1 i32
-    uint32_t n;
-    void *data;
-} Rec;
-
-static Rec recs[128];
-static int nrecs;
 static Backend *R;
-
-static int load_fixture(void) {
-    FILE *f = fopen(FIXTURE, "rb");
-    if (!f) return 0;
-    char magic[9];
-    if (fread(magic, 1, 9, f) != 9 || memcmp(magic, "STILLOPS1", 9)) return fclose(f), 0;
-    unsigned char hdr[2];
-    while (nrecs < (int)ARRAY_LEN(recs) && fread(hdr, 1, 2, f) == 2) {
-        Rec *r = &recs[nrecs];
-        uint32_t n;
-        if (fread(r->name, 1, hdr[1], f) != hdr[1] || fread(&n, 4, 1, f) != 1) break;
-        r->name[hdr[1]] = 0;
-        r->kind = hdr[0];
-        r->n = n;
-        r->data = xmalloc((size_t)n * 4 + 4);
-        if (fread(r->data, 4, n, f) != n) break;
-        nrecs++;
-    }
-    fclose(f);
-    return nrecs > 0;
-}
-
-static const Rec *get(const char *name) {
-    for (int i = 0; i < nrecs; i++)
-        if (!strcmp(recs[i].name, name)) return &recs[i];
-    printf("FAIL fixture: %s has no record %s\n", FIXTURE, name);
-    exit(1);
-}
-
-static float *F(const char *name) { return get(name)->data; }
-static int32_t *I(const char *name) { return get(name)->data; }
-
-// got (n) against the fixture record `name`: norm-wise relative error <= TOL.
-static void expect_ref(const char *name, const float *got, size_t n) {
-    const Rec *r = get(name);
-    EXPECT_MSG(r->n == n, "%s: fixture has %u values, op gives %zu", name, r->n, n);
-    const float *want = r->data;
-    double maxref = 0, maxerr = 0;
-    for (size_t i = 0; i < n && i < r->n; i++) {
-        maxref = fmax(maxref, fabs(want[i]));
-        maxerr = fmax(maxerr, fabs((double)got[i] - want[i]));
-        if (isnan(got[i])) maxerr = INFINITY;
-    }
-    double rel = maxref > 0 ? maxerr / maxref : maxerr;
-    if (getenv("OPS_VERBOSE")) printf("  %-14s rel err vs torch %.2e\n", name, rel);
-    EXPECT_MSG(rel <= TOL, "%s: rel err vs torch %.3g > %.0g", name, rel, TOL);
-}
 
 static void test_attention_vs_torch(void) {
     int32_t *d = I("attn.dims");
@@ -138,7 +82,7 @@ static void test_ce_vs_torch(void) {
 }
 
 int main(void) {
-    if (!load_fixture()) {
+    if (!fixture_load(FIXTURE, TOL)) {
         printf("FAIL fixture: cannot read %s (regenerate with scripts/refs_ops.sh)\n", FIXTURE);
         return 1;
     }
@@ -149,6 +93,6 @@ int main(void) {
     RUN(test_swiglu_vs_torch);
     RUN(test_ce_vs_torch);
     backend_destroy(R);
-    for (int i = 0; i < nrecs; i++) free(recs[i].data);
+    fixture_free();
     TEST_MAIN_END();
 }

@@ -1,0 +1,155 @@
+// cli_train.c: the training flags every trainer shares, and TrainConfig from them.
+#include "cli_train.h"
+
+#include "../core/alloc.h"
+#include "../core/log.h"
+#include "cli_common.h"
+
+#include <string.h>
+
+// Optimizer, schedule, batch, steps, logging and checkpoints. Defaults are the ones TRL's trainer
+// configs agree on (the learning rate: TrainingArguments'); a trainer whose config differs, or
+// whose help says more, passes its own entry (cli_train_specs).
+static const ArgSpec train_specs[] = {
+    {"output_dir", ARG_STR, NULL, "directory for checkpoints, the final model and metrics.jsonl"},
+    {"learning_rate", ARG_FLOAT, "5e-5", "peak learning rate"},
+    {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},
+    {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps"},
+    {"warmup_ratio", ARG_FLOAT, "0", "warmup as a ratio of the total steps"},
+    {"weight_decay", ARG_FLOAT, "0", "AdamW weight decay (not on norms and biases)"},
+    {"adam_beta1", ARG_FLOAT, "0.9", "AdamW beta1"},
+    {"adam_beta2", ARG_FLOAT, "0.999", "AdamW beta2"},
+    {"adam_epsilon", ARG_FLOAT, "1e-8", "AdamW epsilon"},
+    {"optim", ARG_STR, "adamw_torch", "adamw_torch (the only optimizer)"},
+    {"max_grad_norm", ARG_FLOAT, "1.0", "clip the global gradient norm (0 = off)"},
+    {"num_train_epochs", ARG_FLOAT, "3", "epochs"},
+    {"max_steps", ARG_INT, "-1", "optimizer steps (overrides num_train_epochs)"},
+    {"per_device_train_batch_size", ARG_INT, "8", "rows per micro-batch"},
+    {"gradient_accumulation_steps", ARG_INT, "1", "micro-batches per optimizer step"},
+    {"logging_steps", ARG_INT, "10", "one metrics.jsonl line every N steps"},
+    {"logging_first_step", ARG_BOOL, "false", "also log step 1"},
+    {"save_strategy", ARG_STR, "steps", "steps | no"},
+    {"save_steps", ARG_INT, "500", "checkpoint every N steps"},
+    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints"},
+    {"save_only_model", ARG_BOOL, "false", "checkpoints without optimizer state (cannot be resumed)"},
+    {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},
+    {NULL, 0, NULL, NULL},
+};
+
+// CLI_TRAIN_EVAL
+static const ArgSpec eval_specs[] = {
+    {"eval_strategy", ARG_STR, "no", "no | steps (with --eval_dataset, also evaluated at the end)"},
+    {"eval_steps", ARG_INT, NULL, "evaluate every N steps (default: logging_steps)"},
+    {NULL, 0, NULL, NULL},
+};
+
+// Resuming, failure handling, plans, testing and the ranks.
+static const ArgSpec run_specs[] = {
+    {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
+    {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf instead of stopping"},
+    {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
+    {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
+    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    CLI_DIST_FLAGS,
+    {NULL, 0, NULL, NULL},
+};
+
+static const ArgSpec *find_spec(const ArgSpec *specs, const char *name) {
+    for (const ArgSpec *s = specs; s && s->name; s++)
+        if (!strcmp(s->name, name)) return s;
+    return NULL;
+}
+
+ArgSpec *cli_train_specs(const ArgSpec *own, const ArgSpec *defaults, int groups) {
+    const ArgSpec *shared[] = {train_specs, groups & CLI_TRAIN_EVAL ? eval_specs : NULL, run_specs};
+    size_t n = 1;
+    for (const ArgSpec *s = own; s && s->name; s++) n++;
+    for (size_t p = 0; p < ARRAY_LEN(shared); p++)
+        for (const ArgSpec *s = shared[p]; s && s->name; s++) n++;
+    ArgSpec *out = xmalloc(n * sizeof *out), *o = out;
+    for (const ArgSpec *s = own; s && s->name; s++) *o++ = *s;
+    int replaced = 0, n_defaults = 0;
+    for (size_t p = 0; p < ARRAY_LEN(shared); p++)
+        for (const ArgSpec *s = shared[p]; s && s->name; s++) {
+            CHECK_MSG(!find_spec(own, s->name), "--%s is a shared training flag: pass it in defaults", s->name);
+            const ArgSpec *d = find_spec(defaults, s->name);
+            CHECK_MSG(!d || d->type == s->type, "--%s: its replacement has another type", s->name);
+            *o++ = d ? *d : *s;
+            replaced += d != NULL;
+        }
+    *o = (ArgSpec){NULL, 0, NULL, NULL};
+    for (const ArgSpec *d = defaults; d && d->name; d++) n_defaults++;
+    CHECK_MSG(replaced == n_defaults, "a trainer's default names no shared training flag of its groups");
+    return out;
+}
+
+// --device, --threads, --max_memory, --dtype, --save_dtype.
+static Status read_run(const Args *a, CliTrain *r, Err *e) {
+    r->backend = args_str(a, "device");
+    r->threads = (int)args_int(a, "threads");
+    TRY(cli_max_memory(a, &r->max_memory, e));
+    TRY(cli_dtype(a, &r->dtype, e));
+    return cli_dtype_flag(a, "save_dtype", &r->save_dtype, e);
+}
+
+static Status read_optim(const Args *a, OptimConfig *o, Err *e) {
+    const char *optim = args_str(a, "optim");
+    if (strcmp(optim, "adamw_torch") && strcmp(optim, "adamw_torch_fused"))
+        return err_set(e, ST_EUNSUPPORTED, "--optim %s is not supported yet (adamw_torch only)", optim);
+    o->lr = args_float(a, "learning_rate");
+    o->beta1 = args_float(a, "adam_beta1");
+    o->beta2 = args_float(a, "adam_beta2");
+    o->eps = args_float(a, "adam_epsilon");
+    o->weight_decay = args_float(a, "weight_decay");
+    o->max_grad_norm = args_float(a, "max_grad_norm");
+    return optim_parse_schedule(args_str(a, "lr_scheduler_type"), &o->sched, e);
+}
+
+// --save_strategy / --eval_strategy: steps or no.
+static Status read_strategy(const Args *a, const char *flag, int *steps, Err *e) {
+    const char *s = args_str(a, flag);
+    if (strcmp(s, "steps") && strcmp(s, "no"))
+        return err_set(e, ST_EUNSUPPORTED, "--%s %s is not supported yet (steps or no)", flag, s);
+    *steps = !strcmp(s, "steps");
+    return ST_OK;
+}
+
+Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, Err *e) {
+    t->output_dir = args_str(a, "output_dir");
+    if (!t->output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
+    TRY(read_run(a, r, e));
+    TRY(read_optim(a, &t->opt, e));
+    r->max_plans = (int)args_int(a, "max_plans");
+    r->batch_size = (int)args_int(a, "per_device_train_batch_size");
+    if (r->batch_size <= 0) return err_set(e, ST_EINVAL, "--per_device_train_batch_size must be positive");
+    t->grad_accum = (int)args_int(a, "gradient_accumulation_steps");
+    if (t->grad_accum <= 0) return err_set(e, ST_EINVAL, "--gradient_accumulation_steps must be positive");
+    t->num_train_epochs = args_float(a, "num_train_epochs");
+    t->max_steps = (int)args_int(a, "max_steps");
+    t->warmup_steps = args_float(a, "warmup_steps");
+    t->warmup_ratio = args_float(a, "warmup_ratio");
+    if (t->warmup_steps < 0 || t->warmup_ratio < 0 || t->warmup_ratio > 1)
+        return err_set(e, ST_EINVAL, "--warmup_steps must be >= 0 and --warmup_ratio in [0, 1]");
+    t->logging_steps = (int)args_int(a, "logging_steps");
+    t->logging_first_step = args_bool(a, "logging_first_step");
+    int save;
+    TRY(read_strategy(a, "save_strategy", &save, e));
+    t->save_steps = save ? (int)args_int(a, "save_steps") : 0;
+    t->save_total_limit = (int)args_int(a, "save_total_limit");
+    t->save_only_model = args_bool(a, "save_only_model");
+    t->eval_steps = 0;
+    if (groups & CLI_TRAIN_EVAL) {
+        int eval;
+        TRY(read_strategy(a, "eval_strategy", &eval, e));
+        // --eval_steps N alone also turns evaluation on
+        if (args_str(a, "eval_steps")) t->eval_steps = (int)args_int(a, "eval_steps");
+        else if (eval) t->eval_steps = t->logging_steps;
+    }
+    t->resume = args_str(a, "resume_from_checkpoint");
+    if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;
+    t->seed = (uint64_t)args_int(a, "seed");
+    t->stop_after_steps = (int)args_int(a, "stop_after_steps");
+    t->skip_nonfinite = args_bool(a, "skip_nonfinite");
+    if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
+    return ST_OK;
+}
