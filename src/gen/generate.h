@@ -108,7 +108,7 @@ typedef struct GenStats {
     int batches, batch_size, max_cache_len;
     int plans_built;             // plans this call built
     int plans_total;             // plans the model holds after the call
-    int graphs;                  // decode steps recorded as replayable graphs (CUDA), held by the model
+    int graphs;                  // plan steps recorded as replayable graphs (CUDA), held by the model
     size_t plan_bytes;           // their memory
 } GenStats;
 

@@ -85,17 +85,17 @@ typedef struct Plan {
     uint8_t *seen;         // (B,V) ids seen so far, for the repetition penalty
     int32_t *banned;       // (B,ban_cap) ids set to -inf this step, -1 = unused
     int ban_cap;
-    // DECODE on backends with graph hooks: the decode step is recorded once, after one eager
-    // run has sized every scratch buffer, and replayed (qwen3_decode_step). Key: the plan's
-    // address, dropped from the backend when the plan is freed.
-    int decode_runs;       // eager decode steps so far (recording starts after the first)
-    int graph_ready;       // the decode step is recorded
+    // On backends with graph hooks a plan's step (DECODE: qwen3_decode_step; TRAIN: the SFT
+    // micro-batch, qwen3_train_micro) is recorded once, after one eager run has sized every
+    // scratch buffer, and replayed. Key: the plan's address, dropped when the plan is freed.
+    int eager_runs;        // eager runs of the step so far (recording starts after the first)
+    int graph_ready;       // the step is recorded
 } Plan;
 
 typedef struct PlanCache {
     Plan **plans;
     int n;
-    int graphs;            // decode steps recorded as graphs
+    int graphs;            // plan steps recorded as graphs
     int max_plans;         // 0 = unlimited; exceeding it is an error
     size_t bytes;          // total over plans
 } PlanCache;

@@ -134,23 +134,43 @@ void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
                        m->cfg.vocab_size);
 }
 
-void qwen3_decode_step(Model *m, Plan *dp) {
+// Run a plan's step: eagerly where the backend has no graph hooks and the first time; recorded
+// the second time; replayed from then on.
+static void run_recorded(Model *m, Plan *p, void (*step)(Model *, Plan *)) {
     Backend *be = m->be;
-    uint64_t key = (uint64_t)(uintptr_t)dp;
-    if (dp->graph_ready && be->graph_launch(be, key)) return;
-    if (!be->graph_begin || dp->decode_runs == 0) {  // eager; the first run sizes every scratch buffer
-        qwen3_forward_cached(m, dp, dp);
-        qwen3_last_logits(m, dp, dp);
-        dp->decode_runs++;
+    uint64_t key = (uint64_t)(uintptr_t)p;
+    if (p->graph_ready && be->graph_launch(be, key)) return;
+    if (!be->graph_begin || p->eager_runs == 0) {  // the first run sizes every scratch buffer
+        step(m, p);
+        p->eager_runs++;
         return;
     }
     be->graph_begin(be, key);
-    qwen3_forward_cached(m, dp, dp);
-    qwen3_last_logits(m, dp, dp);
+    step(m, p);
     be->graph_end(be, key);
-    dp->graph_ready = 1;
+    p->graph_ready = 1;
     m->plans.graphs++;
     CHECK(be->graph_launch(be, key));
+}
+
+static void decode_step(Model *m, Plan *dp) {
+    qwen3_forward_cached(m, dp, dp);
+    qwen3_last_logits(m, dp, dp);
+}
+
+void qwen3_decode_step(Model *m, Plan *dp) {
+    CHECK(dp->mode == PLAN_DECODE);
+    run_recorded(m, dp, decode_step);
+}
+
+static void train_micro(Model *m, Plan *p) {
+    qwen3_forward(m, p);
+    qwen3_ce_loss(m, p, 1.0f, 1);
+}
+
+void qwen3_train_micro(Model *m, Plan *p) {
+    CHECK(p->mode == PLAN_TRAIN && m->grads);
+    run_recorded(m, p, train_micro);
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {

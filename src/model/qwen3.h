@@ -29,6 +29,11 @@ void qwen3_cache_seek(Model *m, Plan *dp, int start, int T);
 // replayed from then on (every later input arrives by upload: ids, pos, cache_start).
 void qwen3_decode_step(Model *m, Plan *dp);
 
+// One SFT micro-batch on a TRAIN plan whose inputs are uploaded: forward, cross-entropy head and
+// backward with grad_scale 1, accumulating into m->grads (the caller scales the accumulated
+// gradient once per step). Recorded and replayed like qwen3_decode_step on graph backends.
+void qwen3_train_micro(Model *m, Plan *p);
+
 // Cross-entropy head over p->lnf: fills p->row_loss / row_correct / row_entropy (N).
 // With backward (TRAIN plans, m->grads allocated): every parameter gradient ACCUMULATES
 // d(grad_scale * sum_r row_loss_r)/d(param) into m->grads.

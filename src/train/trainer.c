@@ -128,17 +128,25 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     // (average_tokens_across_devices), so the count is summed before the backward.
     TRY(dist_allreduce_sum_host_d(s->dist, counts, 2, e));
     float scale = counts[0] > 0 ? 1.0f / (float)counts[0] : 0.0f;
+    // On a backend that records steps as graphs the micro-batch runs with scale 1 (a recorded step
+    // cannot take a new scalar) and the accumulated gradient is scaled once afterwards.
+    int recorded = m->be->graph_begin != NULL;
     for (int g = 0; g < n_micro; g++) {
         HostBatch *hb = &s->hb[g];
         Plan *p;
         TRY(get_plan(m, PLAN_TRAIN, hb->B, hb->T, &p, e));
         qwen3_set_inputs(m, p, hb->ids, hb->pos, hb->seg, hb->targets, NULL);
-        qwen3_forward(m, p);
-        qwen3_ce_loss(m, p, scale, 1);
+        if (recorded) {
+            qwen3_train_micro(m, p);
+        } else {
+            qwen3_forward(m, p);
+            qwen3_ce_loss(m, p, scale, 1);
+        }
         double *x = &s->sums[4 * g];
         sum_rows(m, p, hb, &s->rs, &x[0], &x[1], &x[2]);
         x[3] = hb->n_targets;
     }
+    if (recorded) m->be->scale(m->be, m->grads, scale, m->tt.n_params);
     TRY(dist_allreduce_sum_host_d(s->dist, s->sums, 4 * (size_t)n_micro, e));
     for (int g = 0; g < n_micro; g++) {
         const double *x = &s->sums[4 * g];
