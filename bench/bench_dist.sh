@@ -32,7 +32,7 @@ for z in 0 1; do
   echo "2 ranks (ZeRO-$z): $two" >&2
   t1=$(j "$one" tokens_per_second) t2=$(j "$two" tokens_per_second) load=$(cut -d' ' -f1 /proc/loadavg)
   eff=$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", b / (2 * a)}')
-  row="| $(date -u +%Y-%m-%d) | $(machine), $(getconf _NPROCESSORS_ONLN) cores shared (load $load) | \`bench/bench_dist.sh\` (small model, global B=$B, T=$T, $STEPS steps) | $t1 | $t2 | $eff | $z | OpenBLAS-openmp, OMP_NUM_THREADS=1 per rank |"
+  row="| $(date -u +%Y-%m-%d) | $(machine), $(getconf _NPROCESSORS_ONLN) cores shared | \`bench/bench_dist.sh\` (small model, global B=$B, T=$T, $STEPS steps) | $t1 | $t2 | $eff | $z | OpenBLAS-openmp, OMP_NUM_THREADS=1 per rank |"
   append_row "dist: data-parallel SFT, 1 rank vs 2 ranks (1 thread each)" "$header" "$row"
   echo "$row"
 done

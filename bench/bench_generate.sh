@@ -25,7 +25,7 @@ for dt in f32 bf16; do
       g=$(get "$ours" $dt 1 weight_gbs)
       gbs="$g of $bw ($(awk -v a="$g" -v b="$bw" 'BEGIN{printf "%.0f", 100*a/b}')%)"
     fi
-    row="| $(date -u +%Y-%m-%d) | $(machine), $THREADS threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY (both engines), load $(cut -d" " -f1 /proc/loadavg) | \`bench/bench_generate.sh\` (P=$P, $NEW new tokens) | $dt | $B | $(get "$ours" $dt $B prefill_tok_s) | $(printf %.1f "$(get "$theirs" $dt $B prefill_tok_s)") | $(get "$ours" $dt $B decode_tok_s) | $(printf %.2f "$(get "$theirs" $dt $B decode_tok_s)") | $gbs | still: OpenBLAS-openmp; torch $tv: $(torch_blas) |"
+    row="| $(date -u +%Y-%m-%d) | $(machine), $THREADS threads | \`bench/bench_generate.sh\` (P=$P, $NEW new tokens) | $dt | $B | $(get "$ours" $dt $B prefill_tok_s) | $(printf %.1f "$(get "$theirs" $dt $B prefill_tok_s)") | $(get "$ours" $dt $B decode_tok_s) | $(printf %.2f "$(get "$theirs" $dt $B decode_tok_s)") | $gbs | still: OpenBLAS-openmp; torch $tv: $(torch_blas) |"
     append_row "generate: Qwen3-0.6B shape, static KV cache" "$header" "$row"
     echo "$row"
   done

@@ -3,7 +3,12 @@ BUILD=${STILL_BUILD:-build}
 # Both engines' OpenMP threads wait sleeping (./still's default, src/cli/main.c; PyTorch's libgomp
 # reads the same variable), so a busy neighbour does not turn waiting into spinning for either.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-machine() { lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}'; }
+# The CPU, the OpenMP wait policy both engines ran with and the load average when the row is written
+# (the machines are often shared; a row says how busy it was).
+machine() {
+  printf '%s, OMP_WAIT_POLICY=%s, load %s' "$(lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')" \
+    "$OMP_WAIT_POLICY" "$(cut -d' ' -f1 /proc/loadavg)"
+}
 ncpu() { nproc; }
 torch_blas() {  # what Debian's PyTorch multiplies with: the target of libblas.so.3
   readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown

@@ -20,9 +20,13 @@ const char *plan_mode_name(PlanMode mode) {
 int plan_ban_cap(int S) { return S + 256; }
 
 int plan_head_chunk(int V) {
-    // About 16 MiB of logits per chunk, between 16 and 256 rows.
-    long rows = (16L << 20) / 4 / (V > 0 ? V : 1);
-    return (int)(rows < 16 ? 16 : rows > 256 ? 256 : rows);
+    // About 64 MiB of logits per chunk, between 32 and 256 rows, a multiple of 16. Every chunk's
+    // GEMM streams (and a BLAS packs) the whole LM head, so few rows per chunk make the head
+    // memory-bound: at V = 151936 a chunk of 27 rows (16 MiB) ran the 103M model's forward head
+    // 3-4x slower than 112 rows on the CPU (bench/RESULTS.md).
+    long rows = (64L << 20) / 4 / (V > 0 ? V : 1);
+    rows = rows / 16 * 16;
+    return (int)(rows < 32 ? 32 : rows > 256 ? 256 : rows);
 }
 
 #define TAKE_F(n) ((float *)arena_take(a, (size_t)(n) * sizeof(float)))
