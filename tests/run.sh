@@ -3,6 +3,7 @@
 #   all   every suite of `make test`
 #   asan  unit, op, parser, regression and small end-to-end tests (under the asan build)
 #   full  the heavier checks of `make check-full`
+#   cuda-emu  the CUDA backend under the CUDA emulator (make test-cuda-emu; STILL_BUILD=build-emu)
 # Each test program prints "ok NAME", "FAIL NAME: ..." or "skip NAME: reason" lines. A program that
 # exits non-zero without a FAIL line counts as one failure (a crash is never a pass).
 set -u
@@ -69,6 +70,10 @@ case "$suite" in
   all)  c_tests unit ops model; sh_tests e2e all ;;
   asan) c_tests unit ops model; sh_tests e2e asan ;;
   full) sh_tests full full ;;
+  cuda-emu)
+    for t in ops/test_backend_parity ops/test_heads_parity ops/test_kv cuemu/test_cuemu; do
+      run_one "$t" "$BUILD/tests/$t"
+    done ;;
   *) echo "run.sh: unknown suite $suite" >&2; exit 2 ;;
 esac
 
