@@ -75,7 +75,10 @@ static void run_init(Run *r, const char *backend, const char *gemm, const ModelC
     if (gemm) setenv("STILL_CUDA_GEMM", gemm, 1);
     if (backend_create(backend, 0, &r->be, &e) != ST_OK) die(backend, &e);
     if (gemm) unsetenv("STILL_CUDA_GEMM");
-    if (model_create_random(cfg, r->be, 42, &r->m, &e) != ST_OK) die("model", &e);
+    // The model owns its config (the parsed JSON): each run gets its own copy.
+    ModelConfig own = *cfg;
+    own.raw = cJSON_Duplicate(cfg->raw, 1);
+    if (model_create_random(&own, r->be, 42, &r->m, &e) != ST_OK) die("model", &e);
     model_alloc_grads(r->m);
     size_t n = r->m->tt.n_params;
     r->mom = r->be->alloc(r->be, n * 4);
