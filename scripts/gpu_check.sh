@@ -7,8 +7,8 @@
 # nothing installed), `make CUDA=1 NO_DEPS=1 DEPS_PREFIX=...`, stop with status 3 when no GPU is
 # present, op parity against the reference (tests/ops/test_backend_parity: every op forward and
 # backward, fp32 and bf16 GEMMs, the sampling ops), the whole test suite on the CUDA build, a
-# small model on cpu and cuda (logits, 5 AdamW steps' losses; the CLI's logits), greedy
-# generation once `still generate` exists, and benchmarks: Qwen3-0.6B-shaped training step at
+# small model on cpu and cuda (logits, 8 AdamW steps' losses, 3 of them replayed from a captured
+# graph; the CLI's logits), greedy generation once `still generate` exists, and benchmarks: Qwen3-0.6B-shaped training step at
 # 4 x 1024 (MFU) and the decode proxy at batch 1 and 64 (bandwidth). A table goes to stdout and
 # rows are appended to bench/RESULTS.md (copied to $OUT: bring it back into the repository).
 # Budget: about 6 minutes of GPU time. SKIP_TESTS=1 skips the test suite, SKIP_BENCH=1 the
@@ -95,7 +95,7 @@ timeout 120 build-cuda/bench/cuda_bench check tests/data/models/qwen3_tied/confi
 rc=$?
 cat "$out/model.log" >&2
 [ $rc -eq 0 ] || fail=1
-note "model check (logits, 5 train steps, fp32 and bf16 GEMMs): $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^FAIL' "$out/model.log") failed"
+note "model check (logits, 8 train steps (3 graph replays), fp32 and bf16 GEMMs): $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^FAIL' "$out/model.log") failed"
 ids="1 5 9 200 17 3 3 3 44 45 46 301 12"
 ./still logits --device cpu --model tests/data/models/qwen3_tied --ids "$ids" --all >"$out/logits_cpu.txt" 2>&1
 ./still logits --device cuda --model tests/data/models/qwen3_tied --ids "$ids" --all >"$out/logits_cuda.txt" 2>&1
