@@ -110,8 +110,9 @@ note "CLI logits --device cuda vs cpu: $cli (max err, max |logit|)"
 case "$cli" in ok*) ;; *) fail=1 ;; esac
 if ./still generate --help >/dev/null 2>&1; then
   gen_args=(--model tests/data/models/qwen3_tied --ids "$ids" --max_new_tokens 32 --do_sample false)
-  ./still generate --device cpu "${gen_args[@]}" >"$out/gen_cpu.txt" 2>&1
-  ./still generate --device cuda "${gen_args[@]}" >"$out/gen_cuda.txt" 2>&1
+  # ids on stdout; the timing line on stderr differs from run to run
+  ./still generate --device cpu "${gen_args[@]}" >"$out/gen_cpu.txt" 2>"$out/gen_cpu.err"
+  ./still generate --device cuda "${gen_args[@]}" >"$out/gen_cuda.txt" 2>"$out/gen_cuda.err"
   if cmp -s "$out/gen_cpu.txt" "$out/gen_cuda.txt"; then note "greedy generation, 32 tokens: cuda == cpu"
   else note "greedy generation, 32 tokens: cuda != cpu (see gen_*.txt)"; fail=1; fi
 else
