@@ -551,7 +551,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 // ---- kernels: coroutines -------------------------------------------------------------------------------
 #define MAX_THREADS 1024
 
-enum ThreadState { TS_READY, TS_BARRIER, TS_WARP, TS_DONE };
+enum ThreadState { TS_READY, TS_RUNNING, TS_BARRIER, TS_WARP, TS_DONE };
 
 struct Thread {
     uint3 tid;
@@ -568,7 +568,7 @@ struct Thread {
 };
 
 struct Warp {
-    unsigned exists, exited, arrived;  // lane masks
+    unsigned exists, exited, arrived, ready, at_barrier;  // lane masks
     int op;
     unsigned mask;
     const char *file;
@@ -588,6 +588,7 @@ struct Launch {
 static struct {
     const Launch *L;
     int n, nwarps, live, bar_arrived;
+    unsigned ready_warps;  // warps with a ready lane
     const char *bar_file;
     int bar_line;
     std::vector<std::pair<void *, size_t>> shared;  // static __shared__ variables entered in this block
@@ -630,7 +631,63 @@ static Thread *cur_thread(const char *what) {
     return g_cur;
 }
 
+// ---- kernels: scheduling ------------------------------------------------------------------------------
+// A thread runs until it waits; then the next ready lane of its warp runs (switching straight to
+// it), and when the warp has none the scheduler picks a ready warp. fwd takes the lowest ready
+// warp and lane, rev the highest, shuffle a random one.
+enum Sched { SCHED_FWD, SCHED_REV, SCHED_SHUFFLE };
+static Sched g_sched = SCHED_FWD;
+static uint64_t g_seed = 1;
+static bool g_sched_read;
+
+static void read_sched(void) {
+    if (g_sched_read) return;
+    g_sched_read = true;
+    const char *s = getenv("CUEMU_SCHED");
+    if (!s || !*s || !strcmp(s, "fwd")) return;
+    if (!strcmp(s, "rev")) {
+        g_sched = SCHED_REV;
+    } else if (!strncmp(s, "shuffle", 7) && (s[7] == 0 || s[7] == ':')) {
+        g_sched = SCHED_SHUFFLE;
+        if (s[7] == ':') g_seed = strtoull(s + 8, nullptr, 10) | 1;
+    } else {
+        fail("CUEMU_SCHED=%s: expected fwd, rev or shuffle[:seed]", s);
+    }
+}
+
+static uint64_t rnd(void) {  // xorshift64*
+    g_seed ^= g_seed >> 12, g_seed ^= g_seed << 25, g_seed ^= g_seed >> 27;
+    return g_seed * 2685821657736338717ull;
+}
+
+// A set bit of m (not 0): the lowest, the highest, or a random one.
+static int pick(unsigned m) {
+    if (g_sched == SCHED_FWD) return __builtin_ctz(m);
+    if (g_sched == SCHED_REV) return 31 - __builtin_clz(m);
+    for (int k = (int)(rnd() % (uint64_t)__builtin_popcount(m)); k > 0; k--) m &= m - 1;
+    return __builtin_ctz(m);
+}
+static void make_ready(Thread &t) {
+    t.st = TS_READY;
+    g_warps[t.warp].ready |= 1u << t.lane;
+    X.ready_warps |= 1u << t.warp;
+}
+
+// The next ready lane of warp wi, now running.
+static Thread *take(int wi) {
+    Warp &w = g_warps[wi];
+    int l = pick(w.ready);
+    w.ready &= ~(1u << l);
+    if (!w.ready) X.ready_warps &= ~(1u << wi);
+    Thread *t = &g_th[wi * 32 + l];
+    t->st = TS_RUNNING;
+    g_cur = t;
+    cuemu_thread_idx = &t->tid;
+    return t;
+}
+
 static void thread_exit(Thread *t);
+static void block(Thread *t);
 
 #if defined(__x86_64__)
 // cuemu_switch(save, to): push the callee-saved registers and the SSE / x87 control words, store
@@ -670,7 +727,7 @@ static void thread_main(void) {
     Thread *t = g_cur;
     X.L->body();
     thread_exit(t);
-    cuemu_switch(&t->sp, g_sched_sp);
+    block(t);
     __builtin_trap();  // never resumed
 }
 
@@ -687,19 +744,15 @@ static void thread_start(Thread *t) {
     sp[8] = 0;
     t->sp = sp;
 }
-static void resume(Thread *t) {
-    g_cur = t;
-    cuemu_thread_idx = &t->tid;
-    cuemu_switch(&g_sched_sp, t->sp);
-}
-static void yield(Thread *t) { cuemu_switch(&t->sp, g_sched_sp); }
+// from / to: a thread, or NULL for the scheduler
+static void switch_to(Thread *from, Thread *to) { cuemu_switch(from ? &from->sp : &g_sched_sp, to ? to->sp : g_sched_sp); }
 #else
 static ucontext_t g_sched_uc;
 static void thread_main(void) {
     Thread *t = g_cur;
     X.L->body();
     thread_exit(t);
-    swapcontext(&t->uc, &g_sched_uc);
+    block(t);
     abort();
 }
 static void thread_start(Thread *t) {
@@ -709,12 +762,7 @@ static void thread_start(Thread *t) {
     t->uc.uc_link = nullptr;
     makecontext(&t->uc, thread_main, 0);
 }
-static void resume(Thread *t) {
-    g_cur = t;
-    cuemu_thread_idx = &t->tid;
-    swapcontext(&g_sched_uc, &t->uc);
-}
-static void yield(Thread *t) { swapcontext(&t->uc, &g_sched_uc); }
+static void switch_to(Thread *from, Thread *to) { swapcontext(from ? &from->uc : &g_sched_uc, to ? &to->uc : &g_sched_uc); }
 #endif
 
 static void ensure_stacks(void) {
@@ -729,6 +777,12 @@ static void ensure_stacks(void) {
     if (m == MAP_FAILED) fail("cannot map %zu bytes of thread stacks", g_stack_bytes * MAX_THREADS);
     g_stacks = (unsigned char *)m;
     for (int i = 0; i < MAX_THREADS; i++) mprotect(g_stacks + (size_t)i * g_stack_bytes, page, PROT_NONE);  // overflow faults
+}
+
+// t has stopped (waiting or done): run the next ready lane of its warp, else the scheduler.
+static void block(Thread *t) {
+    Warp &w = g_warps[t->warp];
+    switch_to(t, w.ready ? take(t->warp) : nullptr);
 }
 
 // ---- kernels: barriers and warp collectives ------------------------------------------------------------
@@ -785,11 +839,13 @@ void cuemu_syncthreads(const char *file, int line) {
     if (++X.bar_arrived == X.live) {
         X.bar_arrived = 0;
         for (int i = 0; i < X.n; i++)
-            if (g_th[i].st == TS_BARRIER) g_th[i].st = TS_READY;
+            if (g_th[i].st == TS_BARRIER) make_ready(g_th[i]);
+        for (int wi = 0; wi < X.nwarps; wi++) g_warps[wi].at_barrier = 0;
         return;
     }
     t->st = TS_BARRIER;
-    yield(t);
+    w.at_barrier |= 1u << t->lane;
+    block(t);
 }
 
 static void warp_complete(Warp &w, int wi) {
@@ -819,34 +875,35 @@ static void warp_complete(Warp &w, int wi) {
         } else if (w.op == CUEMU_ALL) {
             t.wres = vote == w.mask;
         }
-        if (t.st == TS_WARP) t.st = TS_READY;
+        if (t.st == TS_WARP) make_ready(t);
     }
 }
 
 uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width, const char *file, int line) {
-    Thread *t = cur_thread(op_name(op));
+    Thread *t = g_cur;
+    if (!X.L || !t) cur_thread(op_name(op));
     Warp &w = g_warps[t->warp];
-    const char *name = op_name(op);
     if (!(mask >> t->lane & 1))
-        kfail(t, "%s (%s:%d) with mask 0x%08x, which does not name the calling lane %d", name, file, line, mask, t->lane);
+        kfail(t, "%s (%s:%d) with mask 0x%08x, which does not name the calling lane %d", op_name(op), file, line, mask,
+              t->lane);
     if (mask & ~w.exists)
-        kfail(t, "%s (%s:%d): mask 0x%08x names lanes 0x%08x that do not exist in a block of %d threads", name, file,
-              line, mask, mask & ~w.exists, X.n);
+        kfail(t, "%s (%s:%d): mask 0x%08x names lanes 0x%08x that do not exist in a block of %d threads", op_name(op),
+              file, line, mask, mask & ~w.exists, X.n);
     if (mask & w.exited)
-        kfail(t, "%s (%s:%d): mask 0x%08x names lanes 0x%08x that have exited", name, file, line, mask, mask & w.exited);
+        kfail(t, "%s (%s:%d): mask 0x%08x names lanes 0x%08x that have exited", op_name(op), file, line, mask,
+              mask & w.exited);
     if (width < 1 || width > 32 || (width & (width - 1)))
-        kfail(t, "%s (%s:%d): width %d is not a power of 2 in 1..32", name, file, line, width);
-    for (int l = 0; l < 32; l++) {
-        const Thread &o = g_th[t->warp * 32 + l];
-        if (mask >> l & 1 && o.st == TS_BARRIER)
-            kfail(t, "%s (%s:%d) with mask 0x%08x while lane %d waits at __syncthreads (%s:%d)", name, file, line, mask,
-                  l, o.file, o.line);
+        kfail(t, "%s (%s:%d): width %d is not a power of 2 in 1..32", op_name(op), file, line, width);
+    if (mask & w.at_barrier) {
+        const Thread &o = g_th[t->warp * 32 + __builtin_ctz(mask & w.at_barrier)];
+        kfail(t, "%s (%s:%d) with mask 0x%08x while lane %d waits at __syncthreads (%s:%d)", op_name(op), file, line,
+              mask, o.lane, o.file, o.line);
     }
     if (w.arrived) {
         if (w.op != op || w.mask != mask || !same_site(file, line, w.file, w.line))
             kfail(t, "lanes of warp %d diverge: this lane is at %s (%s:%d, mask 0x%08x) while lanes 0x%08x wait in %s "
                      "(%s:%d, mask 0x%08x)",
-                  t->warp, name, file, line, mask, w.arrived, op_name(w.op), w.file, w.line, w.mask);
+                  t->warp, op_name(op), file, line, mask, w.arrived, op_name(w.op), w.file, w.line, w.mask);
     } else {
         w.op = op, w.mask = mask, w.file = file, w.line = line;
     }
@@ -859,7 +916,7 @@ uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width
         return t->wres;
     }
     t->st = TS_WARP;
-    yield(t);
+    block(t);
     return t->wres;
 }
 
@@ -877,41 +934,6 @@ void cuemu_shared_enter(void *p, size_t bytes, const char *name) {
 void *cuemu_dyn_shared(void) {
     cur_thread("extern __shared__");
     return g_dyn.data();
-}
-
-// ---- kernels: scheduling ------------------------------------------------------------------------------
-enum Sched { SCHED_FWD, SCHED_REV, SCHED_SHUFFLE };
-static Sched g_sched = SCHED_FWD;
-static uint64_t g_seed = 1;
-static bool g_sched_read;
-
-static void read_sched(void) {
-    if (g_sched_read) return;
-    g_sched_read = true;
-    const char *s = getenv("CUEMU_SCHED");
-    if (!s || !*s || !strcmp(s, "fwd")) return;
-    if (!strcmp(s, "rev")) {
-        g_sched = SCHED_REV;
-    } else if (!strncmp(s, "shuffle", 7) && (s[7] == 0 || s[7] == ':')) {
-        g_sched = SCHED_SHUFFLE;
-        if (s[7] == ':') g_seed = strtoull(s + 8, nullptr, 10) | 1;
-    } else {
-        fail("CUEMU_SCHED=%s: expected fwd, rev or shuffle[:seed]", s);
-    }
-}
-
-static uint64_t rnd(void) {  // xorshift64*
-    g_seed ^= g_seed >> 12, g_seed ^= g_seed << 25, g_seed ^= g_seed >> 27;
-    return g_seed * 2685821657736338717ull;
-}
-
-static void order(int *o, int n) {
-    for (int i = 0; i < n; i++) o[i] = g_sched == SCHED_REV ? n - 1 - i : i;
-    if (g_sched == SCHED_SHUFFLE)
-        for (int i = n - 1; i > 0; i--) {
-            int j = (int)(rnd() % (uint64_t)(i + 1)), x = o[i];
-            o[i] = o[j], o[j] = x;
-        }
 }
 
 [[noreturn]] static void deadlock(void) {
@@ -945,34 +967,19 @@ static void run_block(const Launch &L) {
     }
     for (int wi = 0; wi < X.nwarps; wi++) {
         int lanes = n - wi * 32 < 32 ? n - wi * 32 : 32;
-        g_warps[wi] = Warp{lanes == 32 ? 0xffffffffu : (1u << lanes) - 1, 0, 0, 0, 0, nullptr, 0};
+        unsigned exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+        g_warps[wi] = Warp{exists, 0, 0, exists, 0, 0, 0, nullptr, 0};
     }
+    X.ready_warps = X.nwarps == 32 ? 0xffffffffu : (1u << X.nwarps) - 1;
     X.live = n, X.bar_arrived = 0;
     X.shared.clear();
     X.static_bytes = 0;
     memset(g_dyn.data(), 0xff, L.shmem);
     memset(g_dyn.data() + L.shmem, RED_BYTE, DYN_GUARD);
 
-    int worder[MAX_THREADS / 32], lorder[32];
     while (X.live > 0) {
-        bool progress = false;
-        order(worder, X.nwarps);
-        for (int k = 0; k < X.nwarps; k++) {
-            int wi = worder[k];
-            bool ran;
-            do {
-                ran = false;
-                order(lorder, 32);
-                for (int j = 0; j < 32; j++) {
-                    int i = wi * 32 + lorder[j];
-                    if (i < n && g_th[i].st == TS_READY) {
-                        resume(&g_th[i]);
-                        ran = progress = true;
-                    }
-                }
-            } while (ran);
-        }
-        if (!progress && X.live > 0) deadlock();
+        if (!X.ready_warps) deadlock();
+        switch_to(nullptr, take(pick(X.ready_warps)));
     }
     g_cur = nullptr;
     for (int i = 0; i < DYN_GUARD; i++)
