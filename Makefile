@@ -140,7 +140,7 @@ FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/bin/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: all test test-cuda-emu asan refs bench fuzz fuzz-targets check-full demo clean deps FORCE
+.PHONY: all test test-cuda-emu cuda-emu-build asan refs bench fuzz fuzz-targets check-full demo clean deps FORCE
 all: still
 
 $(BUILD)/%.o: %.c
@@ -221,9 +221,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@echo "  BENCH $@"
 	@$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(LIB) $(LDLIBS)
 
-# Every suite; the last line is "N passed, N failed[, N skipped]".
-test: still $(TEST_BINS)
-	@STILL_BUILD=$(BUILD) tests/run.sh all
+# Every suite; the last line is "N passed, N failed[, N skipped]". The CPU build's `make test` also
+# runs the CUDA backend under the emulator (test-cuda-emu below: about 25 s, its own build-emu/).
+ifeq ($(CUDA)$(CUDA_EMU),00)
+TEST_CUEMU := cuda-emu-build
+endif
+test: still $(TEST_BINS) $(TEST_CUEMU)
+	@STILL_BUILD=$(BUILD) $(if $(TEST_CUEMU),CUEMU_BUILD=build-emu) tests/run.sh all
 
 # Unit, op, parser, regression and small end-to-end tests under ASan + UBSan.
 asan:
@@ -255,11 +259,15 @@ fuzz:
 	@scripts/fuzz.sh
 
 # The CUDA backend's kernels run by the CUDA emulator (tests/cuemu, docs/cuemu.md) against the
-# reference backend: op, head and KV parity and the emulator's own tests. CUEMU_SCHED=rev or
-# shuffle[:seed] runs the threads and blocks in another order.
+# reference and cpu backends: op, head and KV parity, the emulator's own tests, and the CLI and
+# bench/cuda_bench check end to end. CUEMU_SCHED=rev or shuffle[:seed] runs the threads and blocks
+# in another order.
 CUEMU_TESTS := tests/ops/test_backend_parity tests/ops/test_heads_parity tests/ops/test_kv tests/cuemu/test_cuemu
-test-cuda-emu:
-	@$(MAKE) --no-print-directory CUDA_EMU=1 NO_DEPS=$(NO_DEPS) build-emu/still $(CUEMU_TESTS:%=build-emu/%)
+cuda-emu-build:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 NO_DEPS=$(NO_DEPS) build-emu/still build-emu/bench/cuda_bench \
+	  $(CUEMU_TESTS:%=build-emu/%)
+
+test-cuda-emu: cuda-emu-build
 	@STILL_BUILD=build-emu STILL_BIN=build-emu/still tests/run.sh cuda-emu
 
 check-full: test asan refs
