@@ -1,6 +1,7 @@
 # still: one flat GNU Makefile. `make` builds ./still; `make test`, `make asan`, `make refs`,
 # `make bench`, `make fuzz`, `make check-full`, `make demo`; `make CUDA=1` adds the CUDA backend;
-# `make CUDA_EMU=1` builds it for the CUDA emulator instead (tests/cuemu), `make test-cuda-emu` runs it.
+# `make CUDA_EMU=1` builds it for the CUDA emulator instead (tests/cuemu), `make test-cuda-emu` runs
+# it (part of `make test`), `make asan-cuda-emu` under ASan (part of `make check-full`).
 # A dependency step installs missing Debian packages first (NO_DEPS=1 skips it).
 
 CC ?= gcc
@@ -140,7 +141,7 @@ FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/bin/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: all test test-cuda-emu cuda-emu-build asan refs bench fuzz fuzz-targets check-full demo clean deps FORCE
+.PHONY: all test test-cuda-emu cuda-emu-build asan asan-cuda-emu refs bench fuzz fuzz-targets check-full demo clean deps FORCE
 all: still
 
 $(BUILD)/%.o: %.c
@@ -270,13 +271,21 @@ cuda-emu-build:
 test-cuda-emu: cuda-emu-build
 	@STILL_BUILD=build-emu STILL_BIN=build-emu/still tests/run.sh cuda-emu
 
-check-full: test asan refs
+# The cuda-emu suite under ASan + UBSan (build-emu-asan/): the red zones around device memory are
+# poisoned there, so a kernel that reads or writes out of bounds is reported at its line.
+asan-cuda-emu:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 BUILD=build-emu-asan OPT=-O1 MARCH=$(MARCH) NO_DEPS=$(NO_DEPS) $(ASAN_VARS) \
+	  build-emu-asan/still build-emu-asan/bench/cuda_bench $(CUEMU_TESTS:%=build-emu-asan/%)
+	@STILL_BUILD=build-emu-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 tests/run.sh cuda-emu
+
+check-full: test asan asan-cuda-emu refs
 	@STILL_BUILD=$(BUILD) tests/run.sh full
 
 demo: still
 	./still demo
 
 clean:
-	rm -rf build build-asan build-cuda build-emu build-fuzz still .still-build
+	rm -rf build build-asan build-cuda build-emu build-emu-asan build-fuzz still .still-build
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(BENCH_BINS:=.d) $(FUZZ_OBJS:.o=.d)

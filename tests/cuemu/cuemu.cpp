@@ -41,6 +41,20 @@
 #include <ucontext.h>
 #endif
 
+// Under AddressSanitizer (an emulated build with -fsanitize=address) the red zones are poisoned,
+// so a kernel's read or write past an allocation is reported where it happens, and every switch
+// between coroutine stacks is announced to ASan.
+#if defined(__SANITIZE_ADDRESS__)
+#include <pthread.h>
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define CUEMU_ASAN 1
+#else
+#define CUEMU_ASAN 0
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#endif
+
 // ---- reporting ------------------------------------------------------------------------------------
 [[noreturn]] __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...) {
     va_list ap;
@@ -104,11 +118,14 @@ static void *new_alloc(size_t bytes, bool pinned) {
     memset(raw, RED_BYTE, RED);
     memset(raw + RED, 0xff, bytes);  // memory starts undefined: NaN for floats
     memset(raw + RED + bytes, RED_BYTE, span - RED - bytes);
+    ASAN_POISON_MEMORY_REGION(raw, RED);
+    ASAN_POISON_MEMORY_REGION(raw + RED + bytes, span - RED - bytes);
     g_allocs[(uintptr_t)(raw + RED)] = Alloc{bytes, span, raw, pinned};
     return raw + RED;
 }
 
 static void check_red_zones(uintptr_t base, const Alloc &a, const char *when) {
+    if (CUEMU_ASAN) return;  // poisoned: ASan reports the access itself
     const unsigned char *lo = a.raw, *hi = a.raw + RED + a.bytes, *end = a.raw + a.span;
     for (const unsigned char *q = lo; q < lo + RED; q++)
         if (*q != RED_BYTE)
@@ -125,6 +142,7 @@ static void free_alloc(void *p, bool pinned, const char *what) {
     if (it == g_allocs.end() || it->second.pinned != pinned)
         fail("%s(%p): not the start of a live %s allocation", what, p, pinned ? "pinned host" : "device");
     check_red_zones(it->first, it->second, what);
+    ASAN_UNPOISON_MEMORY_REGION(it->second.raw, it->second.span);
     free(it->second.raw);
     g_allocs.erase(it);
 }
@@ -689,6 +707,26 @@ static Thread *take(int wi) {
 static void thread_exit(Thread *t);
 static void block(Thread *t);
 
+#if CUEMU_ASAN
+// The stack of a thread, or of the scheduler (the host thread running the kernel).
+static void stack_of(const Thread *t, const void **bottom, size_t *size) {
+    if (t) {
+        *bottom = g_stacks + (size_t)t->lin * g_stack_bytes;
+        *size = g_stack_bytes;
+        return;
+    }
+    static thread_local void *b;
+    static thread_local size_t n;
+    if (!b) {
+        pthread_attr_t a;
+        pthread_getattr_np(pthread_self(), &a);
+        pthread_attr_getstack(&a, &b, &n);
+        pthread_attr_destroy(&a);
+    }
+    *bottom = b, *size = n;
+}
+#endif
+
 #if defined(__x86_64__)
 // cuemu_switch(save, to): push the callee-saved registers and the SSE / x87 control words, store
 // the stack pointer in *save, load `to` and pop the same from there.
@@ -724,6 +762,9 @@ cuemu_switch:
 )");
 
 static void thread_main(void) {
+#if CUEMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
     Thread *t = g_cur;
     X.L->body();
     thread_exit(t);
@@ -732,6 +773,8 @@ static void thread_main(void) {
 }
 
 static void thread_start(Thread *t) {
+    // a stack reused from an earlier block still has that block's frames poisoned
+    ASAN_UNPOISON_MEMORY_REGION(g_stacks + (size_t)t->lin * g_stack_bytes + 4096, g_stack_bytes - 4096);
     uintptr_t top = (uintptr_t)(g_stacks + (size_t)(t->lin + 1) * g_stack_bytes) & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)(top - 72);  // thread_main starts with rsp = top - 8, as after a call
     uint32_t mxcsr;
@@ -745,7 +788,19 @@ static void thread_start(Thread *t) {
     t->sp = sp;
 }
 // from / to: a thread, or NULL for the scheduler
-static void switch_to(Thread *from, Thread *to) { cuemu_switch(from ? &from->sp : &g_sched_sp, to ? to->sp : g_sched_sp); }
+static void switch_to(Thread *from, Thread *to) {
+#if CUEMU_ASAN
+    void *fake = nullptr;
+    const void *bottom;
+    size_t size;
+    stack_of(to, &bottom, &size);
+    __sanitizer_start_switch_fiber(from && from->st == TS_DONE ? nullptr : &fake, bottom, size);
+#endif
+    cuemu_switch(from ? &from->sp : &g_sched_sp, to ? to->sp : g_sched_sp);
+#if CUEMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
 #else
 static ucontext_t g_sched_uc;
 static void thread_main(void) {
