@@ -344,7 +344,11 @@ int main(int argc, char **argv) {
     Err e = {0};
     ModelConfig cfg;
     if (config_load(argv[2], &cfg, &e) != ST_OK) die(argv[2], &e);
-    if (!strcmp(argv[1], "check")) return cmd_check(&cfg);
+    if (!strcmp(argv[1], "check")) {  // its models own copies; train and decode give cfg to theirs
+        int rc = cmd_check(&cfg);
+        config_free(&cfg);
+        return rc;
+    }
     if (!strcmp(argv[1], "train") && argc >= 6) return cmd_train(&cfg, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     if (!strcmp(argv[1], "decode") && argc >= 5) return cmd_decode(&cfg, atoi(argv[3]), atoi(argv[4]));
     fprintf(stderr, "cuda_bench: unknown or incomplete command '%s'\n", argv[1]);
