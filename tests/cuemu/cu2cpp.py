@@ -7,6 +7,7 @@ a #line directive names SRC, so compiler messages and __FILE__ / __LINE__ point 
   extern __shared__ T name[];           ->  T *name = (T *)cuemu_dyn_shared();
   __shared__ T a[N], b;                 ->  static T a[N], b; CUEMU_SHARED(a); CUEMU_SHARED(b);
   #pragma unroll [n]                    ->  (an empty line)
+  __launch_bounds__(n[, m]) k(...) {    ->  k(...) { cuemu_launch_bounds(n, __FILE__, __LINE__);
 
 Comments and literals are left alone. Anything the rewrite cannot place (a __shared__ variable
 outside a function, an unterminated launch) is an error naming SRC:line.
@@ -169,6 +170,26 @@ def shared(src, code, path, edits):
         edits.append((m.start(), semi + 1, f"static{decl}; {enter}"))
 
 
+def launch_bounds(src, code, path, edits):
+    """Drop __launch_bounds__(n[, m]) and check n against the block size at the top of the body."""
+    for m in re.finditer(r"\b__launch_bounds__\s*\(", code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        args = split_top(src[m.end():i - 1])
+        depth, j = 0, i  # the function body: the first { outside the parameter list
+        while j < len(code) and not (code[j] == "{" and depth == 0):
+            depth += {"(": 1, ")": -1}.get(code[j], 0)
+            if code[j] == ";" and depth == 0:
+                raise RewriteError(f"{path}:{line_of(code, m.start())}: __launch_bounds__ on a declaration")
+            j += 1
+        if j == len(code):
+            raise RewriteError(f"{path}:{line_of(code, m.start())}: __launch_bounds__ without a body")
+        edits.append((m.start(), i, ""))
+        edits.append((j + 1, j + 1, f" cuemu_launch_bounds({args[0].strip()}, __FILE__, __LINE__);"))
+
+
 def pragmas(code, edits):
     for m in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", code, re.M):
         edits.append((m.start(), m.end(), ""))
@@ -179,6 +200,7 @@ def rewrite(src, path):
     edits = []
     launches(src, code, path, edits)
     shared(src, code, path, edits)
+    launch_bounds(src, code, path, edits)
     pragmas(code, edits)
     edits.sort()
     for (a0, a1, _), (b0, _b1, _t) in zip(edits, edits[1:]):

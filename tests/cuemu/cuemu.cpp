@@ -977,6 +977,13 @@ uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width
 
 [[noreturn]] void cuemu_trap(const char *file, int line) { kfail(g_cur, "__trap() at %s:%d", file, line); }
 
+// CUDA refuses the launch (too many resources requested); here the kernel stops at its start.
+void cuemu_launch_bounds(int max_threads, const char *file, int line) {
+    Thread *t = cur_thread("__launch_bounds__");
+    if (X.n > max_threads)
+        kfail(t, "a block of %d threads, over the kernel's __launch_bounds__(%d) (%s:%d)", X.n, max_threads, file, line);
+}
+
 void cuemu_shared_enter(void *p, size_t bytes, const char *name) {
     cur_thread("__shared__");
     for (auto &d : X.shared)

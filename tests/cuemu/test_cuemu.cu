@@ -11,7 +11,8 @@
 //   launch errors: block and shared-memory limits as cudaGetLastError reports them
 //   faults (in a child process, which must abort with the message): divergent __syncthreads, a
 //   thread exiting while others wait, shuffles outside the mask, divergent warp collectives,
-//   writes past an allocation or dynamic shared memory, a host pointer as an argument, __trap
+//   writes past an allocation or dynamic shared memory, a host pointer as an argument, __trap,
+//   a block larger than the kernel's __launch_bounds__
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -420,6 +421,7 @@ __global__ void dyn_oob_kernel(void) {
 __global__ void trap_kernel(void) {
     if (threadIdx.x == 3) __trap();
 }
+__global__ void __launch_bounds__(64) bounded_kernel(float *out) { out[threadIdx.x] = 1.0f; }
 
 static void fault_divergent_barrier(void) { divergent_barrier_kernel<<<1, 64>>>(); }
 static void fault_early_exit(void) {
@@ -453,6 +455,14 @@ static void fault_host_pointer(void) {
     oob_kernel<<<1, 4>>>(host, 3);
 }
 static void fault_trap(void) { trap_kernel<<<2, 32>>>(); }
+static void fault_launch_bounds(void) {
+    float *d;
+    cudaMalloc(&d, 128 * sizeof(float));
+    bounded_kernel<<<1, 64>>>(d);
+    cudaDeviceSynchronize();
+    fprintf(stderr, "64 threads ran\n");
+    bounded_kernel<<<1, 128>>>(d);
+}
 
 // fn must abort (SIGABRT) when the device is synchronised, saying one of the |-separated
 // alternatives of `needle` on stderr.
@@ -502,6 +512,7 @@ static void test_faults(void) {
     expect_fault("write past dynamic shared memory", fault_dyn_oob, "dynamic shared memory");
     expect_fault("host pointer as an argument", fault_host_pointer, "points into no device allocation");
     expect_fault("__trap", fault_trap, "__trap()");
+    expect_fault("more threads than __launch_bounds__", fault_launch_bounds, "over the kernel's __launch_bounds__(64)");
 }
 
 int main(void) {

@@ -29,7 +29,8 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(...)
+// __launch_bounds__ is rewritten by cu2cpp.py into a check at the top of the kernel's body.
+void cuemu_launch_bounds(int max_threads, const char *file, int line);
 // __shared__ is rewritten by cu2cpp.py (static storage, poisoned per block); left undefined here
 // so that a declaration the rewrite missed fails to compile instead of running unchecked.
 
