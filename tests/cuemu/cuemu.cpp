@@ -110,6 +110,14 @@ int cuemu_is_device_range(const void *p, size_t bytes) {
     return in_alloc(p, bytes, false);
 }
 
+// When a queued or recorded operation runs: its buffers must still be allocated (a graph can be
+// replayed after a buffer it uses was freed; CUDA would read or write freed memory).
+static void expect_live(const void *p, size_t bytes, bool pinned_ok, const char *what) {
+    if (!in_alloc(p, bytes, pinned_ok))
+        fail("%s: the %zu bytes at %p are not allocated any more (freed after the call was queued or captured)", what,
+             bytes, p);
+}
+
 static void *new_alloc(size_t bytes, bool pinned) {
     size_t rounded = (bytes + 255) / 256 * 256;
     size_t span = RED + rounded + RED;
@@ -365,21 +373,34 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t bytes, cudaMe
             fail("%s host to device of %zu bytes: dst %p %s, src %p %s", what, bytes, dst,
                  dst_dev ? "is device memory" : "is not inside a device allocation", src,
                  src_dev ? "is device memory" : "is host memory");
-        if (src_pin) return submit(s, what, [=] { memcpy(dst, src, bytes); });
+        if (src_pin)
+            return submit(s, what, [=] {
+                expect_live(dst, bytes, false, what);
+                expect_live(src, bytes, true, what);
+                memcpy(dst, src, bytes);
+            });
         if (s->capturing) {  // pageable memory is staged at the call: nothing a graph could replay
             if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = "a copy from pageable host memory";
             return cudaErrorStreamCaptureUnsupported;
         } else {
             auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
                                                                        (const unsigned char *)src + bytes);
-            return submit(s, what, [=] { memcpy(dst, staged->data(), bytes); });
+            return submit(s, what, [=] {
+                expect_live(dst, bytes, false, what);
+                memcpy(dst, staged->data(), bytes);
+            });
         }
     case cudaMemcpyDeviceToHost:
         if (!src_dev || dst_dev)
             fail("%s device to host of %zu bytes: src %p %s, dst %p %s", what, bytes, src,
                  src_dev ? "is device memory" : "is not inside a device allocation", dst,
                  dst_dev ? "is device memory" : "is host memory");
-        if (dst_pin) return submit(s, what, [=] { memcpy(dst, src, bytes); });
+        if (dst_pin)
+            return submit(s, what, [=] {
+                expect_live(dst, bytes, true, what);
+                expect_live(src, bytes, false, what);
+                memcpy(dst, src, bytes);
+            });
         if (s->capturing) {
             if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = "a copy to pageable host memory";
             return cudaErrorStreamCaptureUnsupported;
@@ -392,7 +413,11 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t bytes, cudaMe
             fail("%s device to device of %zu bytes: %s %p is not inside a device allocation", what, bytes,
                  src_dev ? "dst" : "src", src_dev ? dst : (void *)src);
         if (ranges_overlap(dst, bytes, src, bytes)) fail("%s device to device: %zu bytes at %p and %p overlap", what, bytes, dst, src);
-        return submit(s, what, [=] { memcpy(dst, src, bytes); });
+        return submit(s, what, [=] {
+            expect_live(dst, bytes, false, what);
+            expect_live(src, bytes, false, what);
+            memcpy(dst, src, bytes);
+        });
     case cudaMemcpyHostToHost: return submit(s, what, [=] { memmove(dst, src, bytes); });
     default: return cudaErrorInvalidMemcpyDirection;
     }
@@ -416,7 +441,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 static cudaError_t memset_async(void *dst, int value, size_t bytes, CUstream_st *s, const char *what) {
     if (!bytes) return cudaSuccess;
     if (!in_alloc(dst, bytes, false)) fail("%s of %zu bytes at %p: not inside a device allocation", what, bytes, dst);
-    return submit(s, what, [=] { memset(dst, value, bytes); });
+    return submit(s, what, [=] {
+        expect_live(dst, bytes, false, what);
+        memset(dst, value, bytes);
+    });
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t st) {
@@ -1055,6 +1083,11 @@ static void run_block(const Launch &L) {
 }
 
 static void run_kernel(const Launch &L) {
+    for (size_t i = 0; i < L.ptrs.size(); i++)
+        if (L.ptrs[i] && !find_alloc(L.ptrs[i], nullptr))
+            fail("kernel %s (launched at %s:%d): argument %zu (%p) points into no device allocation any more (freed "
+                 "after the launch was queued or captured)",
+                 L.name, L.file, L.line, i + 1, L.ptrs[i]);
     read_sched();
     ensure_stacks();
     X.L = &L;
@@ -1218,6 +1251,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         fail("cublasGemmEx: the output C (%zu bytes at %p) overlaps an input (A %p, B %p)", c_bytes, C, A, B);
     bool tf32 = at == CUDA_R_32F && (h->math == CUBLAS_TF32_TENSOR_OP_MATH || compute == CUBLAS_COMPUTE_32F_FAST_TF32);
     cudaError_t e = cuemu_stream_submit(h->stream, "cublasGemmEx", [=] {
+        if (a_bytes) expect_live(A, a_bytes, false, "cublasGemmEx A");
+        if (b_bytes) expect_live(B, b_bytes, false, "cublasGemmEx B");
+        expect_live(C, c_bytes, false, "cublasGemmEx C");
         // op(A) as (m, k) rows and op(B) as (n, k) rows, in fp32; C column-major (m, n)
         std::vector<float> a((size_t)m * k), b((size_t)n * k);
         for (int i = 0; i < m; i++)

@@ -12,7 +12,8 @@
 //   faults (in a child process, which must abort with the message): divergent __syncthreads, a
 //   thread exiting while others wait, shuffles outside the mask, divergent warp collectives,
 //   writes past an allocation or dynamic shared memory, a host pointer as an argument, __trap,
-//   a block larger than the kernel's __launch_bounds__
+//   a block larger than the kernel's __launch_bounds__, a graph replayed after a buffer it uses was
+//   freed
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -455,6 +456,21 @@ static void fault_host_pointer(void) {
     oob_kernel<<<1, 4>>>(host, 3);
 }
 static void fault_trap(void) { trap_kernel<<<2, 32>>>(); }
+static void fault_replay_after_free(void) {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    axpb_kernel<<<1, 64, 0, s>>>(d, d, 2.0f, 1.0f, 64);
+    cudaGraph_t g;
+    cudaStreamEndCapture(s, &g);
+    cudaGraphExec_t exec;
+    cudaGraphInstantiate(&exec, g, 0);
+    cudaFree(d);
+    cudaGraphLaunch(exec, s);
+    cudaStreamSynchronize(s);
+}
 static void fault_launch_bounds(void) {
     float *d;
     cudaMalloc(&d, 128 * sizeof(float));
@@ -512,6 +528,7 @@ static void test_faults(void) {
     expect_fault("write past dynamic shared memory", fault_dyn_oob, "dynamic shared memory");
     expect_fault("host pointer as an argument", fault_host_pointer, "points into no device allocation");
     expect_fault("__trap", fault_trap, "__trap()");
+    expect_fault("replaying a graph after freeing its buffer", fault_replay_after_free, "no device allocation any more");
     expect_fault("more threads than __launch_bounds__", fault_launch_bounds, "over the kernel's __launch_bounds__(64)");
 }
 
