@@ -108,10 +108,11 @@ CUEMU_GEN_HDRS := $(patsubst %,$(CUEMU_GEN)/%,$(wildcard src/backend/cuda/*.cuh)
 CXX := g++
 CUEMU_CXXFLAGS := -std=gnu++17 -D_GNU_SOURCE -g $(WARN) $(OPT) $(MARCH) $(PKG_CFLAGS) -Isrc -I$(CUEMU)/include \
                   -iquote src/backend/cuda $(EXTRA_CFLAGS)
-# Kernel locals start as a pattern, not as whatever the stack held: a read before a write shows.
+# Kernel locals start as a pattern, not as whatever the stack held: a read before a write shows;
+# stack frames are probed page by page, so one larger than a thread's stack hits its guard page.
 # nvcc's host compiler never sees device code, so C++'s signed / unsigned comparison warning (in
 # -Wall) is new to these files: off for them.
-CUEMU_KERNEL_FLAGS := -ftrivial-auto-var-init=pattern -Wno-sign-compare
+CUEMU_KERNEL_FLAGS := -ftrivial-auto-var-init=pattern -fstack-clash-protection -Wno-sign-compare
 CFLAGS += -DSTILL_CUDA
 LDLIBS += -lstdc++
 $(info still: CUDA emulated on the CPU (tests/cuemu, $(CXX)))

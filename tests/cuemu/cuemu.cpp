@@ -22,10 +22,13 @@
 #include "cuda_fp16.h"
 #include "cuda_runtime.h"
 
+#include <execinfo.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <deque>
@@ -76,6 +79,137 @@ static cudaError_t ret(cudaError_t e) {
     return e;
 }
 
+// ---- the device arena ------------------------------------------------------------------------------
+// Device allocations live in one reserved range that is readable and writable only while device
+// work runs (kernels, copies, GEMMs, executed when a stream is flushed) or the runtime fills or
+// checks it; the rest of the time it is PROT_NONE, so host code that dereferences a device pointer
+// faults as it would on a GPU, and the SIGSEGV handler names the allocation.
+static unsigned char *g_arena;
+static size_t g_arena_size, g_arena_bump, g_arena_top;  // reserved; handed out; page-aligned top
+static std::map<uintptr_t, size_t> g_arena_free;           // free spans by address
+static int g_open;                                          // device_access nesting
+static bool g_guard = true;                                 // CUEMU_HOST_GUARD=0: always accessible
+static size_t g_page;
+
+static void arena_protect(size_t from, size_t to, int prot) {
+    if (!g_guard) return;
+    if (to > from && mprotect(g_arena + from, to - from, prot) != 0) fail("mprotect of the device arena failed");
+}
+
+// While one lives, device memory is accessible to the runtime.
+struct DeviceAccess {
+    DeviceAccess() {
+        if (g_open++ == 0) arena_protect(0, g_arena_top, PROT_READ | PROT_WRITE);
+    }
+    ~DeviceAccess() {
+        if (--g_open == 0) arena_protect(0, g_arena_top, PROT_NONE);
+    }
+    DeviceAccess(const DeviceAccess &) = delete;
+    DeviceAccess &operator=(const DeviceAccess &) = delete;
+};
+
+static const struct Alloc *find_alloc(const void *p, uintptr_t *base);
+static struct sigaction g_old_segv;
+static unsigned char *g_stacks;  // the coroutine stacks (kernels), each above a guard page
+static size_t g_stack_bytes;
+static const char *g_kernel_name = "?", *g_kernel_file = "?";  // the kernel running, for the handler
+static int g_kernel_line;
+#define MAX_THREADS 1024
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    if (g_arena && a >= (uintptr_t)g_arena && a < (uintptr_t)g_arena + g_arena_size && g_open == 0) {
+        uintptr_t base = 0;
+        const Alloc *al = find_alloc((const void *)a, &base);
+        char msg[256];
+        int n = snprintf(msg, sizeof msg,
+                         "cuemu: host code touched device memory at %p (%s %p); copy it to the host first "
+                         "(addr2line -f -e BINARY OFFSET names the frames below)\n",
+                         (void *)a, al ? "in the allocation at" : "freed, near", (void *)(al ? base : a));
+        if (write(2, msg, (size_t)n) < 0) n = 0;
+        void *bt[48];
+        backtrace_symbols_fd(bt, backtrace(bt, 48), 2);
+        abort();
+    }
+    if (g_stacks && a >= (uintptr_t)g_stacks && a < (uintptr_t)g_stacks + g_stack_bytes * MAX_THREADS &&
+        (a - (uintptr_t)g_stacks) % g_stack_bytes < g_page) {
+        char msg[512];
+        int n = snprintf(msg, sizeof msg, "cuemu: kernel %s (launched at %s:%d): a thread overflowed its %zu KiB stack "
+                         "(CUEMU_STACK_KB)\n", g_kernel_name, g_kernel_file, g_kernel_line, g_stack_bytes >> 10);
+        if (write(2, msg, (size_t)n) < 0) abort();
+        abort();
+    }
+    if (g_old_segv.sa_flags & SA_SIGINFO) {
+        g_old_segv.sa_sigaction(sig, si, uc);
+    } else if (g_old_segv.sa_handler != SIG_DFL && g_old_segv.sa_handler != SIG_IGN) {
+        g_old_segv.sa_handler(sig);
+    } else {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+static void arena_init(void) {
+    if (g_arena) return;
+    const char *gb = getenv("CUEMU_ARENA_GB");
+    g_arena_size = (size_t)(gb ? atoi(gb) : 64) << 30;
+    g_page = (size_t)sysconf(_SC_PAGESIZE);
+    const char *guard = getenv("CUEMU_HOST_GUARD");
+    g_guard = !guard || strcmp(guard, "0");
+    void *m = mmap(nullptr, g_arena_size, g_guard ? PROT_NONE : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) fail("cannot reserve %zu bytes for device memory (CUEMU_ARENA_GB)", g_arena_size);
+    g_arena = (unsigned char *)m;
+    void *bt[1];
+    backtrace(bt, 1);  // loads the unwinder now, not inside the handler
+    static unsigned char alt[64 << 10];  // the handler must run when a coroutine stack is exhausted
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = alt, ss.ss_size = sizeof alt;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+}
+
+// span bytes, 256-aligned: first fit among freed spans, else from the top.
+static unsigned char *arena_alloc(size_t span) {
+    arena_init();
+    for (auto it = g_arena_free.begin(); it != g_arena_free.end(); ++it) {
+        if (it->second < span) continue;
+        uintptr_t at = it->first;
+        size_t left = it->second - span;
+        g_arena_free.erase(it);
+        if (left) g_arena_free[at + span] = left;
+        return (unsigned char *)at;
+    }
+    if (g_arena_bump + span > g_arena_size) return nullptr;
+    unsigned char *p = g_arena + g_arena_bump;
+    g_arena_bump += span;
+    size_t top = (g_arena_bump + g_page - 1) / g_page * g_page;
+    if (top > g_arena_top) {
+        if (g_open) arena_protect(g_arena_top, top, PROT_READ | PROT_WRITE);
+        g_arena_top = top;
+    }
+    return p;
+}
+
+static void arena_free(unsigned char *p, size_t span) {
+    uintptr_t at = (uintptr_t)p;
+    auto next = g_arena_free.lower_bound(at);
+    if (next != g_arena_free.end() && at + span == next->first) span += next->second, next = g_arena_free.erase(next);
+    if (next != g_arena_free.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second == at) at = prev->first, span += prev->second, g_arena_free.erase(prev);
+    }
+    g_arena_free[at] = span;
+    // give the whole pages of the free span back: every mprotect of the arena walks its resident pages
+    uintptr_t lo = (at + g_page - 1) / g_page * g_page, hi = (at + span) / g_page * g_page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 // ---- memory ------------------------------------------------------------------------------------------
 #define RED 256  // red zone bytes on each side; allocations are 256-byte aligned as cudaMalloc's
 #define RED_BYTE 0xa5
@@ -88,7 +222,7 @@ struct Alloc {
 };
 static std::map<uintptr_t, Alloc> g_allocs;  // by user address
 
-static const Alloc *find_alloc(const void *p, uintptr_t *base) {
+static const struct Alloc *find_alloc(const void *p, uintptr_t *base) {
     auto it = g_allocs.upper_bound((uintptr_t)p);
     if (it == g_allocs.begin()) return nullptr;
     --it;
@@ -118,11 +252,14 @@ static void expect_live(const void *p, size_t bytes, bool pinned_ok, const char 
              bytes, p);
 }
 
+// Device memory from the arena; pinned host memory (accessible to the host) from the C heap.
 static void *new_alloc(size_t bytes, bool pinned) {
     size_t rounded = (bytes + 255) / 256 * 256;
     size_t span = RED + rounded + RED;
-    unsigned char *raw = (unsigned char *)aligned_alloc(256, span);
+    DeviceAccess open;
+    unsigned char *raw = pinned ? (unsigned char *)aligned_alloc(256, span) : arena_alloc(span);
     if (!raw) return nullptr;
+    ASAN_UNPOISON_MEMORY_REGION(raw, span);
     memset(raw, RED_BYTE, RED);
     memset(raw + RED, 0xff, bytes);  // memory starts undefined: NaN for floats
     memset(raw + RED + bytes, RED_BYTE, span - RED - bytes);
@@ -134,6 +271,7 @@ static void *new_alloc(size_t bytes, bool pinned) {
 
 static void check_red_zones(uintptr_t base, const Alloc &a, const char *when) {
     if (CUEMU_ASAN) return;  // poisoned: ASan reports the access itself
+    DeviceAccess open;
     const unsigned char *lo = a.raw, *hi = a.raw + RED + a.bytes, *end = a.raw + a.span;
     for (const unsigned char *q = lo; q < lo + RED; q++)
         if (*q != RED_BYTE)
@@ -150,8 +288,13 @@ static void free_alloc(void *p, bool pinned, const char *what) {
     if (it == g_allocs.end() || it->second.pinned != pinned)
         fail("%s(%p): not the start of a live %s allocation", what, p, pinned ? "pinned host" : "device");
     check_red_zones(it->first, it->second, what);
-    ASAN_UNPOISON_MEMORY_REGION(it->second.raw, it->second.span);
-    free(it->second.raw);
+    if (pinned) {
+        ASAN_UNPOISON_MEMORY_REGION(it->second.raw, it->second.span);
+        free(it->second.raw);
+    } else {
+        ASAN_POISON_MEMORY_REGION(it->second.raw, it->second.span);  // a later use is use-after-free
+        arena_free(it->second.raw, it->second.span);
+    }
     g_allocs.erase(it);
 }
 
@@ -196,6 +339,8 @@ static CUstream_st *stream_of(cudaStream_t s) {
 }
 
 static void run_queue(CUstream_st *s) {
+    if (s->queue.empty()) return;
+    DeviceAccess open;
     while (!s->queue.empty()) {
         Op op = std::move(s->queue.front());
         s->queue.pop_front();
@@ -406,7 +551,10 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t bytes, cudaMe
             return cudaErrorStreamCaptureUnsupported;
         }
         flush(s);  // to pageable memory: returns when the copy is done
-        memcpy(dst, src, bytes);
+        {
+            DeviceAccess open;
+            memcpy(dst, src, bytes);
+        }
         return cudaSuccess;
     case cudaMemcpyDeviceToDevice:
         if (!src_dev || !dst_dev)
@@ -595,8 +743,6 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 }
 
 // ---- kernels: coroutines -------------------------------------------------------------------------------
-#define MAX_THREADS 1024
-
 enum ThreadState { TS_READY, TS_RUNNING, TS_BARRIER, TS_WARP, TS_DONE };
 
 struct Thread {
@@ -645,8 +791,6 @@ static Thread g_th[MAX_THREADS];
 static Warp g_warps[MAX_THREADS / 32];
 static Thread *g_cur;
 static void *g_sched_sp;
-static unsigned char *g_stacks;
-static size_t g_stack_bytes;
 static std::vector<unsigned char> g_dyn;  // dynamic shared memory + guard
 #define DYN_GUARD 64
 static std::map<const void *, int> g_max_dyn;  // cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -853,7 +997,8 @@ static void ensure_stacks(void) {
     const char *kb = getenv("CUEMU_STACK_KB");
     g_stack_bytes = (size_t)(kb ? atoi(kb) : 64) << 10;
     if (g_stack_bytes < (16 << 10)) g_stack_bytes = 16 << 10;
-    size_t page = 4096;
+    arena_init();  // the fault handler, which also reports stack overflows
+    size_t page = g_page;
     g_stack_bytes = (g_stack_bytes + page - 1) / page * page;
     void *m = mmap(nullptr, g_stack_bytes * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
@@ -1091,6 +1236,7 @@ static void run_kernel(const Launch &L) {
     read_sched();
     ensure_stacks();
     X.L = &L;
+    g_kernel_name = L.name, g_kernel_file = L.file, g_kernel_line = L.line;
     X.n = (int)(L.block.x * L.block.y * L.block.z);
     X.nwarps = (X.n + 31) / 32;
     if (g_dyn.size() < L.shmem + DYN_GUARD) g_dyn.resize(L.shmem + DYN_GUARD);
@@ -1182,6 +1328,10 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
 cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (bytes && !cuemu_is_device_range(ws, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+    // The loop GEMM needs no workspace: release its pages (the arena's protection changes walk
+    // every resident page).
+    uintptr_t lo = ((uintptr_t)ws + 4095) / 4096 * 4096, hi = ((uintptr_t)ws + bytes) / 4096 * 4096;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {

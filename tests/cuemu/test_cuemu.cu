@@ -13,7 +13,7 @@
 //   thread exiting while others wait, shuffles outside the mask, divergent warp collectives,
 //   writes past an allocation or dynamic shared memory, a host pointer as an argument, __trap,
 //   a block larger than the kernel's __launch_bounds__, a graph replayed after a buffer it uses was
-//   freed
+//   freed, host code dereferencing a device pointer, a kernel overflowing its thread's stack
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -423,6 +423,11 @@ __global__ void trap_kernel(void) {
     if (threadIdx.x == 3) __trap();
 }
 __global__ void __launch_bounds__(64) bounded_kernel(float *out) { out[threadIdx.x] = 1.0f; }
+__global__ void deep_kernel(float *out) {
+    volatile float big[64 << 10];  // 256 KiB of locals: past a 64 KiB thread stack
+    big[threadIdx.x] = 1.0f;
+    out[threadIdx.x] = big[threadIdx.x];
+}
 
 static void fault_divergent_barrier(void) { divergent_barrier_kernel<<<1, 64>>>(); }
 static void fault_early_exit(void) {
@@ -470,6 +475,17 @@ static void fault_replay_after_free(void) {
     cudaFree(d);
     cudaGraphLaunch(exec, s);
     cudaStreamSynchronize(s);
+}
+static void fault_host_access(void) {
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    cudaDeviceSynchronize();
+    d[3] = 1.0f;  // a device pointer dereferenced on the host
+}
+static void fault_stack_overflow(void) {
+    float *d;
+    cudaMalloc(&d, 32 * sizeof(float));
+    deep_kernel<<<1, 32>>>(d);
 }
 static void fault_launch_bounds(void) {
     float *d;
@@ -529,6 +545,8 @@ static void test_faults(void) {
     expect_fault("host pointer as an argument", fault_host_pointer, "points into no device allocation");
     expect_fault("__trap", fault_trap, "__trap()");
     expect_fault("replaying a graph after freeing its buffer", fault_replay_after_free, "no device allocation any more");
+    expect_fault("host code dereferencing device memory", fault_host_access, "host code touched device memory");
+    expect_fault("a kernel overflowing its thread stack", fault_stack_overflow, "a thread overflowed its 64 KiB stack");
     expect_fault("more threads than __launch_bounds__", fault_launch_bounds, "over the kernel's __launch_bounds__(64)");
 }
 
