@@ -1,7 +1,8 @@
 // cuemu.cpp: the CUDA emulator's runtime (tests/cuemu, docs/cuemu.md).
 //
-// Memory: device allocations are host memory between two red zones, poisoned with 0xff bytes (NaN)
-// when allocated; kernel arguments that are pointers must point into a device (or pinned host)
+// Memory: device allocations come from one arena that host code cannot touch between device
+// operations (PROT_NONE), each between two red zones and poisoned with 0xff bytes (NaN) when
+// allocated; kernel arguments that are pointers must point into a device (or pinned host)
 // allocation, and after every kernel the red zones of the allocations its arguments point into are
 // checked. Streams: work is queued and runs when the host waits for it (stream or device
 // synchronize, a copy to pageable host memory, cudaFree); a capturing stream records it instead,
@@ -86,9 +87,9 @@ static cudaError_t ret(cudaError_t e) {
 // faults as it would on a GPU, and the SIGSEGV handler names the allocation.
 static unsigned char *g_arena;
 static size_t g_arena_size, g_arena_bump, g_arena_top;  // reserved; handed out; page-aligned top
-static std::map<uintptr_t, size_t> g_arena_free;           // free spans by address
-static int g_open;                                          // device_access nesting
-static bool g_guard = true;                                 // CUEMU_HOST_GUARD=0: always accessible
+static std::map<uintptr_t, size_t> g_arena_free;        // free spans by address
+static int g_open;                                      // device_access nesting
+static bool g_guard = true;                             // CUEMU_HOST_GUARD=0: always accessible
 static size_t g_page;
 
 static void arena_protect(size_t from, size_t to, int prot) {
@@ -134,8 +135,10 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     if (g_stacks && a >= (uintptr_t)g_stacks && a < (uintptr_t)g_stacks + g_stack_bytes * MAX_THREADS &&
         (a - (uintptr_t)g_stacks) % g_stack_bytes < g_page) {
         char msg[512];
-        int n = snprintf(msg, sizeof msg, "cuemu: kernel %s (launched at %s:%d): a thread overflowed its %zu KiB stack "
-                         "(CUEMU_STACK_KB)\n", g_kernel_name, g_kernel_file, g_kernel_line, g_stack_bytes >> 10);
+        int n = snprintf(msg, sizeof msg,
+                         "cuemu: kernel %s (launched at %s:%d): a thread overflowed its %zu KiB stack "
+                         "(CUEMU_STACK_KB)\n",
+                         g_kernel_name, g_kernel_file, g_kernel_line, g_stack_bytes >> 10);
         if (write(2, msg, (size_t)n) < 0) abort();
         abort();
     }
@@ -156,11 +159,12 @@ static void arena_init(void) {
     g_page = (size_t)sysconf(_SC_PAGESIZE);
     const char *guard = getenv("CUEMU_HOST_GUARD");
     g_guard = !guard || strcmp(guard, "0");
-    void *m = mmap(nullptr, g_arena_size, g_guard ? PROT_NONE : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *m = mmap(nullptr, g_arena_size, g_guard ? PROT_NONE : PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) fail("cannot reserve %zu bytes for device memory (CUEMU_ARENA_GB)", g_arena_size);
     g_arena = (unsigned char *)m;
     void *bt[1];
-    backtrace(bt, 1);  // loads the unwinder now, not inside the handler
+    backtrace(bt, 1);                    // loads the unwinder now, not inside the handler
     static unsigned char alt[64 << 10];  // the handler must run when a coroutine stack is exhausted
     stack_t ss;
     memset(&ss, 0, sizeof ss);
@@ -395,14 +399,15 @@ cudaError_t cuemu_stream_submit(cudaStream_t st, const char *what, std::function
 // ---- errors and device -------------------------------------------------------------------------------
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
-#define NAME(x) \
+#define NAME(x)                                                                                                        \
     case x: return #x;
-        NAME(cudaSuccess) NAME(cudaErrorInvalidValue) NAME(cudaErrorMemoryAllocation)
-        NAME(cudaErrorInvalidConfiguration) NAME(cudaErrorInvalidMemcpyDirection) NAME(cudaErrorNoDevice)
-        NAME(cudaErrorInvalidDevice) NAME(cudaErrorInvalidResourceHandle) NAME(cudaErrorIllegalState)
-        NAME(cudaErrorNotReady) NAME(cudaErrorIllegalAddress) NAME(cudaErrorLaunchFailure)
-        NAME(cudaErrorStreamCaptureUnsupported) NAME(cudaErrorStreamCaptureInvalidated)
-        NAME(cudaErrorStreamCaptureUnmatched) NAME(cudaErrorStreamCaptureWrongThread)
+        NAME(cudaSuccess)
+        NAME(cudaErrorInvalidValue) NAME(cudaErrorMemoryAllocation) NAME(cudaErrorInvalidConfiguration)
+            NAME(cudaErrorInvalidMemcpyDirection) NAME(cudaErrorNoDevice) NAME(cudaErrorInvalidDevice)
+                NAME(cudaErrorInvalidResourceHandle) NAME(cudaErrorIllegalState) NAME(cudaErrorNotReady)
+                    NAME(cudaErrorIllegalAddress) NAME(cudaErrorLaunchFailure) NAME(cudaErrorStreamCaptureUnsupported)
+                        NAME(cudaErrorStreamCaptureInvalidated) NAME(cudaErrorStreamCaptureUnmatched)
+                            NAME(cudaErrorStreamCaptureWrongThread)
 #undef NAME
     }
     return "cudaErrorUnknown";
@@ -420,7 +425,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorIllegalState: return "operation not permitted when stream is capturing or in this state";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorStreamCaptureWrongThread:
+        return "attempt to terminate a thread-local capture sequence from another thread";
     default: return cudaGetErrorName(e);
     }
 }
@@ -560,7 +566,8 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t bytes, cudaMe
         if (!src_dev || !dst_dev)
             fail("%s device to device of %zu bytes: %s %p is not inside a device allocation", what, bytes,
                  src_dev ? "dst" : "src", src_dev ? dst : (void *)src);
-        if (ranges_overlap(dst, bytes, src, bytes)) fail("%s device to device: %zu bytes at %p and %p overlap", what, bytes, dst, src);
+        if (ranges_overlap(dst, bytes, src, bytes))
+            fail("%s device to device: %zu bytes at %p and %p overlap", what, bytes, dst, src);
         return submit(s, what, [=] {
             expect_live(dst, bytes, false, what);
             expect_live(src, bytes, false, what);
@@ -770,7 +777,6 @@ struct Warp {
 struct Launch {
     const char *name, *file;
     int line;
-    const void *func;
     dim3 grid, block;
     size_t shmem;
     std::function<void()> body;
@@ -808,9 +814,10 @@ dim3 cuemu_block_dim, cuemu_grid_dim;
     if (!X.L) fail("%s (outside any kernel)", msg);
     const Launch &L = *X.L;
     if (t)
-        fail("kernel %s (launched at %s:%d, grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u), thread (%u,%u,%u): %s",
-             L.name, L.file, L.line, L.grid.x, L.grid.y, L.grid.z, L.block.x, L.block.y, L.block.z, cuemu_block_idx.x,
-             cuemu_block_idx.y, cuemu_block_idx.z, t->tid.x, t->tid.y, t->tid.z, msg);
+        fail(
+            "kernel %s (launched at %s:%d, grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u), thread (%u,%u,%u): %s",
+            L.name, L.file, L.line, L.grid.x, L.grid.y, L.grid.z, L.block.x, L.block.y, L.block.z, cuemu_block_idx.x,
+            cuemu_block_idx.y, cuemu_block_idx.z, t->tid.x, t->tid.y, t->tid.z, msg);
     fail("kernel %s (launched at %s:%d, grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u): %s", L.name, L.file,
          L.line, L.grid.x, L.grid.y, L.grid.z, L.block.x, L.block.y, L.block.z, cuemu_block_idx.x, cuemu_block_idx.y,
          cuemu_block_idx.z, msg);
@@ -989,7 +996,9 @@ static void thread_start(Thread *t) {
     t->uc.uc_link = nullptr;
     makecontext(&t->uc, thread_main, 0);
 }
-static void switch_to(Thread *from, Thread *to) { swapcontext(from ? &from->uc : &g_sched_uc, to ? &to->uc : &g_sched_uc); }
+static void switch_to(Thread *from, Thread *to) {
+    swapcontext(from ? &from->uc : &g_sched_uc, to ? &to->uc : &g_sched_uc);
+}
 #endif
 
 static void ensure_stacks(void) {
@@ -1000,11 +1009,12 @@ static void ensure_stacks(void) {
     arena_init();  // the fault handler, which also reports stack overflows
     size_t page = g_page;
     g_stack_bytes = (g_stack_bytes + page - 1) / page * page;
-    void *m = mmap(nullptr, g_stack_bytes * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void *m = mmap(nullptr, g_stack_bytes * MAX_THREADS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) fail("cannot map %zu bytes of thread stacks", g_stack_bytes * MAX_THREADS);
     g_stacks = (unsigned char *)m;
-    for (int i = 0; i < MAX_THREADS; i++) mprotect(g_stacks + (size_t)i * g_stack_bytes, page, PROT_NONE);  // overflow faults
+    for (int i = 0; i < MAX_THREADS; i++)
+        mprotect(g_stacks + (size_t)i * g_stack_bytes, page, PROT_NONE);  // overflow faults
 }
 
 // t has stopped (waiting or done): run the next ready lane of its warp, else the scheduler.
@@ -1028,7 +1038,9 @@ static const char *op_name(int op) {
     return "?";
 }
 
-static bool same_site(const char *f1, int l1, const char *f2, int l2) { return l1 == l2 && (f1 == f2 || !strcmp(f1, f2)); }
+static bool same_site(const char *f1, int l1, const char *f2, int l2) {
+    return l1 == l2 && (f1 == f2 || !strcmp(f1, f2));
+}
 
 static void thread_exit(Thread *t) {
     Warp &w = g_warps[t->warp];
@@ -1049,8 +1061,9 @@ void cuemu_syncthreads(const char *file, int line) {
         const Thread *gone = nullptr;
         for (int i = 0; i < X.n && !gone; i++)
             if (g_th[i].st == TS_DONE) gone = &g_th[i];
-        kfail(t, "__syncthreads (%s:%d) after %d thread(s) of the block exited (thread (%u,%u,%u) first): a barrier in "
-                 "code not every thread reaches",
+        kfail(t,
+              "__syncthreads (%s:%d) after %d thread(s) of the block exited (thread (%u,%u,%u) first): a barrier in "
+              "code not every thread reaches",
               file, line, X.n - X.live, gone->tid.x, gone->tid.y, gone->tid.z);
     }
     Warp &w = g_warps[t->warp];
@@ -1129,8 +1142,9 @@ uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width
     }
     if (w.arrived) {
         if (w.op != op || w.mask != mask || !same_site(file, line, w.file, w.line))
-            kfail(t, "lanes of warp %d diverge: this lane is at %s (%s:%d, mask 0x%08x) while lanes 0x%08x wait in %s "
-                     "(%s:%d, mask 0x%08x)",
+            kfail(t,
+                  "lanes of warp %d diverge: this lane is at %s (%s:%d, mask 0x%08x) while lanes 0x%08x wait in %s "
+                  "(%s:%d, mask 0x%08x)",
                   t->warp, op_name(op), file, line, mask, w.arrived, op_name(w.op), w.file, w.line, w.mask);
     } else {
         w.op = op, w.mask = mask, w.file = file, w.line = line;
@@ -1154,7 +1168,8 @@ uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width
 void cuemu_launch_bounds(int max_threads, const char *file, int line) {
     Thread *t = cur_thread("__launch_bounds__");
     if (X.n > max_threads)
-        kfail(t, "a block of %d threads, over the kernel's __launch_bounds__(%d) (%s:%d)", X.n, max_threads, file, line);
+        kfail(t, "a block of %d threads, over the kernel's __launch_bounds__(%d) (%s:%d)", X.n, max_threads, file,
+              line);
 }
 
 void cuemu_shared_enter(void *p, size_t bytes, const char *name) {
@@ -1301,7 +1316,8 @@ void cuemu_submit_kernel(const char *name, const char *file, int line, const voi
         if (ptrs[i] && !find_alloc(ptrs[i], nullptr))
             fail("kernel %s (launched at %s:%d): argument %zu (%p) points into no device allocation", name, file, line,
                  i + 1, ptrs[i]);
-    auto L = std::make_shared<const Launch>(Launch{name, file, line, func, grid, block, shmem, std::move(body), std::move(ptrs)});
+    auto L =
+        std::make_shared<const Launch>(Launch{name, file, line, grid, block, shmem, std::move(body), std::move(ptrs)});
     cudaError_t e = submit(s, name, [L] { run_kernel(*L); });
     if (e != cudaSuccess) ret(e);
 }

@@ -95,9 +95,17 @@ static void test_f16(void) {
     struct {
         float f;
         uint16_t h;
-    } cases[] = {{1.0f, 0x3c00}, {65504.0f, 0x7bff}, {65519.0f, 0x7bff}, {65520.0f, 0x7c00},
-                 {ldexpf(1, -24), 0x0001}, {ldexpf(1, -25), 0x0000}, {ldexpf(3, -26), 0x0001},
-                 {ldexpf(3, -25), 0x0002}, {ldexpf(1, -14), 0x0400}, {-2.5f, 0xc100}, {1.0f + ldexpf(1, -11), 0x3c00},
+    } cases[] = {{1.0f, 0x3c00},
+                 {65504.0f, 0x7bff},
+                 {65519.0f, 0x7bff},
+                 {65520.0f, 0x7c00},
+                 {ldexpf(1, -24), 0x0001},
+                 {ldexpf(1, -25), 0x0000},
+                 {ldexpf(3, -26), 0x0001},
+                 {ldexpf(3, -25), 0x0002},
+                 {ldexpf(1, -14), 0x0400},
+                 {-2.5f, 0xc100},
+                 {1.0f + ldexpf(1, -11), 0x3c00},
                  {1.0f + ldexpf(3, -11), 0x3c02}};
     for (auto &c : cases) {
         uint16_t got = __float2half_rn(c.f).__x;
@@ -119,8 +127,10 @@ __global__ void shuffle_kernel(int *out) {
     o[6] = __any_sync(0xffffffffu, lane == 17) + 2 * __all_sync(0xffffffffu, lane < 32);
     double d = __shfl_sync(0xffffffffu, 0.5 + lane, 7);  // 8-byte values
     o[7] = (int)(2 * d);
-    if (lane < 16) o[8] = __shfl_sync(0x0000ffffu, v, lane ^ 15);  // half-warp mask
-    else o[8] = -1;
+    if (lane < 16)
+        o[8] = __shfl_sync(0x0000ffffu, v, lane ^ 15);  // half-warp mask
+    else
+        o[8] = -1;
 }
 
 static void test_shuffles(void) {
@@ -271,9 +281,13 @@ static void test_capture_forbids(void) {
         cudaError_t (*call)(cudaStream_t, float *, float *);
     } cases[] = {
         {"upload from pageable memory",
-         [](cudaStream_t st, float *dev, float *host) { return cudaMemcpyAsync(dev, host, 16, cudaMemcpyHostToDevice, st); }},
+         [](cudaStream_t st, float *dev, float *host) {
+             return cudaMemcpyAsync(dev, host, 16, cudaMemcpyHostToDevice, st);
+         }},
         {"download to pageable memory",
-         [](cudaStream_t st, float *dev, float *host) { return cudaMemcpyAsync(host, dev, 16, cudaMemcpyDeviceToHost, st); }},
+         [](cudaStream_t st, float *dev, float *host) {
+             return cudaMemcpyAsync(host, dev, 16, cudaMemcpyDeviceToHost, st);
+         }},
         {"cudaStreamSynchronize", [](cudaStream_t st, float *, float *) { return cudaStreamSynchronize(st); }},
         {"cudaMalloc",
          [](cudaStream_t, float *, float *) {
@@ -315,11 +329,15 @@ static void test_gemm(void) {
                     for (float &x : C) x = zero_beta ? NAN : (float)(rnd32() % 9);
                     std::vector<unsigned char> Ab(A.size() * es), Bb(B.size() * es);
                     for (size_t i = 0; i < A.size(); i++)
-                        if (dt) ((__nv_bfloat16 *)Ab.data())[i] = __float2bfloat16_rn(A[i]);
-                        else ((float *)Ab.data())[i] = A[i];
+                        if (dt)
+                            ((__nv_bfloat16 *)Ab.data())[i] = __float2bfloat16_rn(A[i]);
+                        else
+                            ((float *)Ab.data())[i] = A[i];
                     for (size_t i = 0; i < B.size(); i++)
-                        if (dt) ((__nv_bfloat16 *)Bb.data())[i] = __float2bfloat16_rn(B[i]);
-                        else ((float *)Bb.data())[i] = B[i];
+                        if (dt)
+                            ((__nv_bfloat16 *)Bb.data())[i] = __float2bfloat16_rn(B[i]);
+                        else
+                            ((float *)Bb.data())[i] = B[i];
                     void *dA, *dB;
                     float *dC;
                     CK(cudaMalloc(&dA, Ab.size()));
@@ -351,15 +369,16 @@ static void test_gemm(void) {
                             double want = alpha * acc + (zero_beta ? 0.0 : beta * C[ci]);
                             bad += got[ci] != (float)want;  // small integers: exact
                         }
-                    EXPECT_MSG(bad == 0, "gemm %s ta %d tb %d beta %g: %d wrong", dt ? "bf16" : "fp32", ta, tb, beta, bad);
+                    EXPECT_MSG(bad == 0, "gemm %s ta %d tb %d beta %g: %d wrong", dt ? "bf16" : "fp32", ta, tb, beta,
+                               bad);
                     CK(cudaFree(dA));
                     CK(cudaFree(dB));
                     CK(cudaFree(dC));
                 }
     float one = 1, zero = 0;
     EXPECT(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, nullptr, CUDA_R_32F, 3, nullptr, CUDA_R_32F, 4,
-                        &zero, nullptr, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
-           CUBLAS_STATUS_INVALID_VALUE);  // lda < m
+                        &zero, nullptr, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);  // lda < m
     EXPECT(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
 }
 
@@ -390,8 +409,10 @@ static void test_launch_errors(void) {
 
 // ---------------------------------------------------------------- faults (each in a child process)
 __global__ void divergent_barrier_kernel(void) {
-    if (threadIdx.x < 32) __syncthreads();
-    else __syncthreads();
+    if (threadIdx.x < 32)
+        __syncthreads();
+    else
+        __syncthreads();
 }
 __global__ void early_exit_kernel(int *out) {
     if (threadIdx.x >= 16) return;
@@ -407,8 +428,10 @@ __global__ void shfl_exited_kernel(int *out) {
 }
 __global__ void shfl_diverged_kernel(int *out) {
     int v = threadIdx.x;
-    if (threadIdx.x & 1) v = __shfl_xor_sync(0xffffffffu, v, 1);
-    else v = __shfl_xor_sync(0xffffffffu, v, 1);
+    if (threadIdx.x & 1)
+        v = __shfl_xor_sync(0xffffffffu, v, 1);
+    else
+        v = __shfl_xor_sync(0xffffffffu, v, 1);
     out[threadIdx.x] = v;
 }
 __global__ void oob_kernel(float *out, int n) {
@@ -544,7 +567,8 @@ static void test_faults(void) {
     expect_fault("write past dynamic shared memory", fault_dyn_oob, "dynamic shared memory");
     expect_fault("host pointer as an argument", fault_host_pointer, "points into no device allocation");
     expect_fault("__trap", fault_trap, "__trap()");
-    expect_fault("replaying a graph after freeing its buffer", fault_replay_after_free, "no device allocation any more");
+    expect_fault("replaying a graph after freeing its buffer", fault_replay_after_free,
+                 "no device allocation any more");
     expect_fault("host code dereferencing device memory", fault_host_access, "host code touched device memory");
     expect_fault("a kernel overflowing its thread stack", fault_stack_overflow, "a thread overflowed its 64 KiB stack");
     expect_fault("more threads than __launch_bounds__", fault_launch_bounds, "over the kernel's __launch_bounds__(64)");

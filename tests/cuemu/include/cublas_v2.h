@@ -11,7 +11,8 @@ typedef enum cudaDataType_t {
     CUDA_R_64F = 1,
     CUDA_R_16F = 2,
     CUDA_R_16BF = 14,
-} cudaDataType_t, cudaDataType;
+} cudaDataType_t,
+    cudaDataType;
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,

@@ -26,7 +26,7 @@ inline unsigned short cuemu_f32_to_f16_bits(float f) {
     memcpy(&u, &f, 4);
     unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7fffu);  // NaN: canonical, as CUDA
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7fffu);   // NaN: canonical, as CUDA
     if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // rounds to inf
     if (a < 0x38800000u) {  // below the smallest normal half: a multiple of 2^-24, rounded to even
         float q = nearbyintf(fabsf(f) * 16777216.0f);  // default rounding mode: nearest even

@@ -78,8 +78,7 @@ enum CuemuWarpOp {
 // value is the 8 bytes of the lane's operand, the result the partner's (or the vote).
 uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width, const char *file, int line);
 
-template <typename T>
-inline T cuemu_shfl(int op, unsigned mask, T v, int arg, int width, const char *file, int line) {
+template <typename T> inline T cuemu_shfl(int op, unsigned mask, T v, int arg, int width, const char *file, int line) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof v);
@@ -104,7 +103,7 @@ template <typename T> inline T cuemu_shfl_xor(const char *f, int l, unsigned mas
 #define __shfl_up_sync(...) cuemu_shfl_up(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_down_sync(...) cuemu_shfl_down(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_xor_sync(...) cuemu_shfl_xor(__FILE__, __LINE__, __VA_ARGS__)
-#define __ballot_sync(mask, pred) \
+#define __ballot_sync(mask, pred)                                                                                      \
     ((unsigned)cuemu_warp_op(CUEMU_BALLOT, (mask), (pred) ? 1u : 0u, 0, 32, __FILE__, __LINE__))
 #define __any_sync(mask, pred) ((int)cuemu_warp_op(CUEMU_ANY, (mask), (pred) ? 1u : 0u, 0, 32, __FILE__, __LINE__))
 #define __all_sync(mask, pred) ((int)cuemu_warp_op(CUEMU_ALL, (mask), (pred) ? 1u : 0u, 0, 32, __FILE__, __LINE__))
@@ -122,20 +121,20 @@ void cuemu_shared_enter(void *p, size_t bytes, const char *name);
 void *cuemu_dyn_shared(void);
 
 // ---- atomics: blocks and threads never run at once, so a read-modify-write is atomic ------------
-#define CUEMU_ATOMIC(name, expr)                                                 \
-    template <typename T> inline T name(T *a, T v) {                             \
-        T old = *a;                                                              \
-        *a = (expr);                                                             \
-        return old;                                                              \
+#define CUEMU_ATOMIC(name, expr)                                                                                       \
+    template <typename T> inline T name(T *a, T v) {                                                                   \
+        T old = *a;                                                                                                    \
+        *a = (expr);                                                                                                   \
+        return old;                                                                                                    \
     }
 CUEMU_ATOMIC(cuemu_atomic_add, old + v)
 CUEMU_ATOMIC(cuemu_atomic_max, old < v ? v : old)
 CUEMU_ATOMIC(cuemu_atomic_min, v < old ? v : old)
 CUEMU_ATOMIC(cuemu_atomic_exch, v)
 #undef CUEMU_ATOMIC
-#define CUEMU_ATOMIC_OVERLOADS(name, impl)                                               \
-    inline int name(int *a, int v) { return impl(a, v); }                                \
-    inline unsigned name(unsigned *a, unsigned v) { return impl(a, v); }                 \
+#define CUEMU_ATOMIC_OVERLOADS(name, impl)                                                                             \
+    inline int name(int *a, int v) { return impl(a, v); }                                                              \
+    inline unsigned name(unsigned *a, unsigned v) { return impl(a, v); }                                               \
     inline unsigned long long name(unsigned long long *a, unsigned long long v) { return impl(a, v); }
 CUEMU_ATOMIC_OVERLOADS(atomicAdd, cuemu_atomic_add)
 CUEMU_ATOMIC_OVERLOADS(atomicMax, cuemu_atomic_max)
@@ -161,8 +160,8 @@ inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 
-#define CUEMU_MINMAX(T)                                     \
-    inline T min(T a, T b) { return b < a ? b : a; }        \
+#define CUEMU_MINMAX(T)                                                                                                \
+    inline T min(T a, T b) { return b < a ? b : a; }                                                                   \
     inline T max(T a, T b) { return a < b ? b : a; }
 CUEMU_MINMAX(int)
 CUEMU_MINMAX(unsigned)
@@ -210,8 +209,10 @@ void cuemu_submit_kernel(const char *name, const char *file, int line, const voi
                          std::vector<const void *> ptr_args);
 
 template <typename T> inline void cuemu_collect_ptr(std::vector<const void *> &v, const T &x) {
-    if constexpr (std::is_pointer<T>::value) v.push_back((const void *)x);
-    else v.push_back(nullptr);
+    if constexpr (std::is_pointer<T>::value)
+        v.push_back((const void *)x);
+    else
+        v.push_back(nullptr);
 }
 
 template <typename... P> struct CuemuLauncher {
@@ -226,8 +227,9 @@ template <typename... P> struct CuemuLauncher {
         std::vector<const void *> ptrs;
         (cuemu_collect_ptr(ptrs, args), ...);
         void (*k)(P...) = kernel;
-        cuemu_submit_kernel(name, file, line, reinterpret_cast<const void *>(k), grid, block, shmem, stream,
-                            [k, tuple]() { std::apply(k, *tuple); }, std::move(ptrs));
+        cuemu_submit_kernel(
+            name, file, line, reinterpret_cast<const void *>(k), grid, block, shmem, stream,
+            [k, tuple]() { std::apply(k, *tuple); }, std::move(ptrs));
     }
 };
 
