@@ -1,5 +1,7 @@
 # still: one flat GNU Makefile. `make` builds ./still; `make test`, `make asan`, `make refs`,
-# `make bench`, `make fuzz`, `make check-full`, `make demo`; `make CUDA=1` adds the CUDA backend.
+# `make bench`, `make fuzz`, `make check-full`, `make demo`; `make CUDA=1` adds the CUDA backend;
+# `make CUDA_EMU=1` builds it for the CUDA emulator instead (tests/cuemu), `make test-cuda-emu` runs
+# it (part of `make test`), `make asan-cuda-emu` under ASan (part of `make check-full`).
 # A dependency step installs missing Debian packages first (NO_DEPS=1 skips it).
 
 CC ?= gcc
@@ -8,9 +10,14 @@ CC := gcc
 endif
 NO_DEPS ?= 0
 CUDA ?= 0
-# CUDA=1 objects are compiled with -DSTILL_CUDA: they get their own build directory.
-BUILD ?= $(if $(filter 1,$(CUDA)),build-cuda,build)
+CUDA_EMU ?= 0
+# CUDA=1 and CUDA_EMU=1 objects are compiled with -DSTILL_CUDA: they get their own build directories.
+BUILD ?= $(if $(filter 1,$(CUDA)),build-cuda,$(if $(filter 1,$(CUDA_EMU)),build-emu,build))
 MPI ?= auto
+# The emulated backend has no NCCL to pair with MPI: single process.
+ifeq ($(CUDA_EMU),1)
+MPI := 0
+endif
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 $(shell mkdir -p $(BUILD))
@@ -91,6 +98,24 @@ CFLAGS += -I$(NCCL_HOME)/include
 LDLIBS += -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
 $(info still: NCCL on ($(NCCL_LIBDIR)))
 endif
+else ifeq ($(CUDA_EMU),1)
+# The CUDA sources, rewritten by tests/cuemu/cu2cpp.py into $(BUILD)/cuemu-src and compiled as host
+# C++ against the emulator's shim headers (docs/cuemu.md); backend_create("cuda") gets the emulator.
+CUEMU := tests/cuemu
+CUDA_SRCS := $(wildcard src/backend/cuda/*.cu)
+CUEMU_GEN := $(BUILD)/cuemu-src
+CUEMU_GEN_HDRS := $(patsubst %,$(CUEMU_GEN)/%,$(wildcard src/backend/cuda/*.cuh))
+CXX := g++
+CUEMU_CXXFLAGS := -std=gnu++17 -D_GNU_SOURCE -g $(WARN) $(OPT) $(MARCH) $(PKG_CFLAGS) -Isrc -I$(CUEMU)/include \
+                  -iquote src/backend/cuda $(EXTRA_CFLAGS)
+# Kernel locals start as a pattern, not as whatever the stack held: a read before a write shows;
+# stack frames are probed page by page, so one larger than a thread's stack hits its guard page.
+# nvcc's host compiler never sees device code, so C++'s signed / unsigned comparison warning (in
+# -Wall) is new to these files: off for them.
+CUEMU_KERNEL_FLAGS := -ftrivial-auto-var-init=pattern -fstack-clash-protection -Wno-sign-compare
+CFLAGS += -DSTILL_CUDA
+LDLIBS += -lstdc++
+$(info still: CUDA emulated on the CPU (tests/cuemu, $(CXX)))
 else
 CUDA_SRCS :=
 $(info still: CUDA off (make CUDA=1 to build the CUDA backend))
@@ -99,6 +124,9 @@ endif
 LIB_SRCS := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/model/*.c src/backend/*.c src/backend/ref/*.c \
             src/backend/cpu/*.c src/tokenizer/*.c src/gen/*.c src/train/*.c src/dist/*.c src/demo/*.c src/cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+ifeq ($(CUDA_EMU),1)
+LIB_OBJS += $(BUILD)/tests/cuemu/cuemu.o
+endif
 LIB := $(BUILD)/libstill.a
 
 TEST_SRCS := $(wildcard tests/unit/*.c tests/ops/*.c tests/model/*.c)
@@ -114,7 +142,7 @@ FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/bin/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: all test asan refs bench fuzz fuzz-targets check-full demo clean deps FORCE
+.PHONY: all test test-cuda-emu cuda-emu-build asan asan-cuda-emu refs bench fuzz fuzz-targets check-full demo clean deps FORCE
 all: still
 
 $(BUILD)/%.o: %.c
@@ -125,6 +153,28 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+ifeq ($(CUDA_EMU),1)
+$(CUEMU_GEN)/%.cpp: %.cu $(CUEMU)/cu2cpp.py
+	@mkdir -p $(dir $@)
+	@python3 $(CUEMU)/cu2cpp.py $< $@
+
+$(CUEMU_GEN_HDRS): $(CUEMU_GEN)/%: % $(CUEMU)/cu2cpp.py
+	@mkdir -p $(dir $@)
+	@python3 $(CUEMU)/cu2cpp.py $< $@
+
+$(CUDA_SRCS:%.cu=$(BUILD)/%.o): $(BUILD)/%.o: $(CUEMU_GEN)/%.cpp | $(CUEMU_GEN_HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $*.cu (emulated)"
+	@$(CXX) $(CUEMU_CXXFLAGS) $(CUEMU_KERNEL_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+$(BUILD)/tests/cuemu/cuemu.o: $(CUEMU)/cuemu.cpp
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	@$(CXX) $(CUEMU_CXXFLAGS) -MMD -MP -c $< -o $@
+
+.SECONDARY: $(CUDA_SRCS:%.cu=$(CUEMU_GEN)/%.cpp)
+endif
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
@@ -140,12 +190,24 @@ still: $(BUILD)/src/cli/main.o $(LIB)
 	@echo $(BUILD) >.still-build
 FORCE:
 
+# A binary that stays in its build directory (the emulated build's; ./still is the CPU build's).
+$(BUILD)/still: $(BUILD)/src/cli/main.o $(LIB)
+	@echo "  LD    $@"
+	@$(CC) $(CFLAGS) -o $@ $(BUILD)/src/cli/main.o $(LIB) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
 	@$(CC) $(CFLAGS) -Itests -Ifuzz -MMD -MP -o $@ $< $(filter %.o,$^) $(LIB) $(LDLIBS)
 
 $(BUILD)/tests/unit/test_fuzz_regressions: $(FUZZ_OBJS)
+
+ifeq ($(CUDA_EMU),1)
+$(BUILD)/tests/cuemu/test_cuemu: $(CUEMU_GEN)/tests/cuemu/test_cuemu.cpp $(BUILD)/tests/cuemu/cuemu.o tests/test.h
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	@$(CXX) $(CUEMU_CXXFLAGS) $(CUEMU_KERNEL_FLAGS) -Itests -MMD -MP -o $@ $< $(BUILD)/tests/cuemu/cuemu.o -lm -lpthread
+endif
 
 $(BUILD)/fuzz/bin/%: fuzz/%.c fuzz/common.c fuzz/fuzz.h fuzz/args_specs.h $(LIB)
 	@mkdir -p $(dir $@)
@@ -161,9 +223,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@echo "  BENCH $@"
 	@$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(LIB) $(LDLIBS)
 
-# Every suite; the last line is "N passed, N failed[, N skipped]".
-test: still $(TEST_BINS)
-	@STILL_BUILD=$(BUILD) tests/run.sh all
+# Every suite; the last line is "N passed, N failed[, N skipped]". The CPU build's `make test` also
+# runs the CUDA backend under the emulator (test-cuda-emu below: about 25 s, its own build-emu/).
+ifeq ($(CUDA)$(CUDA_EMU),00)
+TEST_CUEMU := cuda-emu-build
+endif
+test: still $(TEST_BINS) $(TEST_CUEMU)
+	@STILL_BUILD=$(BUILD) $(if $(TEST_CUEMU),CUEMU_BUILD=build-emu) tests/run.sh all
 
 # Unit, op, parser, regression and small end-to-end tests under ASan + UBSan.
 asan:
@@ -194,13 +260,33 @@ fuzz:
 	@scripts/deps.sh fuzz
 	@scripts/fuzz.sh
 
-check-full: test asan refs
+# The CUDA backend's kernels run by the CUDA emulator (tests/cuemu, docs/cuemu.md) against the
+# reference and cpu backends: op, head and KV parity, the emulator's own tests, and the CLI and
+# bench/cuda_bench check end to end. CUEMU_SCHED=rev or shuffle[:seed] runs the threads and blocks
+# in another order.
+CUEMU_TESTS := tests/ops/test_backend_parity tests/ops/test_heads_parity tests/ops/test_kv tests/cuemu/test_cuemu
+cuda-emu-build:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 NO_DEPS=$(NO_DEPS) build-emu/still build-emu/bench/cuda_bench \
+	  $(CUEMU_TESTS:%=build-emu/%)
+
+test-cuda-emu: cuda-emu-build
+	@STILL_BUILD=build-emu STILL_BIN=build-emu/still tests/run.sh cuda-emu
+
+# The cuda-emu suite under ASan + UBSan (build-emu-asan/): the red zones around device memory are
+# poisoned there, so a kernel that reads or writes out of bounds is reported at its line.
+asan-cuda-emu:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 BUILD=build-emu-asan OPT=-O1 MARCH=$(MARCH) NO_DEPS=$(NO_DEPS) $(ASAN_VARS) \
+	  build-emu-asan/still build-emu-asan/bench/cuda_bench $(CUEMU_TESTS:%=build-emu-asan/%)
+	@STILL_BUILD=build-emu-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 tests/run.sh cuda-emu
+
+check-full: test asan asan-cuda-emu refs
 	@STILL_BUILD=$(BUILD) tests/run.sh full
 
 demo: still
 	./still demo
 
 clean:
-	rm -rf build build-asan build-cuda build-fuzz still .still-build
+	rm -rf build build-asan build-cuda build-emu build-emu-asan build-fuzz still .still-build
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(BENCH_BINS:=.d) $(FUZZ_OBJS:.o=.d)

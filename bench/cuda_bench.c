@@ -1,7 +1,8 @@
 // cuda_bench.c: the model-level checks and benchmarks of the CUDA backend (scripts/gpu_check.sh).
 //   cuda_bench check CONFIG.json        a small model on cpu and cuda from the same weights:
-//                                       logits, and the losses of 5 AdamW steps, with fp32 and
-//                                       with bf16 GEMM operands; "ok"/"FAIL" lines, exit 1 on FAIL
+//                                       logits, and the losses of 5 AdamW steps and of 3 more
+//                                       replayed from a captured graph on new batches, with fp32
+//                                       and with bf16 GEMM operands; "ok"/"FAIL" lines, exit 1 on FAIL
 //   cuda_bench train CONFIG.json B T R  training step (forward, ce head, backward: one captured
 //                                       graph; AdamW eagerly), median of R; MFU; one JSON line
 //   cuda_bench decode CONFIG.json B NEW generation engine, B rows, 128-token prompts, NEW greedy
@@ -78,7 +79,10 @@ static void run_init(Run *r, const char *backend, const char *gemm, const ModelC
     if (gemm) setenv("STILL_CUDA_GEMM", gemm, 1);
     if (backend_create(backend, 0, &r->be, &e) != ST_OK) die(backend, &e);
     if (gemm) unsetenv("STILL_CUDA_GEMM");
-    if (model_create_random(cfg, r->be, 42, &r->m, &e) != ST_OK) die("model", &e);
+    // The model owns its config (the parsed JSON): each run gets its own copy.
+    ModelConfig own = *cfg;
+    own.raw = cJSON_Duplicate(cfg->raw, 1);
+    if (model_create_random(&own, r->be, 42, &r->m, &e) != ST_OK) die("model", &e);
     model_alloc_grads(r->m);
     size_t n = r->m->tt.n_params;
     r->mom = r->be->alloc(r->be, n * 4);
@@ -127,7 +131,8 @@ static void report(int ok, const char *fmt, ...) {
     failures += !ok;
 }
 
-// Logits of every position and 5 AdamW steps on cpu and on cuda with the given GEMM dtype.
+// Logits of every position and 8 AdamW steps (3 of them graph replays on cuda) on cpu and on cuda
+// with the given GEMM dtype.
 // Tolerances: fp32 GEMMs: logits 1e-4 of max |logit| (fp32 sums in another order through 2+
 // layers), losses 1e-4 relative; bf16 GEMMs: logits 3e-2 (every layer's GEMM operands rounded to
 // 8 bits; errors compound through the layers), losses 1e-2 relative.
@@ -167,6 +172,27 @@ static void check_model(const ModelConfig *cfg, const char *gemm) {
         adamw_step(&g, step);
         report(fabs(a - b) <= tol_loss * fabs(a), "train step %d loss cuda (gemm %s) %.6f vs cpu %.6f (tol %.0e rel)", step,
                gemm, b, a, tol_loss);
+    }
+    // Steps 6-8 on new batches (same padding, so the same target count and loss scale): cuda
+    // records forward, loss head and backward as one graph at step 6 and replays it, the batch
+    // reaching the graph only through the plan's device buffers (uploaded before the replay).
+    const uint64_t key = 0x636b000000000000ull;  // "ck"
+    for (int step = 6; step <= 8; step++) {
+        make_batch(cfg, B, T, (uint64_t)step, ids, pos, seg, tgt, 1);
+        qwen3_set_inputs(c.m, c.p, ids, pos, seg, tgt, NULL);
+        qwen3_set_inputs(g.m, g.p, ids, pos, seg, tgt, NULL);
+        fwd_bwd(&c, ntgt);
+        if (!g.be->graph_launch(g.be, key)) {
+            g.be->graph_begin(g.be, key);
+            fwd_bwd(&g, ntgt);
+            g.be->graph_end(g.be, key);
+            g.be->graph_launch(g.be, key);
+        }
+        double a = mean_loss(&c, N, ntgt), b = mean_loss(&g, N, ntgt);
+        adamw_step(&c, step);
+        adamw_step(&g, step);
+        report(fabs(a - b) <= tol_loss * fabs(a), "train step %d (graph) loss cuda (gemm %s) %.6f vs cpu %.6f (tol %.0e rel)",
+               step, gemm, b, a, tol_loss);
     }
     double gc = c.be->sumsq(c.be, c.m->grads, c.m->tt.n_params), gg = g.be->sumsq(g.be, g.m->grads, g.m->tt.n_params);
     report(fabs(sqrt(gg) - sqrt(gc)) <= 10 * tol_loss * sqrt(gc), "grad norm cuda (gemm %s) %.6g vs cpu %.6g", gemm,
@@ -354,7 +380,11 @@ int main(int argc, char **argv) {
     Err e = {0};
     ModelConfig cfg;
     if (config_load(argv[2], &cfg, &e) != ST_OK) die(argv[2], &e);
-    if (!strcmp(argv[1], "check")) return cmd_check(&cfg);
+    if (!strcmp(argv[1], "check")) {  // its models own copies; train and decode give cfg to theirs
+        int rc = cmd_check(&cfg);
+        config_free(&cfg);
+        return rc;
+    }
     if (!strcmp(argv[1], "train") && argc >= 6) return cmd_train(&cfg, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     if (!strcmp(argv[1], "decode") && argc >= 5) return cmd_decode(&cfg, atoi(argv[3]), atoi(argv[4]));
     fprintf(stderr, "cuda_bench: unknown or incomplete command '%s'\n", argv[1]);

@@ -8,10 +8,10 @@
 # present, op parity against the reference (tests/ops/test_backend_parity: every op forward and
 # backward, fp32 and bf16 GEMMs, the sampling ops; test_kv and test_heads_parity: the KV cache
 # ops and the distillation / RL heads; FULL_TESTS=1 adds the whole suite on the CUDA build), a
-# small model on cpu and cuda (logits, 5 AdamW steps' losses; the CLI's logits), greedy
-# generation once `still generate` exists, and benchmarks: Qwen3-0.6B-shaped training step at
-# 4 x 1024 (MFU) and decode through the generation engine at batch 1 and 64 (bandwidth; the
-# captured decode step against the eager one). A table goes to stdout and
+# small model on cpu and cuda (logits, 8 AdamW steps' losses, 3 of them replayed from a captured
+# graph; the CLI's logits; 5 steps of still sft), greedy generation, and benchmarks: Qwen3-0.6B-
+# shaped training step at 4 x 1024 (MFU) and decode through the generation engine at batch 1
+# and 64 (bandwidth; the captured decode step against the eager one). A table goes to stdout and
 # rows are appended to bench/RESULTS.md (copied to $OUT: bring it back into the repository).
 # Budget: about 6 minutes of GPU time. SKIP_BENCH=1 skips the benchmarks. Exit status: 0 all passed, 1 a check failed, 2 build failed, 3 no GPU.
 set -uo pipefail
@@ -105,7 +105,7 @@ timeout 120 build-cuda/bench/cuda_bench check tests/data/models/qwen3_tied/confi
 rc=$?
 cat "$out/model.log" >&2
 [ $rc -eq 0 ] || fail=1
-note "model check (logits, 5 train steps, fp32 and bf16 GEMMs): $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^FAIL' "$out/model.log") failed"
+note "model check (logits, 8 train steps (3 graph replays), fp32 and bf16 GEMMs): $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^FAIL' "$out/model.log") failed"
 ids="1 5 9 200 17 3 3 3 44 45 46 301 12"
 ./still logits --device cpu --model tests/data/models/qwen3_tied --ids "$ids" --all >"$out/logits_cpu.txt" 2>&1
 ./still logits --device cuda --model tests/data/models/qwen3_tied --ids "$ids" --all >"$out/logits_cuda.txt" 2>&1
@@ -144,8 +144,9 @@ note "still sft --device cuda vs cpu: $sft"
 case "$sft" in ok*) ;; *) fail=1 ;; esac
 if ./still generate --help >/dev/null 2>&1; then
   gen_args=(--model tests/data/models/qwen3_tied --ids "$ids" --max_new_tokens 32 --do_sample false)
-  ./still generate --device cpu "${gen_args[@]}" >"$out/gen_cpu.txt" 2>&1
-  ./still generate --device cuda "${gen_args[@]}" >"$out/gen_cuda.txt" 2>&1
+  # ids on stdout; the timing line on stderr differs from run to run
+  ./still generate --device cpu "${gen_args[@]}" >"$out/gen_cpu.txt" 2>"$out/gen_cpu.err"
+  ./still generate --device cuda "${gen_args[@]}" >"$out/gen_cuda.txt" 2>"$out/gen_cuda.err"
   if cmp -s "$out/gen_cpu.txt" "$out/gen_cuda.txt"; then note "greedy generation, 32 tokens: cuda == cpu"
   else note "greedy generation, 32 tokens: cuda != cpu (see gen_*.txt)"; fail=1; fi
 else

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh SUITE: run the test programs of a suite and print "N passed, N failed[, N skipped]" last.
-#   all   every suite of `make test`
+#   all   every suite of `make test` (with CUEMU_BUILD=DIR also cuda-emu from that build)
 #   asan  unit, op, parser, regression and small end-to-end tests (under the asan build)
 #   full  the heavier checks of `make check-full`
+#   cuda-emu  the CUDA backend under the CUDA emulator (make test-cuda-emu; STILL_BUILD=build-emu)
 # Each test program prints "ok NAME", "FAIL NAME: ..." or "skip NAME: reason" lines. A program that
 # exits non-zero without a FAIL line counts as one failure (a crash is never a pass).
 set -u
@@ -68,10 +69,23 @@ sh_tests() {  # dir, filter (all | asan | full)
   done
 }
 
+cuda_emu_tests() {  # the build directory of `make CUDA_EMU=1`
+  local dir=$1
+  # the emulator runs kernels on one thread: idle OpenMP threads of the cpu backend must not spin
+  local env=(env "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}" "STILL_BUILD=$dir" "STILL_BIN=$dir/still")
+  for t in ops/test_backend_parity ops/test_heads_parity ops/test_kv cuemu/test_cuemu; do
+    run_one "cuda-emu/$(basename "$t")" "${env[@]}" "$dir/tests/$t"
+  done
+  run_one cuda-emu/cli "${env[@]}" bash tests/cuemu/cli.sh
+}
+
 case "$suite" in
-  all)  c_tests unit ops model; sh_tests e2e all ;;
+  all)
+    c_tests unit ops model; sh_tests e2e all
+    if [ -n "${CUEMU_BUILD:-}" ]; then cuda_emu_tests "$CUEMU_BUILD"; fi ;;
   asan) c_tests unit ops model; sh_tests e2e asan ;;
   full) sh_tests full full ;;
+  cuda-emu) cuda_emu_tests "$BUILD" ;;
   *) echo "run.sh: unknown suite $suite" >&2; exit 2 ;;
 esac
 

@@ -1,9 +1,9 @@
 // test_backend_parity.c: every op of every backend this build can create (except ref) against
 // the reference backend, forward and backward, on awkward shapes: T = 1, sizes that are no
-// multiple of any tile (N=7, C=13, OC=29, V=1031, HD=10), GQA (NH=6, NKV=2), left padding,
-// packed and recurring segments, odd chunks, fp32 and bf16 weights. Every buffer the op writes
-// is followed by guard words that must come back untouched; forward outputs start as NaN so
-// that `=` must overwrite every element; gradients start random so that `+=` is checked.
+// multiple of any tile (N=7, C=13, OC=29, V=1031, HD=10), head dims up to 256, GQA (NH=6, NKV=2),
+// left padding, packed and recurring segments, odd chunks, fp32 and bf16 weights. Every buffer
+// the op writes is followed by guard words that must come back untouched; forward outputs start
+// as NaN so that `=` must overwrite every element; gradients start random so that `+=` is checked.
 // Also: AdamW on every backend (ref included) against torch.optim.AdamW's formula written out
 // in double, sumsq, and run-to-run determinism.
 //
@@ -226,6 +226,10 @@ static void test_attention(void) {
     for (int t = 0; t < T; t++) seg[T + t] = 1 + t / 37;
     check_attention(2, T, 6, 2, 10, seg, "T150 B2 NKV2");
     check_attention(1, T, 4, 1, 16, seg, "T150 B1 NKV1");  // fewer kv groups than threads
+    // head dims past one warp (Qwen3's is 128): cuda's kernels for 2, 4 and 8 dims per lane
+    check_attention(1, 40, 4, 2, 72, seg + T, "T40 HD72");
+    check_attention(1, 40, 4, 2, 128, seg + T, "T40 HD128");
+    check_attention(1, 40, 2, 1, 256, seg, "T40 HD256 padded");
     free(seg);
 }
 
