@@ -449,9 +449,10 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         st = metrics_svg(jp, sp, e);
         free(jp);
         free(sp);
-        log_info("trained %d steps in %.1f s (%.0f tokens/s); %d plans, %.1f MiB; wrote %s (%s)", ts.step, secs,
-                 res->tokens_per_second, m->plans.n, m->plans.bytes / 1048576.0, cfg->output_dir,
-                 dtype_torch_name(cfg->save_dtype));
+        log_info("trained %d steps in %.1f s (%.0f tokens/s); %d plans, %.1f MiB, %d steps recorded as graphs; wrote %s "
+                 "(%s)",
+                 ts.step, secs, res->tokens_per_second, m->plans.n, m->plans.bytes / 1048576.0, m->plans.graphs,
+                 cfg->output_dir, dtype_torch_name(cfg->save_dtype));
     }
     if (finished) st = dist_agree(d, st, e);
     optim_free(&opt, m->be);
