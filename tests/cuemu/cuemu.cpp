@@ -366,13 +366,18 @@ static void flush_all(void) {
     run_queue(&g_legacy);
 }
 
+// The first reason a capture fails is the one cudaStreamEndCapture reports.
+static void invalidate_capture(CUstream_st *s, const char *why) {
+    if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = why;
+}
+
 // A call the capture mode forbids (it could synchronise): invalidate the captures it disturbs.
 static bool capture_forbids(const char *what) {
     bool hit = false;
     for (CUstream_st *s : g_streams) {
         if (!s->capturing || s->cap_mode == cudaStreamCaptureModeRelaxed) continue;
         if (s->cap_mode == cudaStreamCaptureModeThreadLocal && s->cap_thread != std::this_thread::get_id()) continue;
-        if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = what;
+        invalidate_capture(s, what);
         hit = true;
     }
     return hit;
@@ -531,7 +536,7 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t bytes, cudaMe
                 memcpy(dst, src, bytes);
             });
         if (s->capturing) {  // pageable memory is staged at the call: nothing a graph could replay
-            if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = "a copy from pageable host memory";
+            invalidate_capture(s, "a copy from pageable host memory");
             return cudaErrorStreamCaptureUnsupported;
         } else {
             auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
@@ -553,7 +558,7 @@ static cudaError_t memcpy_async(void *dst, const void *src, size_t bytes, cudaMe
                 memcpy(dst, src, bytes);
             });
         if (s->capturing) {
-            if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = "a copy to pageable host memory";
+            invalidate_capture(s, "a copy to pageable host memory");
             return cudaErrorStreamCaptureUnsupported;
         }
         flush(s);  // to pageable memory: returns when the copy is done
@@ -643,7 +648,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st) {
     CUstream_st *s = stream_of(st);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
     if (s->capturing) {
-        if (!s->cap_invalid) s->cap_invalid = true, s->cap_why = "cudaStreamSynchronize";
+        invalidate_capture(s, "cudaStreamSynchronize");
         return ret(cudaErrorStreamCaptureUnsupported);
     }
     flush(s);

@@ -37,12 +37,6 @@ static uint32_t rnd32(void) {
     return (uint32_t)((rng_state * 2685821657736338717ull) >> 32);
 }
 
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 // ---------------------------------------------------------------- conversions
 // The bf16 nearest to f (ties to the even one), worked out in double: the candidates truncate f
 // toward zero and step one away; an overflow candidate counts as 2^128, IEEE's rounding boundary.
@@ -52,7 +46,7 @@ static uint16_t bf16_nearest(float f) {
     uint32_t lo = u >> 16, hi = lo + 1;
     auto value = [](uint32_t b) {
         if ((b & 0x7fffu) == 0x7f80u) return (b & 0x8000u ? -1.0 : 1.0) * ldexp(1.0, 128);
-        return (double)bits_f32(b << 16);
+        return (double)__uint_as_float(b << 16);
     };
     double d = f, dl = fabs(d - value(lo)), dh = fabs(value(hi) - d);
     if (dl < dh) return (uint16_t)lo;
@@ -68,7 +62,7 @@ static void test_bf16(void) {
     int bad = 0;
     for (int i = 0; i < 400000 && bad < 5; i++) {
         uint32_t u = i < nspecial ? special[i] : rnd32();
-        float f = bits_f32(u);
+        float f = __uint_as_float(u);
         uint16_t got = __float2bfloat16_rn(f).__x;
         uint16_t want = isnan(f) ? 0x7fff : bf16_nearest(f);
         if (got != want) bad++, printf("  bf16(%08x): %04x, want %04x\n", u, got, want);
