@@ -14,7 +14,7 @@ echo "torch: $theirs" >&2
 get() {  # json, dtype, batch, field
   /usr/bin/python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(next(r['$4'] for r in d['runs'] if r['dtype']=='$2' and r['batch']==$3))" "$1"
 }
-bw=$(/usr/bin/python3 -c "import json,sys; print(json.loads(sys.argv[1])['read_gbs'])" "$ours")
+bw=$(/usr/bin/python3 -c "import json,sys; print(json.loads(sys.argv[1])['read_gbs_best'])" "$ours")  # best of before / after
 tv=$(/usr/bin/python3 -c "import json,sys; print(json.loads(sys.argv[1])['torch'])" "$theirs")
 header="| date | machine | command | dtype | B | still prefill tok/s | torch prefill tok/s | still decode tok/s | torch decode tok/s | B=1 weight GB/s (of read GB/s) | BLAS |
 |---|---|---|---|---|---|---|---|---|---|---|"
