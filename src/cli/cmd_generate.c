@@ -164,12 +164,7 @@ static Status build_config(Session *s, const Args *a, Err *e) {
     s->n_stops = args_is_set(a, "stop_strings") ? args_list(a, "stop_strings", &s->stops) : 0;
     if (s->n_stops && !s->tok) return err_set(e, ST_EINVAL, "--stop_strings needs the model's tokenizer.json");
     s->m->plans.max_plans = (int)args_int(a, "max_plans");
-    if (args_is_set(a, "chat_template_kwargs")) {
-        const char *kw = args_str(a, "chat_template_kwargs");
-        TRY(json_parse_text(kw, strlen(kw), "--chat_template_kwargs", &s->tmpl_kwargs, e));
-        if (!cJSON_IsObject(s->tmpl_kwargs))
-            return err_set(e, ST_EINVAL, "--chat_template_kwargs: expected a JSON object, e.g. {\"enable_thinking\": false}");
-    }
+    if (args_is_set(a, "chat_template_kwargs")) TRY(chat_kwargs_parse(args_str(a, "chat_template_kwargs"), &s->tmpl_kwargs, e));
     return gen_config_check(c, s->m->cfg.vocab_size, e);
 }
 

@@ -263,3 +263,16 @@ Status chat_template_render_json(const ChatTemplate *t, const char *input_json, 
     cv_release(kw);
     return st;
 }
+
+Status chat_kwargs_parse(const char *text, cJSON **out, Err *e) {
+    *out = NULL;
+    if (!text) return ST_OK;
+    cJSON *kw;
+    TRY(json_parse_text(text, strlen(text), "--chat_template_kwargs", &kw, e));
+    if (!cJSON_IsObject(kw)) {
+        cJSON_Delete(kw);
+        return err_set(e, ST_EINVAL, "--chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'");
+    }
+    *out = kw;
+    return ST_OK;
+}

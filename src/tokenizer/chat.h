@@ -66,4 +66,8 @@ Status chat_template_render(const ChatTemplate *t, const cJSON *messages, const 
 Status chat_template_render_json(const ChatTemplate *t, const char *input_json, const char *kwargs_json,
                                  int add_generation_prompt, char **out, GenSpans *spans, Err *e);
 
+// --chat_template_kwargs of the commands that render prompts: text (may be NULL -> *out NULL)
+// must be a JSON object of extra template variables. The caller owns *out (cJSON_Delete).
+Status chat_kwargs_parse(const char *text, cJSON **out, Err *e);
+
 #endif

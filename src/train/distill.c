@@ -6,6 +6,7 @@
 #include "../core/fileio.h"
 #include "../core/json.h"
 #include "../core/log.h"
+#include "../tokenizer/chat.h"
 #include "../core/rng.h"
 #include "../model/qwen3.h"
 #include "../tokenizer/tokenizer.h"
@@ -519,15 +520,8 @@ static Status load_prompts(const DistillConfig *c, const char *path, const Model
 
 Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     cJSON *kwargs = NULL;
-    if (c->chat_template_kwargs) {
-        TRY(json_parse_text(c->chat_template_kwargs, strlen(c->chat_template_kwargs), "--chat_template_kwargs", &kwargs,
-                            e));
-        if (!cJSON_IsObject(kwargs)) {
-            cJSON_Delete(kwargs);
-            return err_set(e, ST_EINVAL, "--chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'");
-        }
-        c->prompts.chat_template_kwargs = kwargs;
-    }
+    TRY(chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e));
+    if (kwargs) c->prompts.chat_template_kwargs = kwargs;
     int self = c->teacher_dir == NULL;
     ModelCodec mc = {0}, tmc = {0};
     Backend *be = NULL;

@@ -4,8 +4,8 @@
 
 #include "../core/alloc.h"
 #include "../core/fileio.h"
-#include "../core/json.h"
 #include "../core/log.h"
+#include "../tokenizer/chat.h"
 #include "../model/qwen3.h"
 #include "../tokenizer/tokenizer.h"
 #include "metrics.h"
@@ -175,14 +175,7 @@ Status eval_model(Model *m, ModelCodec *codec, const char *model_dir, const Eval
     if (gc.pad_token_id < 0) gc.pad_token_id = tokenizer_pad_id(codec->tok);
     TRY(gen_config_check(&gc, m->cfg.vocab_size, e));
     cJSON *kwargs = NULL;
-    if (c->chat_template_kwargs) {
-        TRY(json_parse_text(c->chat_template_kwargs, strlen(c->chat_template_kwargs), "--chat_template_kwargs", &kwargs,
-                            e));
-        if (!cJSON_IsObject(kwargs)) {
-            cJSON_Delete(kwargs);
-            return err_set(e, ST_EINVAL, "--chat_template_kwargs must be a JSON object");
-        }
-    }
+    TRY(chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e));
     PromptConfig pc = {.chat_template_kwargs = kwargs, .max_prompt_length = c->max_prompt_length,
                        .skip_bad_rows = c->skip_bad_rows, .vocab_size = m->cfg.vocab_size};
     PromptSet ps = {0};

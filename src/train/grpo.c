@@ -6,6 +6,7 @@
 #include "../core/fileio.h"
 #include "../core/json.h"
 #include "../core/log.h"
+#include "../tokenizer/chat.h"
 #include "../core/rng.h"
 #include "../model/qwen3.h"
 #include "../tokenizer/tokenizer.h"
@@ -568,12 +569,7 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
         free(g);
         return st;
     }
-    if (c->chat_template_kwargs) {
-        st = json_parse_text(c->chat_template_kwargs, strlen(c->chat_template_kwargs), "--chat_template_kwargs",
-                             &g->kwargs, e);
-        if (st == ST_OK && !cJSON_IsObject(g->kwargs))
-            st = err_set(e, ST_EINVAL, "--chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'");
-    }
+    if (st == ST_OK) st = chat_kwargs_parse(c->chat_template_kwargs, &g->kwargs, e);
     PromptConfig pc = {.chat_template_kwargs = g->kwargs, .max_prompt_length = c->max_prompt_length,
                        .skip_bad_rows = c->skip_bad_rows, .vocab_size = m->cfg.vocab_size};
     if (st == ST_OK) st = prompts_load(c->dataset, &pc, &g->codec.codec, &g->ps, e);

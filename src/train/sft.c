@@ -2,8 +2,8 @@
 #include "sft.h"
 
 #include "../core/fileio.h"
-#include "../core/json.h"
 #include "../core/log.h"
+#include "../tokenizer/chat.h"
 #include "codec.h"
 
 #include <string.h>
@@ -32,15 +32,8 @@ static int pretokenised(const char *path) {
 
 Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     cJSON *kwargs = NULL;
-    if (c->chat_template_kwargs) {
-        TRY(json_parse_text(c->chat_template_kwargs, strlen(c->chat_template_kwargs), "--chat_template_kwargs", &kwargs,
-                            e));
-        if (!cJSON_IsObject(kwargs)) {
-            cJSON_Delete(kwargs);
-            return err_set(e, ST_EINVAL, "--chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'");
-        }
-        c->data.chat_template_kwargs = kwargs;
-    }
+    TRY(chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e));
+    if (kwargs) c->data.chat_template_kwargs = kwargs;
     ModelCodec mc = {0};
     int have_codec = 0;
     Status st = ST_OK;

@@ -184,7 +184,7 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     const char *graphs = getenv("STILL_CUDA_GRAPHS");
     if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
         free(ctx), free(be);
-        return err_set(e, ST_EINVAL, "STILL_CUDA_GRAPHS=%s: expected 1 (capture decode steps, the default) or 0", graphs);
+        return err_set(e, ST_EINVAL, "STILL_CUDA_GRAPHS=%s: expected 1 (record plan steps as graphs, the default) or 0", graphs);
     }
     const char *g = getenv("STILL_CUDA_GEMM");
     ctx->gemm_dt = DT_BF16;
