@@ -18,7 +18,11 @@ static const ArgSpec specs[] = {
     {"padding", ARG_STR, "longest", "longest (rounded up to pad_to_multiple_of) | max_length (one shape)"},
     {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
     {"dataloader_drop_last", ARG_BOOL, "false", "drop the last incomplete batch (else padded with empty rows)"},
-    {"completion_only_loss", ARG_BOOL, NULL, "loss on completion tokens only (default: on for prompt-completion)"},
+    {"completion_only_loss", ARG_BOOL, NULL, "loss on completion tokens only; default (TRL's None): on when the first "
+                                             "row has \"prompt\" and \"completion\", else off. It masks the prompt of "
+                                             "prompt/completion rows and applies a pre-tokenised \"completion_mask\"; "
+                                             "\"assistant_masks\" always applies, a \"labels\" column is used as is "
+                                             "(-100 = no loss) and the masks are then ignored"},
     {"assistant_only_loss", ARG_BOOL, "false", "loss on the chat template's {% generation %} tokens only"},
     {"dataset_text_field", ARG_STR, "text", "column of language-modeling text"},
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},
