@@ -8,12 +8,12 @@
 
 #include <string.h>
 
-static Status load_set(const SftConfig *c, const char *path, const TextCodec *codec, const char *what, Dataset *d,
+static Status load_set(const DataConfig *dc, const char *path, const TextCodec *codec, const char *what, Dataset *d,
                        Err *e) {
-    TRY(data_load(path, &c->data, codec, d, e));
+    TRY(data_load(path, dc, codec, d, e));
     log_info("%s %s: %d examples (%s%s%s)", what, path, d->n, data_format_name(d->format),
              d->conversational ? ", conversational" : "", d->completion_only_loss ? ", completion-only loss" : "");
-    if (d->n_truncated) log_info("%s: %d examples truncated to max_length %d", path, d->n_truncated, c->data.max_length);
+    if (d->n_truncated) log_info("%s: %d examples truncated to max_length %d", path, d->n_truncated, dc->max_length);
     if (d->n_dropped) log_warn("%s: %d examples dropped: no label token left", path, d->n_dropped);
     if (d->n_bad) log_warn("%s: %d bad rows skipped (--skip_bad_rows); the first: %s", path, d->n_bad, d->first_bad);
     return ST_OK;
@@ -47,10 +47,15 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
         }
         free(cp);
     }
+    // the eval set is packed like the training set unless --eval_packing says otherwise (TRL's
+    // eval_packing None), and truncated exactly when it is not packed
+    int eval_packing = c->eval_packing >= 0 ? c->eval_packing : c->packing;
+    DataConfig edata = c->data;
+    edata.truncate = !eval_packing;
     Dataset train = {0}, eval = {0};
-    if (st == ST_OK) st = load_set(c, c->dataset, have_codec ? &mc.codec : NULL, "dataset", &train, e);
+    if (st == ST_OK) st = load_set(&c->data, c->dataset, have_codec ? &mc.codec : NULL, "dataset", &train, e);
     if (st == ST_OK && c->eval_dataset)
-        st = load_set(c, c->eval_dataset, have_codec ? &mc.codec : NULL, "eval dataset", &eval, e);
+        st = load_set(&edata, c->eval_dataset, have_codec ? &mc.codec : NULL, "eval dataset", &eval, e);
     Backend *be = NULL;
     Model *m = NULL;
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
@@ -78,7 +83,8 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
                  rows.max_len, c->batch.B, c->padding_max_length ? "=" : " a multiple of ",
                  c->padding_max_length ? c->batch.fixed_T : MAX(1, c->batch.pad_to_multiple_of));
         if (c->eval_dataset) {
-            batch_make_rows(&erows, &eval, PACK_NONE, seq);
+            batch_make_rows(&erows, &eval, eval_packing ? c->packing_strategy : PACK_NONE, seq);
+            log_info("eval: %d rows%s, batches of %d", erows.n, eval_packing ? " packed" : "", c->eval_batch_size);
             BatchConfig ec = c->batch;
             ec.B = c->eval_batch_size;
             ec.shuffle = 0;
