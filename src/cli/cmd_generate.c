@@ -172,7 +172,7 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     int dt;
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
-    TRY(model_load(s->dir, s->be, dt, &s->m, e));
+    TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
     char *tj = path_join(s->dir, "tokenizer.json");
     int have_tok = file_exists(tj);
     free(tj);
