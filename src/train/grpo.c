@@ -580,7 +580,7 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
                                        c->reward_timeout, e);
     if (st == ST_OK) st = prompts_check_rewards(&g->ps, &g->rs, c->dataset, e);
     if (st == ST_OK && c->beta != 0) {
-        st = model_load(c->model_dir, m->be, c->dtype, &g->ref, e);
+        st = model_load_frozen(c->model_dir, m->be, c->dtype, &g->ref, e);
         if (st == ST_OK) log_info("reference model: %s (frozen, %s weights)", c->model_dir, dtype_torch_name(g->ref->matrix_dtype));
     }
     if (st != ST_OK) {
