@@ -165,8 +165,7 @@ int cmd_distill(int argc, char **argv) {
     TrainResult res;
     if (st == ST_OK) st = distill_run(&c, &res, &e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second);
+        cli_print_train_result(&res);
     free(dir);
     free(tdir);
     args_free(&a);

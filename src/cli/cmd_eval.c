@@ -72,9 +72,7 @@ int cmd_eval(int argc, char **argv) {
     if (st == ST_OK) st = eval_run(dir, args_str(&a, "device"), (int)args_int(&a, "threads"), dtype, &c, &r, &e);
     if (st == ST_OK) {
         cJSON *o = eval_result_json(&r);
-        char *s = cJSON_Print(o);
-        printf("%s\n", s);
-        free(s);
+        cli_print_json(o);
         cJSON_Delete(o);
         log_info("eval: %d rows, %ld tokens generated in %.1f s%s%s", r.rows, r.generated_tokens, r.gen_seconds,
                  c.output_dir ? "; wrote " : "", c.output_dir ? c.output_dir : "");

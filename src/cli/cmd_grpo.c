@@ -191,7 +191,7 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     TrainResult res;
     if (st == ST_OK) st = grpo_run(&c, &res, &e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f}\n", res.steps, res.last_loss, res.train_seconds);
+        cli_print_train_result(&res);
     free(dir);
     free(specs);
     free(weights);

@@ -86,8 +86,7 @@ static Status run(const Args *a, Err *e) {
     TrainResult res;
     if (st == ST_OK) st = sft_run(&c, &res, e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second);
+        cli_print_train_result(&res);
     free(dir);
     // several ranks: a failure aborts the job here (the others wait in a collective)
     if (st != ST_OK && d.world > 1) cli_dist_finish("sft", &d, st, e);

@@ -28,7 +28,7 @@ RL="--model $tmp/m --dataset $tmp/p.jsonl --max_completion_length 6 --per_device
 for lt in grpo bnpo dr_grpo dapo; do
   if $BIN grpo $RL --output_dir "$tmp/g_$lt" --loss_type $lt --reward 'regex:[0-9]' --reward length:4 \
        --reward_weights 1,0.5 --beta 0.04 >"$tmp/out" 2>"$tmp/err" && [ -f "$tmp/g_$lt/model.safetensors" ] \
-       && grep -q '"steps": 2' "$tmp/out"; then ok "grpo_$lt"; else fail "grpo_$lt" "$(tail -3 "$tmp/err")"; fi
+       && grep -q '"steps":2,' "$tmp/out"; then ok "grpo_$lt"; else fail "grpo_$lt" "$(tail -3 "$tmp/err")"; fi
 done
 for k in loss grad_norm reward reward_std rewards/regex/mean rewards/regex/std rewards/length/mean frac_reward_zero_std \
          kl entropy clip_ratio/low_mean clip_ratio/high_mean clip_ratio/region_mean completions/mean_length \
