@@ -12,7 +12,7 @@
 // configs agree on (the learning rate: TrainingArguments'); a trainer whose config differs, or
 // whose help says more, passes its own entry (cli_train_specs).
 static const ArgSpec train_specs[] = {
-    {"output_dir", ARG_STR, NULL, "directory for checkpoints, the final model and metrics.jsonl"},
+    {"output_dir", ARG_STR, NULL, ARG_REQUIRED "directory for checkpoints, the final model and metrics.jsonl"},
     {"learning_rate", ARG_FLOAT, "5e-5", "peak learning rate"},
     {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},
     {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps"},

@@ -7,9 +7,9 @@
 #include <string.h>
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"dataset", ARG_STR, NULL, "a local JSONL or JSON file with a \"prompt\" column (text or messages) or \"messages\""},
+    {"dataset", ARG_STR, NULL, ARG_REQUIRED "a local JSONL or JSON file with a \"prompt\" column (text or messages) or \"messages\""},
     {"metric", ARG_LIST, NULL, "metric (repeatable): exact_match:COLUMN | regex:PATTERN | length:TARGET | format | "
                                "cmd:PROGRAM"},
     {"output_dir", ARG_STR, NULL, "write eval.json and generations.jsonl here"},

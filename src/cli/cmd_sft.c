@@ -7,9 +7,9 @@
 #include <string.h>
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"dataset", ARG_STR, NULL, "training data: a local JSONL or JSON file (TRL formats)"},
+    {"dataset", ARG_STR, NULL, ARG_REQUIRED "training data: a local JSONL or JSON file (TRL formats)"},
     {"eval_dataset", ARG_STR, NULL, "evaluation data (same formats)"},
     {"max_length", ARG_INT, "1024", "truncate (keep_start) / pack to this many tokens"},
     {"truncation_mode", ARG_STR, "keep_start", "keep_start (the only mode)"},

@@ -61,6 +61,7 @@ void metrics_close(Metrics *mt) {
 
 void metrics_write(Metrics *mt, const cJSON *obj) {
     char *s = cJSON_PrintUnformatted(obj);
+    mt->lines++;
     if (!mt->write_failed && (fprintf(mt->f, "%s\n", s) < 0 || fflush(mt->f) != 0)) {
         mt->write_failed = 1;  // training goes on; the message says why once
         progress_clear(&mt->bar);

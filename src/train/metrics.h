@@ -13,6 +13,7 @@ typedef struct Metrics {
     char *path;        // output_dir/metrics.jsonl
     FILE *f;
     int open, write_failed;
+    int lines;         // written by this run
     Progress bar;      // steps of this run (a resume's rate counts from where it started)
     int step, total;   // last drawn
     char status[128];  // "loss 2.31  reward 0.5": what the bar shows after the numbers

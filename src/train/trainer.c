@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 int trainer_steps_per_epoch(int micro_batches, int grad_accum) {
     return MAX(1, (micro_batches + grad_accum - 1) / grad_accum);
@@ -535,6 +536,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         free(ck);
         save_secs += metrics_now() - t0;
     }
+    if (st != ST_OK && lead && mt.open && !cfg->resume && mt.lines == 0) unlink(metrics_path);  // a failed start leaves no empty file
     metrics_close(&mt);
     res->save_seconds = save_secs;
     res->train_seconds = secs = metrics_now() - t_start;

@@ -71,7 +71,7 @@ expect_err bad_optim "--optim sgd is not supported yet" $BIN grpo $RL --output_d
 out=$($BIN eval --model "$tmp/m" --dataset "$tmp/p.jsonl" --metric exact_match:answer --metric 'regex:[0-9]' \
   --max_new_tokens 6 --threads 1 --pad_to_multiple_of 16 --output_dir "$tmp/ev" 2>"$tmp/err")
 if [ $? -eq 0 ] && grep -q '"exact_match:answer"' <<<"$out" && grep -q '"perplexity"' <<<"$out" \
-   && grep -q '"loss_rows":	8' <<<"$out" && grep -q '"rows":	9' <<<"$out" && [ -f "$tmp/ev/eval.json" ] \
+   && grep -q '"loss_rows":8,' <<<"$out" && grep -q '{"rows":9,' <<<"$out" && [ "$(wc -l <<<"$out")" = 1 ] && [ -f "$tmp/ev/eval.json" ] \
    && [ "$(wc -l <"$tmp/ev/generations.jsonl")" -eq 9 ] && grep -q '"finish_reason"' "$tmp/ev/generations.jsonl"
 then ok eval; else fail eval "$out $(tail -3 "$tmp/err")"; fi
 # greedy: the same generations twice
