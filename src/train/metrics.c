@@ -203,11 +203,12 @@ static Status plot_svg(const char *path, const char *title, Series *ser, int ns,
         if (!ser[k].n) continue;
         draw_series(&sb, &ser[k], x0, x1, y0, y1);
         // legend: only what is drawn, top right inside the frame
-        int ly = PY0 + 14 + 16 * row++;
-        sb_printf(&sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>\n", PX1 - 110,
-                  ly - 4, PX1 - 90, ly - 4, ser[k].color);
-        sb_printf(&sb, "<text x=\"%d\" y=\"%d\">%s (%d point%s)</text>\n", PX1 - 85, ly, ser[k].label, ser[k].n,
-                  ser[k].n == 1 ? "" : "s");
+        char lab[96];
+        snprintf(lab, sizeof lab, "%s (%d point%s)", ser[k].label, ser[k].n, ser[k].n == 1 ? "" : "s");
+        int ly = PY0 + 16 + 16 * row++, lx = PX1 - 8 - (int)(6.2 * (double)strlen(lab));  // about 6 px a character
+        sb_printf(&sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>\n", lx - 26,
+                  ly - 4, lx - 6, ly - 4, ser[k].color);
+        sb_printf(&sb, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", PX1 - 8, ly, lab);
     }
     sb_puts(&sb, "</svg>\n");
     Status st = file_write_atomic(path, sb.data, sb.len, e);
