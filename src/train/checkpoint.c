@@ -71,7 +71,7 @@ static Status opt_fill(void *ctx, int i, size_t begin, size_t count, void *dst, 
     int w = f->which[i];
     size_t bytes = count * sizeof(float);
     if (w == 2) {
-        f->m->be->download(f->m->be, dst, (const char *)f->m->params + t->offset + begin * sizeof(float), bytes);
+        f->m->be->download(f->m->be, dst, (const char *)f->m->data[f->tensor[i]] + begin * sizeof(float), bytes);
         return ST_OK;
     }
     const float *src = (w == 0 ? f->mo->m : f->mo->v) + t->goffset + begin;
