@@ -35,6 +35,10 @@ for k in loss grad_norm reward reward_std rewards/regex/mean rewards/regex/std r
          completions/clipped_ratio completions/mean_terminated_length num_tokens time/generation time/training; do
   grep -q "\"$k\"" "$tmp/g_dapo/metrics.jsonl" || { fail grpo_metric_names "no $k in metrics.jsonl"; break; }
 done && ok grpo_metric_names
+# the reward curve and the KL to the reference beside loss.svg
+if [ -s "$tmp/g_dapo/loss.svg" ] && grep -q "reward (2 points)" "$tmp/g_dapo/reward.svg" 2>/dev/null \
+   && grep -q "KL to the reference" "$tmp/g_dapo/kl.svg" 2>/dev/null; then ok grpo_plots
+else fail grpo_plots "$(ls "$tmp/g_dapo")"; fi
 
 # 2. rloo (k1 KL in the reward), scale_rewards / num_iterations / mask_truncated_completions flags
 if $BIN rloo $RL --output_dir "$tmp/r" --reward exact_match:answer --normalize_advantages --reward_clip_range=-1,1 \
