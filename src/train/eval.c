@@ -185,6 +185,7 @@ Status eval_model(Model *m, ModelCodec *codec, const char *model_dir, const Eval
     if (st == ST_OK && ps.n == 0) st = err_set(e, ST_EINVAL, "%s: no prompts", c->dataset);
     if (st == ST_OK && c->n_metrics > 0)
         st = rewards_init(&rs, c->metrics, c->n_metrics, NULL, 0, c->reward_timeout, e);
+    if (st == ST_OK && c->n_metrics > 0) st = prompts_check_rewards(&ps, &rs, c->dataset, e);
     GenSeq *seqs = NULL;
     int nseq = 0;
     char **texts = NULL;
