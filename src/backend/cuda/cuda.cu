@@ -193,6 +193,15 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
         free(ctx), free(be);
         return err_set(e, ST_EINVAL, "STILL_CUDA_GEMM=%s: expected bf16 or fp32", g);
     }
+    // attention: tensor cores with bf16 operands unless every GEMM is fp32 (STILL_CUDA_ATTN overrides)
+    const char *a = getenv("STILL_CUDA_ATTN");
+    ctx->attn_mma = ctx->gemm_dt == DT_BF16;
+    if (a && !strcmp(a, "mma")) ctx->attn_mma = 1;
+    else if (a && !strcmp(a, "fp32")) ctx->attn_mma = 0;
+    else if (a) {
+        free(ctx), free(be);
+        return err_set(e, ST_EINVAL, "STILL_CUDA_ATTN=%s: expected mma (bf16 tensor cores) or fp32", a);
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&ctx->blas));
     CUBLAS_CHECK(cublasSetStream(ctx->blas, ctx->stream));
@@ -257,6 +266,8 @@ extern "C" const char *backend_cuda_device_name(Backend *be, char *buf, size_t n
 }
 
 extern "C" const char *backend_cuda_gemm_dtype(Backend *be) { return cu_ctx(be)->gemm_dt == DT_BF16 ? "bf16" : "fp32"; }
+
+extern "C" const char *backend_cuda_attention_kind(Backend *be) { return cu_ctx(be)->attn_mma ? "mma bf16" : "fp32"; }
 
 // Dense bf16 GEMM rate of cuBLAS alone (operands already bf16, fp32 accumulate and output):
 // the ceiling the benchmarks report MFU against, besides the datasheet's.

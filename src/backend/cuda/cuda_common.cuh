@@ -67,6 +67,7 @@ typedef struct CudaCtx {
     void *blas_ws;          // cuBLAS workspace (set explicitly so capture never allocates)
     size_t blas_ws_bytes;
     DType gemm_dt;          // DT_BF16 (default) or DT_F32: operand dtype of every GEMM
+    int attn_mma;           // attention on the tensor cores (cuda_attention_mma.cu), else fp32
     void *scratch[CU_SCR_COUNT];
     size_t scratch_cap[CU_SCR_COUNT];
     void **retired;         // outgrown scratch buffers, freed at destroy
@@ -184,6 +185,14 @@ void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const f
                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
                            int T, int NH, int NKV, int HD);
 void cu_attention_init(void);
+// cuda_attention_mma.cu: the same ops with bf16 mma.sync (selected by ctx->attn_mma); D (B,NH,T)
+// = dout . out comes from the caller
+void cu_attention_mma_init(void);
+void cu_attention_mma_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const int32_t *seg, int B, int T, int NH, int NKV, int HD);
+void cu_attention_mma_backward(Backend *be, float *dq, float *dk, float *dv, const float *D, const float *dout,
+                               const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                               int B, int T, int NH, int NKV, int HD);
 void cu_swiglu_forward(Backend *be, float *out, const float *gate, const float *up, size_t n);
 void cu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                         size_t n);
