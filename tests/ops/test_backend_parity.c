@@ -5,7 +5,8 @@
 // the op writes is followed by guard words that must come back untouched; forward outputs start
 // as NaN so that `=` must overwrite every element; gradients start random so that `+=` is checked.
 // Also: AdamW on every backend (ref included) against torch.optim.AdamW's formula written out
-// in double, sumsq, and run-to-run determinism.
+// in double, sumsq, run-to-run determinism, and (cuda, bf16 GEMMs) that GEMMs see fp32 weights
+// through bf16 copies refreshed after every write.
 //
 // Tolerances, as max |got - ref| / max |ref| over a buffer (norm-wise, because the backends
 // sum in a different order and a sum that cancels has error relative to its terms):
@@ -394,6 +395,68 @@ static void test_ce_head(void) {
     check_ce((CeCase){3, 520, 4099, 2, DT_BF16, 2, 1});  // more than one converted panel
 }
 
+// ---------------------------------------------------------------- bf16 copies of fp32 weights
+// cuda with bf16 GEMMs reads fp32 weights through bf16 copies made once (cuda_weights.cu): after
+// each way the op table can write weights (upload, AdamW on part of the buffer, copy, scale, add)
+// and in a graph replayed after an optimizer step, a GEMM must see the new weights. Two weights
+// share one allocation, as the parameters do.
+static void mirror_check(const float *x, const float *d_x, const float *w, const float *d_w, size_t nw, int N, int C,
+                         int OC, float *d_out, const char *label) {
+    char what[96];
+    float *out = xmalloc((size_t)N * OC * 4);
+    for (int k = 0; k < 2; k++) {
+        R->matmul_forward(R, out, x, w + k * nw, DT_F32, NULL, N, C, OC);
+        X->matmul_forward(X, d_out, d_x, d_w + k * nw, DT_F32, NULL, N, C, OC);
+        snprintf(what, sizeof what, "weights after %s, tensor %d", label, k);
+        expect_close(what, d_out, out, (size_t)N * OC, tol_gemm);
+    }
+    free(out);
+}
+
+static void test_weight_copies(void) {
+    const int N = 5, C = 24, OC = 9;
+    const size_t nw = (size_t)OC * C, n = 2 * nw;
+    float *x = new_normal((size_t)N * C, 1), *w = new_normal(n, 1), *g = new_normal(n, 1);
+    float *m = xcalloc(n, 4), *v = xcalloc(n, 4), *out = xmalloc((size_t)N * OC * 4);
+    float *d_x = dev_from(x, (size_t)N * C * 4), *d_w = dev_from(w, n * 4), *d_g = dev_from(g, n * 4);
+    float *d_m = dev_from(m, n * 4), *d_v = dev_from(v, n * 4), *d_out = dev_nan((size_t)N * OC);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "upload");
+    float *w2 = new_normal(n, 1);
+    memcpy(w, w2, n * 4);
+    X->upload(X, d_w, w2, n * 4);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "a second upload");
+    // AdamW over the first tensor only (one shard): lr 0.5 moves every weight by ~0.5
+    R->adamw(R, w, m, v, g, nw, 0.5, 0.9, 0.999, 1e-8, 0.0, 1, 1.0f);
+    X->adamw(X, d_w, d_m, d_v, d_g, nw, 0.5, 0.9, 0.999, 1e-8, 0.0, 1, 1.0f);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "adamw on one tensor");
+    float *d_w2 = dev_from(w2, n * 4);
+    X->copy(X, d_w + nw, d_w2, nw * 4);  // the second tensor = the first of w2
+    memcpy(w + nw, w2, nw * 4);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "copy");
+    X->scale(X, d_w, -2.0f, n);
+    for (size_t i = 0; i < n; i++) w[i] *= -2.0f;
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "scale");
+    X->add(X, d_w, d_w, d_w2, n);
+    for (size_t i = 0; i < n; i++) w[i] += w2[i];
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "add");
+    if (X->graph_begin) {  // a recorded GEMM replayed after AdamW reads the new weights
+        X->graph_begin(X, 0x77);
+        X->matmul_forward(X, d_out, d_x, d_w, DT_F32, NULL, N, C, OC);
+        X->graph_end(X, 0x77);
+        for (int step = 2; step <= 3; step++) {
+            R->adamw(R, w, m, v, g, n, 0.5, 0.9, 0.999, 1e-8, 0.0, step, 1.0f);
+            X->adamw(X, d_w, d_m, d_v, d_g, n, 0.5, 0.9, 0.999, 1e-8, 0.0, step, 1.0f);
+            EXPECT(X->graph_launch(X, 0x77));
+            R->matmul_forward(R, out, x, w, DT_F32, NULL, N, C, OC);
+            expect_close("weights after adamw, in a graph replay", d_out, out, (size_t)N * OC, tol_gemm);
+        }
+        X->graph_drop(X, 0x77);
+    }
+    X->free(X, d_x), X->free(X, d_w), X->free(X, d_g), X->free(X, d_m), X->free(X, d_v), X->free(X, d_out);
+    X->free(X, d_w2);
+    free(x), free(w), free(g), free(m), free(v), free(out), free(w2);
+}
+
 // ---------------------------------------------------------------- determinism
 static void test_determinism(void) {
     int B = 1, T = 150, NH = 4, NKV = 1, HD = 16, N = 9, C = 13, V = 1031, chunk = 4;
@@ -630,6 +693,7 @@ int main(void) {
             RUN(test_ce_head);
             RUN(test_determinism);
             RUN(test_attention);  // the tensor-core kernels (after the others: same inputs for them)
+            RUN(test_weight_copies);
             backend_destroy(X);
             continue;
         }
