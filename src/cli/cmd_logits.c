@@ -49,7 +49,7 @@ static Status session_forward(Session *s, const Args *a, PlanMode mode, Err *e) 
     Status st = cli_dtype(a, &dt, e);
     if (st == ST_OK && mode == PLAN_TRAIN) dt = DT_F32;  // gradients need fp32 weights
     if (st == ST_OK) st = cli_backend(a, &s->be, e);
-    if (st == ST_OK) st = model_load(dir, s->be, dt, &s->m, e);
+    if (st == ST_OK) st = (mode == PLAN_TRAIN ? model_load : model_load_frozen)(dir, s->be, dt, &s->m, e);
     free(dir);
     if (st != ST_OK) return st;
     const char *ids = args_str(a, "ids");

@@ -130,7 +130,7 @@ void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
     }
     be->rmsnorm_forward(be, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C, (float)m->cfg.rms_norm_eps);
     const TensorInfo *head = model_lm_head(m);
-    be->matmul_forward(be, dp->logits, dp->lnlast, (char *)m->params + head->offset, m->matrix_dtype, NULL, B, C,
+    be->matmul_forward(be, dp->logits, dp->lnlast, model_data(m, head), m->matrix_dtype, NULL, B, C,
                        m->cfg.vocab_size);
 }
 
@@ -175,7 +175,7 @@ void qwen3_train_micro(Model *m, Plan *p) {
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
     const TensorInfo *head = model_lm_head(m);
-    m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, (char *)m->params + head->offset,
+    m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, model_data(m, head),
                           m->matrix_dtype, NULL, nrows, m->cfg.hidden_size, m->cfg.vocab_size);
 }
 
@@ -186,7 +186,7 @@ void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
     int bw = backward && p->mode == PLAN_TRAIN && m->grads;
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->ce_head(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL,
-                p->lnf, (char *)m->params + head->offset, m->matrix_dtype, p->targets, p->weights, grad_scale,
+                p->lnf, model_data(m, head), m->matrix_dtype, p->targets, p->weights, grad_scale,
                 p->head_scratch, p->head_chunk, N, C, V);
     if (bw) qwen3_backward_from_lnf(m, p);
 }
@@ -260,7 +260,7 @@ void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_l
                                                              "gradients");
     if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->logprob_head(be, out_logp, p->row_entropy, coef ? p->dln : NULL, coef ? m->grads + head->goffset : NULL, p->lnf,
-                     (char *)m->params + head->offset, m->matrix_dtype, p->targets, coef, tau, p->head_scratch,
+                     model_data(m, head), m->matrix_dtype, p->targets, coef, tau, p->head_scratch,
                      p->head_chunk, N, C, V);
     if (coef) qwen3_backward_from_lnf(m, p);
 }
@@ -278,7 +278,7 @@ void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float
     int bw = backward && p->mode == PLAN_TRAIN && m->grads;
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->distill_head(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL, p->lnf,
-                     (char *)m->params + head->offset, m->matrix_dtype, pt->lnf, (char *)mt->params + thead->offset,
+                     model_data(m, head), m->matrix_dtype, pt->lnf, model_data(mt, thead),
                      mt->matrix_dtype, p->targets, p->weights, tau, beta, top_k, grad_scale, p->head_scratch,
                      pt->head_scratch, p->head_chunk, N, C, Ct, V);
     if (bw) qwen3_backward_from_lnf(m, p);

@@ -547,7 +547,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         TeacherMode mode = self ? c->teacher_mode : TEACHER_MODEL;
         if (mode == TEACHER_LIVE) t = m;
         else if (mode == TEACHER_EMA) st = model_load(c->model_dir, be, DT_F32, &t, e);
-        else st = model_load(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype, &t, e);
+        else st = model_load_frozen(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype, &t, e);
         if (st == ST_OK && t != m) {
             if (c->max_plans > 0) t->plans.max_plans = c->max_plans;
             if (t->cfg.vocab_size != m->cfg.vocab_size)

@@ -578,8 +578,9 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
                                    "num_generations %d = %d prompts)", c->dataset, g->ps.n, g->n, g->G, g->ppr);
     if (st == ST_OK) st = rewards_init(&g->rs, c->reward_specs, c->n_rewards, c->reward_weights, c->n_reward_weights,
                                        c->reward_timeout, e);
+    if (st == ST_OK) st = prompts_check_rewards(&g->ps, &g->rs, c->dataset, e);
     if (st == ST_OK && c->beta != 0) {
-        st = model_load(c->model_dir, m->be, c->dtype, &g->ref, e);
+        st = model_load_frozen(c->model_dir, m->be, c->dtype, &g->ref, e);
         if (st == ST_OK) log_info("reference model: %s (frozen, %s weights)", c->model_dir, dtype_torch_name(g->ref->matrix_dtype));
     }
     if (st != ST_OK) {
