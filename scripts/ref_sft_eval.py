@@ -36,6 +36,9 @@ CASES = {
     "packed": dict(eval_batch=2, packing="bfd", eval_packing=None, max_length=24),
     # --packing --eval_packing false: eval rows one example each, truncated to max_length
     "packing_eval_unpacked": dict(eval_batch=3, packing="bfd", eval_packing=False, max_length=12),
+    # two ranks of 2 rows (accelerate's batch-sampler sharding: rank r takes rows [r*B, (r+1)*B) of
+    # every global batch of 4): each rank's batch mean weighs its 2 rows (tests/e2e/dist_sft.sh)
+    "two_ranks": dict(eval_batch=2, packing=None, eval_packing=None, max_length=64, world=2),
 }
 
 
@@ -44,8 +47,10 @@ def eval_case(cfg, w, ex, c):
     packed = c["packing"] is not None if c["eval_packing"] is None else c["eval_packing"]
     L = c["max_length"]
     rows = ref_sft.pack_bfd(docs, L) if packed else [[(i[:L], l[:L])] for i, l in docs]
-    B = c["eval_batch"]
+    B, W = c["eval_batch"], c.get("world", 1)
     losses, accs, ents = [], [], []
+    # a rank's batch is B consecutive rows of the global batch of W * B; accuracy and entropy are
+    # per global batch, so with W > 1 only eval_loss is compared
     for b0 in range(0, len(rows), B):
         batch = rows[b0:b0 + B]
         s = n = correct = ent = 0.0
@@ -66,8 +71,10 @@ def eval_case(cfg, w, ex, c):
         losses += [s / n] * len(batch)
         accs.append(correct / n)
         ents.append(ent / n)
-    return {"eval_loss": sum(losses) / len(losses), "eval_mean_token_accuracy": sum(accs) / len(accs),
-            "eval_entropy": sum(ents) / len(ents), "eval_rows": len(rows)}
+    out = {"eval_loss": sum(losses) / len(losses), "eval_rows": len(rows)}
+    if W == 1:
+        out.update(eval_mean_token_accuracy=sum(accs) / len(accs), eval_entropy=sum(ents) / len(ents))
+    return out
 
 
 def main():
@@ -82,8 +89,7 @@ def main():
     for name, c in CASES.items():
         r = eval_case(cfg, w, ex, c)
         out["cases"][name] = dict(c, **{k: (round(v, 12) if isinstance(v, float) else v) for k, v in r.items()})
-        print(f"{name}: eval_loss {r['eval_loss']:.9f} accuracy {r['eval_mean_token_accuracy']:.6f} "
-              f"entropy {r['eval_entropy']:.6f} rows {r['eval_rows']}")
+        print(f"{name}: eval_loss {r['eval_loss']:.9f} rows {r['eval_rows']}")
     with open(os.path.join(out_dir, "eval.json"), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")

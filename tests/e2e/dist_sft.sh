@@ -100,3 +100,14 @@ elif [ $rc -eq 137 ]; then fail stopped_rank_times_out "hang: killed by the harn
 elif [ $rc -ne 0 ] && grep -q "rank 0: .* did not complete within --ddp_timeout 2 s" "$tmp/stall.log"; then
   ok "stopped_rank_times_out (rc=$rc after $((t1 - t0)) s)"
 else fail stopped_rank_times_out "rc=$rc: $(grep -v '^\[rank 0\] step' "$tmp/stall.log" | tail -4)"; fi
+
+# evaluation over 2 ranks: eval_loss as transformers' evaluation_loop averages gathered rank batch
+# means (each weighted by its rows), against scripts/ref_sft_eval.py's "two_ranks" case
+$MPI $BIN sft --model $M --dataset $IDS --eval_dataset $IDS --output_dir "$tmp/ev" --shuffle false --save_strategy no \
+  --threads 1 --max_steps 1 --learning_rate 0 --eval_strategy steps --eval_steps 1 --per_device_eval_batch_size 2 \
+  --per_device_train_batch_size 2 >/dev/null 2>"$tmp/ev.log"
+got=$(grep -o '"eval_loss":[0-9.e+-]*' "$tmp/ev/metrics.jsonl" 2>/dev/null | cut -d: -f2)
+want=$(python3 -c 'import json; print(json.load(open("tests/data/sft/eval.json"))["cases"]["two_ranks"]["eval_loss"])')
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=a-b; if (d<0) d=-d; exit !(d <= 1e-5 * b)}'; then
+  ok eval_loss_two_ranks
+else fail eval_loss_two_ranks "eval_loss $got, torch $want; $(tail -2 "$tmp/ev.log")"; fi
