@@ -19,6 +19,7 @@
 // Flags shared by both commands: model, decoding, static shapes.
 #define GEN_COMMON_FLAGS                                                                                               \
     {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},                             \
+    CLI_ADAPTER_FLAG,                                                                                                  \
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},                                      \
     {"system", ARG_STR, NULL, "system message (chat template)"},                                                       \
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra template variables, e.g. {\"enable_thinking\": false}"}, \
@@ -175,6 +176,7 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
     TRY(model_load(s->dir, s->be, dt, &s->m, e));
+    TRY(cli_apply_adapter(a, s->m, e));
     char *tj = path_join(s->dir, "tokenizer.json");
     int have_tok = file_exists(tj);
     free(tj);

@@ -5,6 +5,7 @@
 #include "../core/fileio.h"
 #include "../core/json.h"
 #include "../core/log.h"
+#include "../model/lora.h"
 #include "../model/safetensors.h"
 
 #include <dirent.h>
@@ -42,8 +43,12 @@ static Status write_generation_config(const char *dir, const Model *m, const cha
 }
 
 Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype, const char *src, Err *e) {
-    TRY(model_save(m, dir, save_dtype, e));
-    TRY(write_generation_config(dir, m, src, e));
+    if (m->lora) {  // the adapter alone, in PEFT's format (fp32, whatever save_dtype says)
+        TRY(lora_save(m, dir, src, e));
+    } else {
+        TRY(model_save(m, dir, save_dtype, e));
+        TRY(write_generation_config(dir, m, src, e));
+    }
     for (size_t i = 0; src && i < ARRAY_LEN(tokenizer_files); i++) {
         char *a = path_join(src, tokenizer_files[i]), *b = path_join(dir, tokenizer_files[i]);
         Status st = file_exists(a) ? file_copy(a, b, e) : ST_OK;
@@ -56,19 +61,20 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
 
 static Status write_optimizer(const char *path, const Model *m, const float *mh, const float *vh, int with_master,
                               Err *e) {
-    size_t n = m->tt.n_params;
+    Trainable tr = model_trainable(m);
+    size_t n = tr.tt->n_params;
     float *ph = with_master ? xmalloc(n * sizeof(float)) : NULL;
-    int nt = m->tt.n, k = 0;
+    int nt = tr.tt->n, k = 0;
     StWriteTensor *wt = xcalloc((size_t)nt * 3, sizeof(StWriteTensor));
-    char (*names)[128] = xcalloc((size_t)nt * 3, 128);
+    char (*names)[160] = xcalloc((size_t)nt * 3, 160);
     for (int i = 0; i < nt; i++) {
-        const TensorInfo *t = &m->tt.t[i];
-        if (ph) m->be->download(m->be, ph + t->goffset, (const char *)m->params + t->offset, t->numel * sizeof(float));
+        const TensorInfo *t = &tr.tt->t[i];
+        if (ph) m->be->download(m->be, ph + t->goffset, (const char *)tr.params + t->offset, t->numel * sizeof(float));
         const float *src[3] = {mh + t->goffset, vh + t->goffset, ph ? ph + t->goffset : NULL};
         static const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
         for (int j = 0; j < 3; j++) {
             if (!src[j]) continue;
-            snprintf(names[k], 128, "%s.%s", prefix[j], t->name);
+            snprintf(names[k], 160, "%s.%s", prefix[j], t->name);
             wt[k] = (StWriteTensor){.name = names[k], .dtype = DT_F32, .ndim = t->ndim, .data = src[j]};
             wt[k].shape[0] = t->shape[0];
             wt[k].shape[1] = t->shape[1];
@@ -104,7 +110,7 @@ Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *o
     st = checkpoint_write_model(dir, m, save_dtype, src, e);
     if (st == ST_OK && with_opt) {
         char *p = path_join(dir, "optimizer.safetensors");
-        st = write_optimizer(p, m, opt_m, opt_v, save_dtype != DT_F32, e);
+        st = write_optimizer(p, m, opt_m, opt_v, save_dtype != DT_F32 && !m->lora, e);
         free(p);
     }
     if (st == ST_OK) {
@@ -211,7 +217,7 @@ Status checkpoint_prune(const char *output_dir, int limit, Err *e) {
 // Tensor <prefix>.<name> of an optimizer file into dst: device memory, or host when m is NULL.
 static Status upload_tensor(Model *m, const StSet *set, const char *prefix, const TensorInfo *t, float *dst,
                             const char *what, Err *e) {
-    char name[160];
+    char name[200];
     snprintf(name, sizeof name, "%s.%s", prefix, t->name);
     const StTensor *x = st_find(set, name);
     if (!x) return err_set(e, ST_EINVAL, "%s: missing tensor %s", what, name);
@@ -256,23 +262,25 @@ Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, Tr
     StSet set;
     st = st_open(op, &set, e);
     if (st == ST_OK) {
+        Trainable tr = model_trainable(m);
         int with_master = st_find(&set, "master.model.norm.weight") != NULL;
+        const char *weights = m->lora ? "adapter_model.safetensors" : "model.safetensors";
         StSet model_set = {0};
         if (!with_master) {
-            char *mp = path_join(dir, "model.safetensors");
+            char *mp = path_join(dir, weights);
             st = st_open(mp, &model_set, e);
             free(mp);
         }
-        for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
-            const TensorInfo *t = &m->tt.t[i];
+        for (int i = 0; i < tr.tt->n && st == ST_OK; i++) {
+            const TensorInfo *t = &tr.tt->t[i];
             st = upload_tensor(NULL, &set, "exp_avg", t, opt_m + t->goffset, op, e);
             if (st == ST_OK) st = upload_tensor(NULL, &set, "exp_avg_sq", t, opt_v + t->goffset, op, e);
-            float *p = (float *)((char *)m->params + t->offset);
+            float *p = (float *)((char *)tr.params + t->offset);
             if (st == ST_OK && with_master) st = upload_tensor(m, &set, "master", t, p, op, e);
             if (st == ST_OK && !with_master) {
                 const StTensor *x = st_find(&model_set, t->name);
                 if (!x || x->numel != t->numel || x->dtype != DT_F32)
-                    st = err_set(e, ST_EINVAL, "%s/model.safetensors: %s must be F32 with %zu elements", dir, t->name,
+                    st = err_set(e, ST_EINVAL, "%s/%s: %s must be F32 with %zu elements", dir, weights, t->name,
                                  t->numel);
                 else
                     m->be->upload(m->be, p, x->data, t->numel * sizeof(float));

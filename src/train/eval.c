@@ -2,6 +2,8 @@
 // scoring batches -> cross-entropy.
 #include "eval.h"
 
+#include "../model/lora.h"
+
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
@@ -253,6 +255,7 @@ Status eval_run(const char *model_dir, const char *backend, int threads, int dty
     int have_codec = st == ST_OK;
     if (st == ST_OK) st = backend_create(backend, threads, &be, e);
     if (st == ST_OK) st = model_load(model_dir, be, dtype, &m, e);
+    if (st == ST_OK && c->adapter) st = lora_load(m, c->adapter, e);
     if (st == ST_OK) st = eval_model(m, &mc, model_dir, c, r, e);
     model_free(m);
     if (be) backend_destroy(be);

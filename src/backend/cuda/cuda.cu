@@ -229,6 +229,7 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     be->swiglu_backward = cu_swiglu_backward;
     be->add = cu_add;
     be->scale = cu_scale;
+    be->dropout = cu_dropout;
     be->sumsq = cu_sumsq;
     be->ce_head = cu_ce_head;
     be->adamw = cu_adamw;

@@ -189,6 +189,7 @@ void cu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout
                         size_t n);
 void cu_add(Backend *be, float *out, const float *a, const float *b, size_t n);
 void cu_scale(Backend *be, float *x, float s, size_t n);
+void cu_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt);
 double cu_sumsq(Backend *be, const float *x, size_t n);
 void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights, float grad_scale,
