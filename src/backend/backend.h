@@ -46,6 +46,15 @@ struct Backend {
     void *ctx;         // backend-private state (thread count, BLAS handles, streams)
     int threads;
     size_t max_memory; // --max_memory budget for the process (0: what the machine has available)
+    // Prefill buckets: the smallest prefill chunk; generation runs a prompt in chunks of
+    // prefill_bucket * 2^k slots (capped at the prefill chunk size), so a short prompt computes
+    // few padding slots while the plans stay a small bounded set (docs/generate.md). The cpu and
+    // ref backends run any shape at no cost and declare 16; cuda, whose steps are recorded per
+    // shape, declares 128.
+    int prefill_bucket;
+    // Device memory is host memory (ref, cpu): weights can be used in place from a read-only
+    // mapping of the checkpoint instead of copied (model_load).
+    int host_memory;
 
     // ---- memory ------------------------------------------------------------------------
     void *(*alloc)(Backend *be, size_t bytes);  // zero-filled, 64-byte aligned; aborts on failure

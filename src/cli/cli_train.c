@@ -50,8 +50,10 @@ static const ArgSpec train_specs[] = {
 
 // CLI_TRAIN_EVAL
 static const ArgSpec eval_specs[] = {
-    {"eval_strategy", ARG_STR, "no", "no | steps (with --eval_dataset, also evaluated at the end)"},
-    {"eval_steps", ARG_INT, NULL, "evaluate every N steps (default: logging_steps)"},
+    {"eval_strategy", ARG_STR, "no", "no | steps: evaluate --eval_dataset every --eval_steps steps (no extra evaluation "
+                                     "after the last step, as Trainer)"},
+    {"eval_steps", ARG_INT, NULL, "with --eval_strategy steps: evaluate every N steps (default: logging_steps); alone it "
+                                  "turns nothing on"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -188,9 +190,10 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
     if (groups & CLI_TRAIN_EVAL) {
         int eval;
         TRY(read_strategy(a, "eval_strategy", &eval, e));
-        // --eval_steps N alone also turns evaluation on
-        if (args_str(a, "eval_steps")) t->eval_steps = (int)args_int(a, "eval_steps");
-        else if (eval) t->eval_steps = t->logging_steps;
+        // --eval_strategy steps turns evaluation on (every eval_steps, default logging_steps); --eval_steps
+        // alone does not (TrainingArguments)
+        if (eval) t->eval_steps = args_str(a, "eval_steps") ? (int)args_int(a, "eval_steps") : t->logging_steps;
+        if (eval && t->eval_steps <= 0) return err_set(e, ST_EINVAL, "--eval_steps must be positive");
     }
     t->resume = args_str(a, "resume_from_checkpoint");
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;

@@ -71,6 +71,8 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
     c->eval_dataset = args_str(a, "eval_dataset");
     CliTrain r;
     TRY(cli_train_config(a, CLI_TRAIN_EVAL, &c->train, &r, e));
+    if (c->train.eval_steps > 0 && !c->eval_dataset)
+        return err_set(e, ST_EINVAL, "--eval_strategy steps needs --eval_dataset (as Trainer)");
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->B = r.batch_size;
     if (args_bool(a, "use_vllm"))

@@ -38,8 +38,8 @@
     {"ignore_eos", ARG_BOOL, "false", "keep generating after EOS until max_new_tokens"},                               \
     {"stop_strings", ARG_LIST, NULL, "stop a sequence once its text contains this string (repeatable)"},               \
     {"batch_size", ARG_INT, "8", "sequences decoded together (static batch; the last batch is filled)"},              \
-    {"pad_to_multiple_of", ARG_INT, "128", "left-pad prompts to a multiple of this (static shapes; 0 or 1 = off)"},    \
-    {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step (a multiple of 128)"},                      \
+    {"pad_to_multiple_of", ARG_INT, "0", "left-pad prompts to a multiple of this: one prefill shape (0 = the backend's prefill buckets, 1 = exact lengths)"}, \
+    {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step, the largest bucket (a multiple of pad_to_multiple_of)"}, \
     {"max_cache_len", ARG_INT, NULL, "KV cache slots per sequence (default: padded prompt + max_new_tokens, rounded up to 128)"}, \
     {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)"}
 
@@ -158,8 +158,6 @@ static Status build_config(Session *s, const Args *a, Err *e) {
     c->batch_size = (int)args_int(a, "batch_size");
     c->pad_to_multiple_of = (int)args_int(a, "pad_to_multiple_of");
     c->prefill_chunk_size = (int)args_int(a, "prefill_chunk_size");
-    if (c->prefill_chunk_size <= 0 || c->prefill_chunk_size % 128)
-        return err_set(e, ST_EINVAL, "--prefill_chunk_size %d: must be a positive multiple of 128", c->prefill_chunk_size);
     if (args_is_set(a, "max_cache_len")) c->max_cache_len = (int)args_int(a, "max_cache_len");
     if (args_is_set(a, "bad_words_ids")) TRY(parse_bad_words(s, args_str(a, "bad_words_ids"), e));
     s->n_stops = args_is_set(a, "stop_strings") ? args_list(a, "stop_strings", &s->stops) : 0;
@@ -175,7 +173,7 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     int dt;
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
-    TRY(model_load(s->dir, s->be, dt, &s->m, e));
+    TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
     TRY(cli_apply_adapter(a, s->m, e));
     char *tj = path_join(s->dir, "tokenizer.json");
     int have_tok = file_exists(tj);
@@ -559,7 +557,7 @@ static Status run_chat(const Args *a, Err *e) {
             st = encode_messages(&s, a, history, &ids, e);
             int len = (int)ids.n;
             s.cfg.max_cache_len = 0;
-            int need = gen_cache_len(&s.cfg, &len, 1);
+            int need = gen_cache_len(&s.cfg, s.be, &len, 1);
             s.cfg.max_cache_len = (need + 1023) / 1024 * 1024;
             tokenizer_ids_free(&ids);
         }

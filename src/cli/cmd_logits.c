@@ -51,7 +51,9 @@ static Status session_forward(Session *s, const Args *a, PlanMode mode, Err *e) 
     Status st = cli_dtype(a, &dt, e);
     if (st == ST_OK && mode == PLAN_TRAIN && !args_str(a, "adapter")) dt = DT_F32;  // gradients need fp32 weights
     if (st == ST_OK) st = cli_backend(a, &s->be, e);
-    if (st == ST_OK) st = model_load(dir, s->be, dt, &s->m, e);
+    // gradients of every weight need fp32 ones; an adapter's base is frozen
+    int full = mode == PLAN_TRAIN && !args_str(a, "adapter");
+    if (st == ST_OK) st = (full ? model_load : model_load_frozen)(dir, s->be, dt, &s->m, e);
     if (st == ST_OK) st = cli_apply_adapter(a, s->m, e);
     free(dir);
     if (st != ST_OK) return st;

@@ -1,4 +1,5 @@
 // cmd_sft.c: still sft — flags (TRL SFTConfig / TrainingArguments names) -> SftConfig -> sft_run.
+#include "../core/log.h"
 #include "../train/sft.h"
 #include "cli_common.h"
 #include "cli_train.h"
@@ -15,10 +16,15 @@ static const ArgSpec specs[] = {
     {"truncation_mode", ARG_STR, "keep_start", "keep_start (the only mode)"},
     {"packing", ARG_BOOL, "false", "pack examples into rows of max_length"},
     {"packing_strategy", ARG_STR, "bfd", "bfd | wrapped"},
+    {"eval_packing", ARG_BOOL, NULL, "pack the eval set (default: as --packing, TRL's eval_packing None)"},
     {"padding", ARG_STR, "longest", "longest (rounded up to pad_to_multiple_of) | max_length (one shape)"},
     {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
     {"dataloader_drop_last", ARG_BOOL, "false", "drop the last incomplete batch (else padded with empty rows)"},
-    {"completion_only_loss", ARG_BOOL, NULL, "loss on completion tokens only (default: on for prompt-completion)"},
+    {"completion_only_loss", ARG_BOOL, NULL, "loss on completion tokens only; default (TRL's None): on when the first "
+                                             "row has \"prompt\" and \"completion\", else off. It masks the prompt of "
+                                             "prompt/completion rows and applies a pre-tokenised \"completion_mask\"; "
+                                             "\"assistant_masks\" always applies, a \"labels\" column is used as is "
+                                             "(-100 = no loss) and the masks are then ignored"},
     {"assistant_only_loss", ARG_BOOL, "false", "loss on the chat template's {% generation %} tokens only"},
     {"dataset_text_field", ARG_STR, "text", "column of language-modeling text"},
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},
@@ -59,8 +65,14 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     c->chat_template_kwargs = args_str(a, "chat_template_kwargs");
     c->eos_token = args_str(a, "eos_token");
     c->packing = args_bool(a, "packing");
+    c->eval_packing = args_is_set(a, "eval_packing") ? args_bool(a, "eval_packing") : -1;
+    if (c->train.eval_steps > 0 && !c->eval_dataset)
+        return err_set(e, ST_EINVAL, "--eval_strategy steps needs --eval_dataset (as Trainer)");
+    if (c->eval_dataset && c->train.eval_steps <= 0)
+        log_warn("--eval_dataset is not evaluated with --eval_strategy no (the default); add --eval_strategy steps");
     TRY(batch_parse_packing(args_str(a, "packing_strategy"), &c->packing_strategy, e));
-    if (c->packing && d->max_length <= 0) return err_set(e, ST_EINVAL, "--packing needs --max_length > 0");
+    if ((c->packing || c->eval_packing == 1) && d->max_length <= 0)
+        return err_set(e, ST_EINVAL, "--packing and --eval_packing need --max_length > 0");
     const char *pad = args_str(a, "padding");
     if (!strcmp(pad, "max_length")) c->padding_max_length = 1;
     else if (strcmp(pad, "longest")) return err_set(e, ST_EINVAL, "--padding %s: expected longest or max_length", pad);

@@ -34,7 +34,7 @@ void gen_config_default(GenConfig *c) {
     c->num_return_sequences = 1;
     c->seed = 42;
     c->batch_size = 8;
-    c->pad_to_multiple_of = 128;
+    c->pad_to_multiple_of = 0;
     c->prefill_chunk_size = 512;
 }
 
@@ -125,6 +125,9 @@ Status gen_config_check(const GenConfig *c, int V, Err *e) {
         return err_set(e, ST_EINVAL, "no_repeat_ngram_size %d: must be >= 0", c->no_repeat_ngram_size);
     if (c->prefill_chunk_size < 1)
         return err_set(e, ST_EINVAL, "prefill_chunk_size %d: must be positive", c->prefill_chunk_size);
+    if (c->pad_to_multiple_of < 0)
+        return err_set(e, ST_EINVAL, "pad_to_multiple_of %d: must be >= 0 (0: the backend's prefill buckets)",
+                       c->pad_to_multiple_of);
     if (c->pad_to_multiple_of > 1 && c->prefill_chunk_size % c->pad_to_multiple_of)
         return err_set(e, ST_EINVAL, "prefill_chunk_size %d: must be a multiple of pad_to_multiple_of %d",
                        c->prefill_chunk_size, c->pad_to_multiple_of);
@@ -144,11 +147,34 @@ Status gen_config_check(const GenConfig *c, int V, Err *e) {
 
 static int round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
 
-int gen_cache_len(const GenConfig *cfg, const int *lens, int n_prompts) {
+// Prefill schedule of a batch whose longest prompt has n tokens: the batch is left-padded to P
+// slots, run as a first chunk of *first slots, then chunks of prefill_chunk_size. With
+// pad_to_multiple_of > 0, P = n rounded up to it (one granule, as a user asks for); with 0, the
+// remainder that the full chunks leave is rounded up to the smallest bucket (the backend's
+// smallest chunk doubled) that holds it, so a 5-token prompt computes one 16-slot chunk on cpu.
+static int prefill_schedule(const GenConfig *c, int bucket, int n, int *first) {
+    int chunk = c->prefill_chunk_size;
+    if (c->pad_to_multiple_of > 0) {
+        int P = round_up(n, c->pad_to_multiple_of);
+        *first = P - (P - 1) / chunk * chunk;
+        return P;
+    }
+    int full = (n - 1) / chunk, rem = n - full * chunk, b = bucket > 0 ? bucket : 128;
+    while (b < rem) b *= 2;
+    *first = MIN(b, chunk);
+    return *first + full * chunk;
+}
+
+int gen_padded_len(const GenConfig *cfg, const Backend *be, int n) {
+    int first;
+    return prefill_schedule(cfg, be->prefill_bucket, n, &first);
+}
+
+int gen_cache_len(const GenConfig *cfg, const Backend *be, const int *lens, int n_prompts) {
     if (cfg->max_cache_len > 0) return cfg->max_cache_len;
     int longest = 0;
     for (int i = 0; i < n_prompts; i++) longest = MAX(longest, lens[i]);
-    return round_up(round_up(longest, cfg->pad_to_multiple_of) + cfg->max_new_tokens, 128);
+    return round_up(gen_padded_len(cfg, be, longest) + cfg->max_new_tokens, 128);
 }
 
 static double now_s(void) {
@@ -252,8 +278,9 @@ static int step_record(Batch *bt) {
     return live;
 }
 
-// Prefill: left-pad the batch's prompts to P slots and run them through the cache in chunks.
-static Status batch_prefill(Batch *bt, int P, GenStats *st, Err *e) {
+// Prefill: left-pad the batch's prompts to P slots and run them through the cache in chunks,
+// first of `first` slots, then of prefill_chunk_size (prefill_schedule).
+static Status batch_prefill(Batch *bt, int P, int first, GenStats *st, Err *e) {
     Model *m = bt->m;
     Backend *be = m->be;
     const GenConfig *c = bt->cfg;
@@ -274,12 +301,12 @@ static Status batch_prefill(Batch *bt, int P, GenStats *st, Err *e) {
     Plan *dp = bt->dp;
     be->upload(be, dp->kmask, bt->h_mask, (size_t)B * S * sizeof(int32_t));
     if (bt->rep) be->zero(be, dp->seen, (size_t)B * bt->V);
-    int chunk = c->prefill_chunk_size;
+    int chunk = MAX(c->prefill_chunk_size, first);
     int32_t *cids = xmalloc((size_t)B * MIN(chunk, P) * sizeof(int32_t) * 3);
     int32_t *cpos = cids + (size_t)B * MIN(chunk, P), *cseen = cpos + (size_t)B * MIN(chunk, P);
     Status status = ST_OK;
-    for (int c0 = 0; c0 < P && status == ST_OK; c0 += chunk) {
-        int Tc = MIN(chunk, P - c0);
+    for (int c0 = 0; c0 < P && status == ST_OK; c0 += c0 ? c->prefill_chunk_size : first) {
+        int Tc = c0 ? c->prefill_chunk_size : first;
         Plan *p;
         status = plan_get_shape(m, PLAN_PREFILL, B, Tc, 0, &p, e);
         if (status != ST_OK) break;
@@ -360,9 +387,9 @@ static void batch_params(Batch *bt) {
 
 static Status run_batch(Batch *bt, GenStats *st, Err *e) {
     const GenConfig *c = bt->cfg;
-    int longest = 0;
+    int longest = 0, first;
     for (int b = 0; b < bt->B; b++) longest = MAX(longest, bt->rows[b].len);
-    int P = round_up(longest, c->pad_to_multiple_of);
+    int P = prefill_schedule(c, bt->m->be->prefill_bucket, longest, &first);
     if (P + c->max_new_tokens - 1 > bt->S)
         return err_set(e, ST_EINVAL,
                        "a batch needs %d cache slots (prompts padded to %d + max_new_tokens %d - 1) but max_cache_len "
@@ -374,7 +401,7 @@ static Status run_batch(Batch *bt, GenStats *st, Err *e) {
     bt->h_seen = bt->h_pos + n;
     batch_params(bt);
     double t0 = now_s();
-    Status status = batch_prefill(bt, P, st, e);
+    Status status = batch_prefill(bt, P, first, st, e);
     double t1 = now_s();
     st->prefill_seconds += t1 - t0;
     if (status == ST_OK) status = batch_decode(bt, P, st, e);
@@ -411,7 +438,7 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
     }
     int nrs = cfg->num_return_sequences, nrows = n_prompts * nrs;
     int B = cfg->batch_size > 0 ? MIN(cfg->batch_size, nrows) : nrows;
-    int S = gen_cache_len(cfg, lens, n_prompts);
+    int S = gen_cache_len(cfg, m->be, lens, n_prompts);
     int plans_before = m->plans.n;
     Plan *dp;
     TRY(plan_get_shape(m, PLAN_DECODE, B, 1, S, &dp, e));

@@ -4,12 +4,16 @@
 //
 // Static shapes. Rows (one per prompt × return sequence, prompt-major) run in batches of a fixed
 // B = min(batch_size, rows); a short last batch is filled with idle rows. Each batch's prompts are
-// left-padded to P = a multiple of pad_to_multiple_of; RoPE positions come from the attention
-// mask (every row's first real token at position 0), also across prefill chunks. Prefill runs in
-// chunks of prefill_chunk_size slots (a multiple of pad_to_multiple_of), then decode runs one
-// token per row per step for the whole batch; finished rows keep running, masked, fed pad_token_id.
-// Plans: per batch size at most prefill_chunk_size / pad_to_multiple_of prefill plans (one per
-// chunk length) and one decode plan per max_cache_len, which owns the KV cache
+// left-padded to P slots; RoPE positions come from the attention mask (every row's first real
+// token at position 0), also across prefill chunks. Prefill runs a first chunk, then chunks of
+// prefill_chunk_size slots; decode then runs one token per row per step for the whole batch;
+// finished rows keep running, masked, fed pad_token_id.
+// Prefill buckets (pad_to_multiple_of 0, the default): the first chunk is the smallest bucket
+// that holds what the full chunks leave of the longest prompt; buckets are the backend's
+// prefill_bucket doubled until prefill_chunk_size (cpu: 16, 32, 64, ..., 512), so a 5-token prompt
+// computes 16 slots. pad_to_multiple_of > 0 instead pads P to a multiple of it (1: exact lengths).
+// Plans: per batch size at most one prefill plan per bucket (or per multiple of the granule up
+// to the chunk size) and one decode plan per max_cache_len, which owns the KV cache
 // [L][B][NKV][max_cache_len][HD]. model->plans.max_plans turns an extra shape into an error.
 //
 // Decoding follows transformers' generate() (SEMANTICS_MODEL §3, docs/sampling.md): repetition
@@ -81,8 +85,10 @@ typedef struct GenConfig {
     GenLogprobs logprobs;
     // static shapes
     int batch_size;              // rows per batch; <= 0: every row in one batch
-    int pad_to_multiple_of;      // prompt padding granule; <= 1: off (each length its own plans)
-    int prefill_chunk_size;      // slots per prefill chunk; a multiple of pad_to_multiple_of
+    int pad_to_multiple_of;      // 0: the backend's prefill buckets; > 0: pad prompts to a multiple
+                                 // of this (1: each length its own plans)
+    int prefill_chunk_size;      // slots per prefill chunk (the largest bucket); a multiple of
+                                 // pad_to_multiple_of when that is > 1
     int max_cache_len;           // 0: longest padded prompt + max_new_tokens, rounded up to 128
     // host callback (may be NULL)
     GenTokenFn on_token;
@@ -113,7 +119,7 @@ typedef struct GenStats {
 } GenStats;
 
 // transformers' defaults: greedy, temperature 1, top_k 50, top_p 1, no penalties; plus
-// max_new_tokens 256, batch_size 8, pad_to_multiple_of 128, prefill_chunk_size 512.
+// max_new_tokens 256, batch_size 8, pad_to_multiple_of 0 (prefill buckets), prefill_chunk_size 512.
 void gen_config_default(GenConfig *c);
 // Apply a model directory's generation_config.json (if present) over c: do_sample, temperature,
 // top_k, top_p, min_p, repetition_penalty, no_repeat_ngram_size, max_new_tokens,
@@ -133,7 +139,10 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
                     GenSeq **out, GenStats *stats, Err *e);
 void gen_seqs_free(GenSeq *s, int n);
 
-// The cache length gen_generate uses for these prompts (cfg.max_cache_len, or the default rule).
-int gen_cache_len(const GenConfig *cfg, const int *lens, int n_prompts);
+// The padded prompt length P of a batch whose longest prompt has n tokens on backend be.
+int gen_padded_len(const GenConfig *cfg, const Backend *be, int n);
+// The cache length gen_generate uses for these prompts on backend be (cfg.max_cache_len, or
+// P of the longest prompt + max_new_tokens rounded up to 128).
+int gen_cache_len(const GenConfig *cfg, const Backend *be, const int *lens, int n_prompts);
 
 #endif

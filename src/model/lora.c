@@ -234,7 +234,7 @@ void lora_copy_saved(Model *m, Lora *lo) {
         size_t bytes = b->numel * dtype_size(b->dtype);
         void *h = xmalloc(bytes);
         float *f = xmalloc(b->numel * sizeof(float));
-        be->download(be, h, (const char *)m->params + b->offset, bytes);
+        be->download(be, h, model_data(m, b), bytes);
         dtype_convert(f, DT_F32, h, b->dtype, b->numel);
         be->upload(be, (char *)lo->params + t->offset, f, b->numel * sizeof(float));
         free(h);

@@ -235,7 +235,8 @@ Status lora_load(Model *m, const char *dir, Err *e) {
 Status lora_merge(Model *m, Err *e) {
     Lora *lo = m->lora;
     CHECK(lo);
-    if (m->matrix_dtype != DT_F32) return err_set(e, ST_EINVAL, "merging an adapter needs the base in float32");
+    if (m->matrix_dtype != DT_F32 || m->frozen)
+        return err_set(e, ST_EINVAL, "merging an adapter needs the base loaded writable in float32 (model_load)");
     Backend *be = m->be;
     for (int i = 0; i < lo->tt.n; i++) {
         const TensorInfo *t = &lo->tt.t[i];
@@ -245,7 +246,7 @@ Status lora_merge(Model *m, Err *e) {
             if (t->kind == TK_LM_HEAD && !tensors_get(&m->tt, TK_LM_HEAD, -1))
                 return err_set(e, ST_EUNSUPPORTED, "merging a trained lm_head into a model whose lm_head is tied to "
                                                    "its embedding is not supported");
-            be->copy(be, (char *)m->params + b->offset, src, t->numel * sizeof(float));
+            be->copy(be, model_data(m, b), src, t->numel * sizeof(float));
             continue;
         }
         if (!strstr(t->name, ".lora_A.")) continue;
@@ -260,7 +261,7 @@ Status lora_merge(Model *m, Err *e) {
         be->upload(be, dat, at, t->numel * sizeof(float));
         be->matmul_forward(be, delta, (const float *)((char *)lo->params + tb->offset), dat, DT_F32, NULL, out, r, in);
         be->scale(be, delta, lo->scale, (size_t)out * in);
-        float *w = (float *)((char *)m->params + tensors_get(&m->tt, t->kind, t->layer)->offset);
+        float *w = model_data(m, tensors_get(&m->tt, t->kind, t->layer));
         be->add(be, w, w, delta, (size_t)out * in);
         be->free(be, dat);
         be->free(be, delta);

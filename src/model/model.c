@@ -11,9 +11,11 @@
 
 #include <string.h>
 
+void *model_data(const Model *m, const TensorInfo *t) { return m->data[t - m->tt.t]; }
+
 void *model_param(const Model *m, TensorKind kind, int layer) {
     const TensorInfo *t = tensors_get(&m->tt, kind, layer);
-    return t ? (char *)m->params + t->offset : NULL;
+    return t ? model_data(m, t) : NULL;
 }
 
 float *model_grad(const Model *m, TensorKind kind, int layer) {
@@ -26,14 +28,31 @@ const TensorInfo *model_lm_head(const Model *m) {
     return t ? t : tensors_get(&m->tt, TK_EMBED, -1);
 }
 
-static Model *model_new(const ModelConfig *cfg, Backend *be, DType matrix_dtype) {
+// A model with its table; params allocated unless `mapped` says which tensors (flags (tt.n),
+// 1 = data set by the caller) are used in place, then only the others get room in params.
+static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix_dtype, const uint8_t *mapped) {
     Model *m = xcalloc(1, sizeof(Model));
     m->cfg = *cfg;
     m->be = be;
     m->matrix_dtype = matrix_dtype;
     m->ckpt_dtype = matrix_dtype;
     tensors_build(&m->tt, cfg, matrix_dtype);
-    m->params = be->alloc(be, m->tt.param_bytes);
+    m->data = xcalloc((size_t)m->tt.n, sizeof(void *));
+    if (!mapped) {
+        m->params = be->alloc(be, m->tt.param_bytes);
+        for (int i = 0; i < m->tt.n; i++) m->data[i] = (char *)m->params + m->tt.t[i].offset;
+    } else {
+        size_t bytes = 0;
+        for (int i = 0; i < m->tt.n; i++)
+            if (!mapped[i]) bytes += (m->tt.t[i].numel * dtype_size(m->tt.t[i].dtype) + 63) / 64 * 64;
+        m->params = bytes ? be->alloc(be, bytes) : NULL;
+        bytes = 0;
+        for (int i = 0; i < m->tt.n; i++)
+            if (!mapped[i]) {
+                m->data[i] = (char *)m->params + bytes;
+                bytes += (m->tt.t[i].numel * dtype_size(m->tt.t[i].dtype) + 63) / 64 * 64;
+            }
+    }
     int half = cfg->head_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof(float));
     config_rope_inv_freq(cfg, inv, &m->rope_mscale);
@@ -43,9 +62,17 @@ static Model *model_new(const ModelConfig *cfg, Backend *be, DType matrix_dtype)
     return m;
 }
 
+static Model *model_new(const ModelConfig *cfg, Backend *be, DType matrix_dtype) {
+    return model_new_mapped(cfg, be, matrix_dtype, NULL);
+}
+
 void model_alloc_grads(Model *m) {
-    if (m->lora) lora_alloc_grads(m->lora, m->be);
-    else if (!m->grads) m->grads = m->be->alloc(m->be, m->tt.n_params * sizeof(float));
+    if (m->lora) {  // only the adapter trains (the base may be frozen)
+        lora_alloc_grads(m->lora, m->be);
+        return;
+    }
+    CHECK_MSG(!m->frozen, "model_alloc_grads on a frozen model (loaded by model_load_frozen)");
+    if (!m->grads) m->grads = m->be->alloc(m->be, m->tt.n_params * sizeof(float));
 }
 
 Trainable model_trainable(const Model *m) {
@@ -62,10 +89,13 @@ Model *model_share(const Model *m) {
     s->matrix_dtype = m->matrix_dtype;
     s->ckpt_dtype = m->ckpt_dtype;
     tensors_build(&s->tt, &m->cfg, m->matrix_dtype);
+    s->data = xmalloc((size_t)m->tt.n * sizeof(void *));
+    memcpy(s->data, m->data, (size_t)m->tt.n * sizeof(void *));
     s->params = m->params;
     s->inv_freq = m->inv_freq;
     s->rope_mscale = m->rope_mscale;
     s->plans.max_plans = m->plans.max_plans;
+    s->frozen = 1;
     s->shared = 1;
     return s;
 }
@@ -74,7 +104,12 @@ void model_free(Model *m) {
     if (!m) return;
     plan_cache_free(m);
     lora_detach(m);
-    if (!m->shared) m->be->free(m->be, m->params);
+    if (m->params && !m->shared) m->be->free(m->be, m->params);
+    if (m->mapping && !m->shared) {
+        st_close(m->mapping);
+        free(m->mapping);
+    }
+    free(m->data);
     if (m->grads) m->be->free(m->be, m->grads);
     if (!m->shared) m->be->free(m->be, m->inv_freq);
     tensors_free(&m->tt);
@@ -89,47 +124,15 @@ static int ignorable_extra(const Model *m, const char *name) {
     return n >= s && !strcmp(name + n - s, "rotary_emb.inv_freq");  // buffer saved by old checkpoints
 }
 
-Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
-    char *cfg_path = path_join(dir, "config.json");
-    ModelConfig cfg;
-    Status st = config_load(cfg_path, &cfg, e);
-    free(cfg_path);
-    if (st != ST_OK) return st;
-    StSet set;
-    st = st_open(dir, &set, e);
-    if (st != ST_OK) {
-        config_free(&cfg);
-        return st;
-    }
-    // The checkpoint's dtype: that of its embedding matrix.
-    DType ckpt = cfg.torch_dtype;
-    const StTensor *emb = st_find(&set, "model.embed_tokens.weight");
-    if (emb) ckpt = emb->dtype;
-    DType mdt = matrix_dtype >= 0 ? (DType)matrix_dtype : (ckpt == DT_BF16 ? DT_BF16 : DT_F32);
-    TensorTable probe;
-    tensors_build(&probe, &cfg, mdt);
-    char what[600];
-    snprintf(what, sizeof what, "loading %s (%zu parameters as %s)", dir, probe.n_params, dtype_torch_name(mdt));
-    st = mem_check(probe.param_bytes, be->max_memory, what, e);
-    tensors_free(&probe);
-    if (st != ST_OK) {
-        st_close(&set);
-        config_free(&cfg);
-        return st;
-    }
-    Model *m = model_new(&cfg, be, mdt);
-    m->ckpt_dtype = ckpt;
-    m->dir = xstrdup(dir);
-    size_t stage_cap = 0;
-    void *stage = NULL;
-    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
-        const TensorInfo *t = &m->tt.t[i];
-        const StTensor *s = st_find(&set, t->name);
-        if (!s) {
-            st = err_set(e, ST_EINVAL, "%s: missing tensor \"%s\" (expected by config.json: %s)", dir, t->name,
-                         cfg.model_type);
-            break;
-        }
+// Every tensor the table expects is in the checkpoint with its shape, and nothing else is.
+static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *set, const char *dir, Err *e) {
+    const ModelConfig *cfg = &m->cfg;
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        const StTensor *s = st_find(set, t->name);
+        if (!s)
+            return err_set(e, ST_EINVAL, "%s: missing tensor \"%s\" (expected by config.json: %s)", dir, t->name,
+                           cfg->model_type);
         int shape_ok = s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim == 1 || s->shape[1] == t->shape[1]);
         if (!shape_ok) {
             char got[128] = "", want[128];
@@ -137,9 +140,26 @@ Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, E
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)s->shape[d]);
             if (t->ndim == 1) snprintf(want, sizeof want, "%lld", (long long)t->shape[0]);
             else snprintf(want, sizeof want, "%lld, %lld", (long long)t->shape[0], (long long)t->shape[1]);
-            st = err_set(e, ST_EINVAL, "%s: tensor \"%s\" has shape [%s], expected [%s]", dir, t->name, got, want);
-            break;
+            return err_set(e, ST_EINVAL, "%s: tensor \"%s\" has shape [%s], expected [%s]", dir, t->name, got, want);
         }
+    }
+    for (int i = 0; i < set->n_tensors; i++) {
+        const char *name = set->tensors[i].name;
+        if (!tensors_find(tt, name) && !ignorable_extra(m, name))
+            return err_set(e, ST_EINVAL, "%s: unexpected tensor \"%s\" (not part of a %s model with this config.json)",
+                           dir, name, cfg->model_type);
+    }
+    return ST_OK;
+}
+
+// Copy (converting) every tensor not used in place into params.
+static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
+    size_t stage_cap = 0;
+    void *stage = NULL;
+    for (int i = 0; i < m->tt.n; i++) {
+        if (mapped && mapped[i]) continue;
+        const TensorInfo *t = &m->tt.t[i];
+        const StTensor *s = st_find(set, t->name);
         size_t bytes = t->numel * dtype_size(t->dtype);
         if (bytes > stage_cap) {
             free(stage);
@@ -147,22 +167,84 @@ Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, E
             stage_cap = bytes;
         }
         dtype_convert(stage, t->dtype, s->data, s->dtype, t->numel);
-        be->upload(be, (char *)m->params + t->offset, stage, bytes);
-    }
-    for (int i = 0; i < set.n_tensors && st == ST_OK; i++) {
-        const char *name = set.tensors[i].name;
-        if (!tensors_find(&m->tt, name) && !ignorable_extra(m, name))
-            st = err_set(e, ST_EINVAL, "%s: unexpected tensor \"%s\" (not part of a %s model with this config.json)",
-                         dir, name, cfg.model_type);
+        m->be->upload(m->be, m->data[i], stage, bytes);
     }
     free(stage);
-    st_close(&set);
+}
+
+static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, Model **out, Err *e) {
+    *out = NULL;
+    char *cfg_path = path_join(dir, "config.json");
+    ModelConfig cfg;
+    Status st = config_load(cfg_path, &cfg, e);
+    free(cfg_path);
+    if (st != ST_OK) return st;
+    StSet *set = xcalloc(1, sizeof(StSet));
+    st = st_open(dir, set, e);
     if (st != ST_OK) {
-        model_free(m);
+        free(set);
+        config_free(&cfg);
         return st;
     }
+    // The checkpoint's dtype: that of its embedding matrix.
+    DType ckpt = cfg.torch_dtype;
+    const StTensor *emb = st_find(set, "model.embed_tokens.weight");
+    if (emb) ckpt = emb->dtype;
+    DType mdt = matrix_dtype >= 0 ? (DType)matrix_dtype : (ckpt == DT_BF16 ? DT_BF16 : DT_F32);
+    Model probe = {.cfg = cfg};
+    tensors_build(&probe.tt, &cfg, mdt);
+    st = check_tensors(&probe, &probe.tt, set, dir, e);
+    // Frozen on host memory: tensors stored as they are computed with are used in place.
+    uint8_t *mapped = NULL;
+    size_t copied = probe.tt.param_bytes, in_place = 0;
+    if (st == ST_OK && frozen && be->host_memory) {
+        mapped = xcalloc((size_t)probe.tt.n, 1);
+        copied = 0;
+        for (int i = 0; i < probe.tt.n; i++) {
+            const TensorInfo *t = &probe.tt.t[i];
+            size_t bytes = t->numel * dtype_size(t->dtype);
+            mapped[i] = st_find(set, t->name)->dtype == t->dtype;
+            if (mapped[i]) in_place += bytes;
+            else copied += bytes;
+        }
+    }
+    char what[600];
+    snprintf(what, sizeof what, "loading %s (%zu parameters as %s)", dir, probe.tt.n_params, dtype_torch_name(mdt));
+    if (st == ST_OK) st = mem_check(copied, be->max_memory, what, e);
+    tensors_free(&probe.tt);
+    if (st != ST_OK) {
+        free(mapped);
+        st_close(set);
+        free(set);
+        config_free(&cfg);
+        return st;
+    }
+    Model *m = model_new_mapped(&cfg, be, mdt, mapped);
+    m->ckpt_dtype = ckpt;
+    m->dir = xstrdup(dir);
+    m->frozen = frozen;
+    m->mapped_bytes = in_place;
+    for (int i = 0; mapped && i < m->tt.n; i++)
+        if (mapped[i]) m->data[i] = (void *)st_find(set, m->tt.t[i].name)->data;
+    upload_tensors(m, set, mapped);
+    free(mapped);
+    if (in_place) {
+        m->mapping = set;
+    } else {
+        st_close(set);
+        free(set);
+    }
+    if (in_place) log_debug("%s: %.1f MiB of weights used in place from the mapping", dir, in_place / 1048576.0);
     *out = m;
     return ST_OK;
+}
+
+Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
+    return load(dir, be, matrix_dtype, 0, out, e);
+}
+
+Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
+    return load(dir, be, matrix_dtype, 1, out, e);
 }
 
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e) {
@@ -181,7 +263,7 @@ Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, M
         }
         int is_norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_QN || t->kind == TK_KN;
         for (size_t j = 0; j < t->numel; j++) host[j] = t->is_matrix ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
-        be->upload(be, (char *)m->params + t->offset, host, t->numel * sizeof(float));
+        be->upload(be, m->data[i], host, t->numel * sizeof(float));
     }
     free(host);
     UNUSED(e);
@@ -204,7 +286,7 @@ Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e) {
             stage = xmalloc(bytes);
             stage_cap = bytes;
         }
-        be->download(be, stage, (const char *)m->params + t->offset, bytes);
+        be->download(be, stage, m->data[i], bytes);
         bufs[i] = xmalloc(t->numel * dtype_size(save_dtype));
         dtype_convert(bufs[i], save_dtype, stage, t->dtype, t->numel);
         wt[i].name = t->name;

@@ -15,7 +15,12 @@ typedef struct Model {
     char *dir;            // directory it was loaded from (NULL for a fresh init)
     DType matrix_dtype;   // storage of 2-D weights in params
     DType ckpt_dtype;     // dtype of the checkpoint's weights (what saving writes by default)
-    void *params;         // device, tt.param_bytes
+    void *params;         // device, tt.param_bytes; NULL when every tensor is mapped (frozen)
+    void **data;          // (tt.n) each tensor's device data: params + offset, or (frozen models
+                          // on host-memory backends) into the checkpoint's read-only mapping
+    struct StSet *mapping;  // the checkpoint, kept mapped while tensors point into it (frozen)
+    int frozen;           // loaded by model_load_frozen: weights are read only, never trained
+    size_t mapped_bytes;  // bytes of weights used in place from the mapping
     float *grads;         // device (tt.n_params) fp32, NULL until model_alloc_grads
     float *inv_freq;      // device (HD/2) RoPE inverse frequencies
     float rope_mscale;    // attention scaling applied to cos and sin (yarn), else 1
@@ -38,6 +43,12 @@ Trainable model_trainable(const Model *m);
 // keep the checkpoint's dtype for 2-D weights when it is BF16, else F32. Missing, extra or
 // mis-shaped tensors are errors naming the tensor.
 Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
+// The same for a model that is only run (generation, eval, frozen teachers and reference
+// models): on a host-memory backend (ref, cpu) every tensor whose checkpoint dtype is its
+// storage dtype is used in place from the read-only mapping of the file, with no copy; the others
+// (converted dtypes) are copied into params. Such a model has no gradients and is never written;
+// its parameters are not one contiguous buffer (model_param / model_data per tensor).
+Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
 // A fresh model from a config: normal(0, initializer_range) matrices, norm weights 1, biases 0.
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e);
 // Write model.safetensors (in save_dtype) and config.json into dir (created if needed).
@@ -51,6 +62,8 @@ void model_free(Model *m);
 
 // Device pointers of a tensor (NULL when the model has none of that kind).
 void *model_param(const Model *m, TensorKind kind, int layer);
+// Device data of a table entry of m->tt.
+void *model_data(const Model *m, const TensorInfo *t);
 float *model_grad(const Model *m, TensorKind kind, int layer);
 // The LM head (tied: the embedding) and its gradient.
 const TensorInfo *model_lm_head(const Model *m);

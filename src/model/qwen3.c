@@ -54,7 +54,7 @@ static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : m-
 static const void *head_weight(const Model *m, DType *dt) {
     const float *s = lora_saved_param(m, TK_LM_HEAD, -1);
     *dt = s ? DT_F32 : m->matrix_dtype;
-    return s ? (const void *)s : (const void *)((const char *)m->params + model_lm_head(m)->offset);
+    return s ? (const void *)s : (const void *)model_data(m, model_lm_head(m));
 }
 
 static float *head_grad(const Model *m) {

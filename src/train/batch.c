@@ -203,10 +203,11 @@ void batcher_fill(Batcher *bt, int epoch, int index, HostBatch *hb) {
     const Rows *r = bt->rows;
     hb->B = B;
     hb->T = T;
-    hb->n_targets = hb->n_tokens = 0;
+    hb->n_targets = hb->n_tokens = hb->n_rows = 0;
     for (int b = 0; b < B; b++) {
         int k = order_pos(bt, index, b), a = 0, len = 0;
         if (k < r->n) {  // rows past the end (last partial batch) stay empty: all padding
+            hb->n_rows++;
             a = r->start[bt->order[k]];
             len = MIN(r->start[bt->order[k] + 1] - a, T);
         }

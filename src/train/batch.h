@@ -50,6 +50,7 @@ typedef struct HostBatch {
     int32_t *ids, *pos, *seg, *targets;  // (B, T) each
     int n_targets;         // targets != IGNORE_INDEX
     int n_tokens;          // real (non-padding) tokens
+    int n_rows;            // real rows (the last batch of an epoch may have fewer than B)
 } HostBatch;
 
 typedef struct Batcher {

@@ -44,6 +44,7 @@ typedef struct RowCtx {
     const TextCodec *codec;
     DataFormat format;
     int conversational;
+    int completion_only;  // cfg->completion_only_loss, or (auto) the first row has "prompt" and "completion"
     int warned_prefix;
 } RowCtx;
 
@@ -179,15 +180,39 @@ static Status get_int_list(const cJSON *row, const char *key, int vocab, I32Vec 
     return ST_OK;
 }
 
+// A pre-tokenised row, as TRL's _prepare_dataset builds its labels: a "labels" column is used as
+// is (-100 = no loss; the mask columns are then ignored); else "assistant_masks" always applies
+// and "completion_mask" only with completion-only loss. Labels must be -100 or the input id at
+// that position: the loss heads predict the next input id.
 static Status row_ids(const RowCtx *c, const cJSON *row, I32Vec *ids, I32Vec *mask, Err *e) {
     int vocab = c->cfg->vocab_size > 0 ? c->cfg->vocab_size : c->codec ? c->codec->vocab_size : 0;
     TRY(get_int_list(row, "input_ids", vocab, ids, e));
     if (ids->n == 0) return err_set(e, ST_EINVAL, "\"input_ids\" is empty");
     for (size_t t = 0; t < ids->n; t++) i32vec_push(mask, 1);
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(row, "labels");
+    if (labels) {
+        if (!cJSON_IsArray(labels)) return err_set(e, ST_EINVAL, "\"labels\" must be a list of integers");
+        if ((size_t)cJSON_GetArraySize(labels) != ids->n)
+            return err_set(e, ST_EINVAL, "\"labels\" has %d entries but \"input_ids\" has %zu", cJSON_GetArraySize(labels),
+                           ids->n);
+        size_t t = 0;
+        for (const cJSON *x = labels->child; x; x = x->next, t++) {
+            if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble))
+                return err_set(e, ST_EINVAL, "\"labels\"[%zu] is not an integer", t);
+            if (x->valuedouble == -100) {
+                mask->v[t] = 0;
+            } else if (x->valuedouble != ids->v[t]) {
+                return err_set(e, ST_EUNSUPPORTED, "\"labels\"[%zu] = %.0f differs from \"input_ids\"[%zu] = %d: labels "
+                                                   "must be -100 (no loss) or the input id (other targets are not "
+                                                   "supported)", t, x->valuedouble, t, ids->v[t]);
+            }
+        }
+        return ST_OK;
+    }
     static const char *mask_keys[] = {"completion_mask", "assistant_masks"};
     for (int k = 0; k < 2; k++) {
         if (!cJSON_GetObjectItemCaseSensitive(row, mask_keys[k])) continue;
-        if (k == 0 && c->cfg->completion_only_loss == 0) continue;
+        if (k == 0 && !c->completion_only) continue;
         I32Vec m = {0};
         Status st = get_int_list(row, mask_keys[k], 2, &m, e);
         if (st == ST_OK && m.n != ids->n)
@@ -285,7 +310,7 @@ static Status row_prompt_completion(RowCtx *c, const cJSON *row, I32Vec *ids, I3
         cJSON_Delete(pm);
         cJSON_Delete(qm);
     }
-    if (st == ST_OK && c->cfg->completion_only_loss != 0) {
+    if (st == ST_OK && c->completion_only) {
         size_t np = MIN(pids.n, ids->n);
         // np == 0: an empty prompt leaves pids.v NULL, and memcmp(NULL, ..., 0) is undefined.
         if (!c->warned_prefix && (pids.n > ids->n || (np && memcmp(pids.v, ids->v, np * sizeof(int32_t))))) {
@@ -300,6 +325,8 @@ static Status row_prompt_completion(RowCtx *c, const cJSON *row, I32Vec *ids, I3
 }
 
 static Status detect_format(RowCtx *c, const cJSON *row, Err *e) {
+    int has_pc = cJSON_GetObjectItemCaseSensitive(row, "prompt") && cJSON_GetObjectItemCaseSensitive(row, "completion");
+    c->completion_only = c->cfg->completion_only_loss >= 0 ? c->cfg->completion_only_loss : has_pc;
     if (cJSON_GetObjectItemCaseSensitive(row, "input_ids")) {
         c->format = FMT_IDS;
     } else if (cJSON_GetObjectItemCaseSensitive(row, "prompt") && cJSON_GetObjectItemCaseSensitive(row, "completion")) {
@@ -386,6 +413,7 @@ static Status one_row(RowCtx *c, const cJSON *row, int first, const char *where,
         if (st != ST_OK) return err_prefix(e, "%s: ", where);
         d->format = c->format;
         d->conversational = c->conversational;
+        d->completion_only_loss = c->completion_only;
     }
     st = row_to_example(c, row, d, e);
     if (st == ST_OK) return ST_OK;
@@ -406,8 +434,9 @@ Status data_check_local(const char *path, Err *e) {
     return ST_OK;
 }
 
-Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void *ctx, int *n_bad, char *first_bad,
-                        size_t first_bad_size, Err *e) {
+// data_foreach_row over at most max_rows rows (< 0: all).
+static Status foreach_rows(const char *path, int skip_bad_rows, int max_rows, DataRowFn fn, void *ctx, int *n_bad,
+                           char *first_bad, size_t first_bad_size, Err *e) {
     TRY(data_check_local(path, e));
     char *text;
     size_t len;
@@ -425,16 +454,16 @@ Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void 
             st = err_set(e, ST_EINVAL, "%s:%d: invalid JSON (a JSON array of rows was expected)", path, line);
         } else {
             int k = 0;
-            for (const cJSON *row = arr->child; row && st == ST_OK; row = row->next, k++) {
+            for (const cJSON *row = arr->child; row && st == ST_OK && k != max_rows; row = row->next, k++) {
                 snprintf(where, sizeof where, "%s: row %d", path, k);
                 st = fn(ctx, row, k == 0, where, e);
             }
             cJSON_Delete(arr);
         }
     } else {  // JSONL
-        int line = 0, first = 1;
+        int line = 0, first = 1, rows = 0;
         size_t p = 0;
-        while (p < len && st == ST_OK) {
+        while (p < len && st == ST_OK && rows != max_rows) {
             line++;
             size_t q = p;
             while (q < len && text[q] != '\n') q++;
@@ -457,11 +486,35 @@ Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void 
             }
             st = fn(ctx, row, first, where, e);
             first = 0;
+            rows++;
             cJSON_Delete(row);
         }
     }
     free(text);
     return st;
+}
+
+Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void *ctx, int *n_bad, char *first_bad,
+                        size_t first_bad_size, Err *e) {
+    return foreach_rows(path, skip_bad_rows, -1, fn, ctx, n_bad, first_bad, first_bad_size, e);
+}
+
+static Status detect_row(void *ctx, const cJSON *row, int first, const char *where, Err *e) {
+    RowCtx *c = ctx;
+    if (!cJSON_IsObject(row)) return err_set(e, ST_EINVAL, "%s: a row must be a JSON object", where);
+    if (detect_format(c, row, e) != ST_OK) return err_prefix(e, "%s: ", where);
+    return ST_OK;
+}
+
+Status data_detect(const char *path, const DataConfig *cfg, DataFormat *format, int *completion_only_loss, Err *e) {
+    DataConfig probe = *cfg;
+    probe.assistant_only_loss = 0;  // checked with the codec by data_load
+    RowCtx c = {.cfg = &probe};
+    int n_bad = 0;
+    TRY(foreach_rows(path, 0, 1, detect_row, &c, &n_bad, NULL, 0, e));
+    *format = c.format;
+    if (completion_only_loss) *completion_only_loss = c.completion_only;
+    return ST_OK;
 }
 
 typedef struct LoadCtx {

@@ -6,7 +6,11 @@
 //                              (chat template; prompt rendered with add_generation_prompt)
 //   messages                   conversational language modeling (no EOS appended)
 //   conversations              ShareGPT {from, value}, converted to messages first
-//   input_ids                  already tokenised (optional completion_mask / assistant_masks)
+//   input_ids                  already tokenised: a "labels" column used as is (-100 = no loss), else
+//                              optional assistant_masks (always) / completion_mask (completion-only loss)
+// Completion-only loss is on by default only when the first row has "prompt" and "completion"
+// (TRL's completion_only_loss=None); it masks the prompt of prompt/completion rows and applies a
+// pre-tokenised completion_mask.
 // Files: JSONL (one object per line) or one JSON array. Text goes through a TextCodec, the
 // adapter to the tokenizer and chat template, so this file holds the TRL rules and nothing else.
 #ifndef STILL_DATA_H
@@ -54,7 +58,7 @@ typedef struct DataConfig {
     const char *text_field;        // "text"
     int max_length;                // truncation (keep_start); <= 0: none
     int truncate;                  // 0 when packing (packing cuts itself)
-    int completion_only_loss;      // -1: auto (on for prompt-completion)
+    int completion_only_loss;      // -1: auto (on when the first row has "prompt" and "completion")
     int assistant_only_loss;
     const cJSON *chat_template_kwargs;  // object or NULL
     int skip_bad_rows;
@@ -72,6 +76,7 @@ typedef struct Dataset {
     int n;
     DataFormat format;
     int conversational;
+    int completion_only_loss;  // as resolved from the config and the first row
     int n_bad;        // rows skipped with --skip_bad_rows
     int n_dropped;    // examples dropped because no label token survived truncation
     int n_truncated;
@@ -89,6 +94,9 @@ Status data_load(const char *path, const DataConfig *cfg, const TextCodec *codec
 typedef Status (*DataRowFn)(void *ctx, const cJSON *row, int first, const char *where, Err *e);
 Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void *ctx, int *n_bad, char *first_bad,
                         size_t first_bad_size, Err *e);
+// The format of a dataset file and the completion-only loss it gets, from the keys of its first
+// row (TRL decides both from the first example); no codec needed.
+Status data_detect(const char *path, const DataConfig *cfg, DataFormat *format, int *completion_only_loss, Err *e);
 // A hub dataset id is an error with the export recipe.
 Status data_check_local(const char *path, Err *e);
 void data_free(Dataset *d);

@@ -186,6 +186,7 @@ Status eval_model(Model *m, ModelCodec *codec, const char *model_dir, const Eval
     if (st == ST_OK && ps.n == 0) st = err_set(e, ST_EINVAL, "%s: no prompts", c->dataset);
     if (st == ST_OK && c->n_metrics > 0)
         st = rewards_init(&rs, c->metrics, c->n_metrics, NULL, 0, c->reward_timeout, e);
+    if (st == ST_OK && c->n_metrics > 0) st = prompts_check_rewards(&ps, &rs, c->dataset, e);
     GenSeq *seqs = NULL;
     int nseq = 0;
     char **texts = NULL;
@@ -254,7 +255,7 @@ Status eval_run(const char *model_dir, const char *backend, int threads, int dty
     Status st = model_codec_load(&mc, model_dir, NULL, e);
     int have_codec = st == ST_OK;
     if (st == ST_OK) st = backend_create(backend, threads, &be, e);
-    if (st == ST_OK) st = model_load(model_dir, be, dtype, &m, e);
+    if (st == ST_OK) st = model_load_frozen(model_dir, be, dtype, &m, e);
     if (st == ST_OK && c->adapter) st = lora_load(m, c->adapter, e);
     if (st == ST_OK) st = eval_model(m, &mc, model_dir, c, r, e);
     model_free(m);

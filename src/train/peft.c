@@ -3,9 +3,9 @@
 
 #include "../core/log.h"
 
-int peft_load_dtype(const PeftConfig *p, int dtype) {
-    if (!p->use_peft) return DT_F32;
-    return dtype;
+Status peft_load_model(const char *dir, Backend *be, const PeftConfig *p, int dtype, Model **out, Err *e) {
+    if (!p->use_peft) return model_load(dir, be, DT_F32, out, e);
+    return model_load_frozen(dir, be, dtype, out, e);
 }
 
 Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, uint64_t seed, Err *e) {

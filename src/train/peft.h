@@ -12,9 +12,9 @@ typedef struct PeftConfig {
     const char *adapter;      // --adapter DIR: continue training this adapter (PEFT's is_trainable)
 } PeftConfig;
 
-// The matrix dtype a trainer loads its model's weights in: fp32 masters for full training; with
-// an adapter the frozen base keeps the checkpoint's dtype unless dtype (>= 0) says otherwise.
-int peft_load_dtype(const PeftConfig *p, int dtype);
+// Load a trainer's model: fp32 masters for full training; with an adapter the base is frozen
+// (model_load_frozen: its checkpoint's dtype unless dtype >= 0, used in place where it can be).
+Status peft_load_model(const char *dir, Backend *be, const PeftConfig *p, int dtype, Model **out, Err *e);
 // After loading: attach the adapter (new, keyed by seed, or read from --adapter) and set
 // gradient checkpointing. Logs what trains.
 Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, uint64_t seed, Err *e);

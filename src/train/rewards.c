@@ -451,23 +451,65 @@ Status rewards_init(RewardSet *rs, const char *const *specs, int n, const double
             return st;
         }
     }
-    // equal names get a suffix so every rewards/<name>/mean is distinct
+    // equal names get a suffix (length, length_2, length_3, ...) so every rewards/<name>/mean is
+    // distinct: the k-th function of a name is counted against the names as given
+    char **given = xmalloc((size_t)n * sizeof(char *));
+    for (int k = 0; k < n; k++) given[k] = xstrdup(rs->fns[k].name);
     for (int k = 1; k < n; k++) {
         int dup = 1;
-        for (int j = 0; j < k; j++) dup += !strcmp(rs->fns[j].name, rs->fns[k].name);
+        for (int j = 0; j < k; j++) dup += !strcmp(given[j], given[k]);
         if (dup > 1) {
             char buf[256];
-            snprintf(buf, sizeof buf, "%s_%d", rs->fns[k].name, dup);
+            snprintf(buf, sizeof buf, "%s_%d", given[k], dup);
             free(rs->fns[k].name);
             rs->fns[k].name = xstrdup(buf);
         }
     }
+    for (int k = 0; k < n; k++) free(given[k]);
+    free(given);
     for (int k = 0; k < n; k++) {
         char buf[300];
         snprintf(buf, sizeof buf, "rewards/%s/mean", rs->fns[k].name);
         rs->fns[k].metric_mean = xstrdup(buf);
         snprintf(buf, sizeof buf, "rewards/%s/std", rs->fns[k].name);
         rs->fns[k].metric_std = xstrdup(buf);
+    }
+    // a suffixed name can still meet a given one (cmd:./length_2 beside two length rewards): two
+    // functions logging one metric would merge their values, so that is an error
+    for (int k = 1; k < n; k++)
+        for (int j = 0; j < k; j++)
+            if (!strcmp(rs->fns[j].name, rs->fns[k].name)) {
+                Status st = err_set(e, ST_EINVAL, "rewards %s and %s would both log the metric rewards/%s/mean; "
+                                                  "every reward function needs its own name", rs->fns[j].spec,
+                                    rs->fns[k].spec, rs->fns[k].name);
+                rewards_free(rs);
+                return st;
+            }
+    return ST_OK;
+}
+
+static int any_row_has(const cJSON *const *rows, int n_rows, const char *col) {
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i] && cJSON_GetObjectItemCaseSensitive(rows[i], col)) return 1;
+    return 0;
+}
+
+Status rewards_check_columns(const RewardSet *rs, const cJSON *const *rows, int n_rows, const char *path, Err *e) {
+    for (int k = 0; k < rs->n; k++) {
+        const RewardFn *f = &rs->fns[k];
+        if (f->kind != REWARD_EXACT_MATCH || any_row_has(rows, n_rows, f->arg)) continue;
+        StrBuf cols = {0};  // the dataset's columns: every key of any row, in order of appearance
+        for (int i = 0; i < n_rows; i++) {
+            const cJSON *c;
+            cJSON_ArrayForEach(c, rows[i]) {
+                if (!c->string || any_row_has(rows, i, c->string)) continue;
+                sb_printf(&cols, "%s\"%s\"", cols.len ? ", " : "", c->string);
+            }
+        }
+        Status st = err_set(e, ST_EINVAL, "%s: reward %s needs a column \"%s\", which the dataset does not have (its "
+                                          "columns: %s)", path, f->spec, f->arg, cols.len ? cols.data : "none");
+        sb_free(&cols);
+        return st;
     }
     return ST_OK;
 }

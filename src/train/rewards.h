@@ -27,7 +27,8 @@ typedef enum { REWARD_EXACT_MATCH = 0, REWARD_REGEX, REWARD_LENGTH, REWARD_FORMA
 typedef struct RewardFn {
     RewardKind kind;
     char *spec;          // as given
-    char *name;          // TRL's reward function name: distinct within a set
+    char *name;          // TRL's reward function name; the k-th of a name gets "_k" (length, length_2, ...):
+                         // distinct within a set, and rewards_init refuses a set where they are not
     char *metric_mean;   // "rewards/<name>/mean"
     char *metric_std;    // "rewards/<name>/std"
     char *arg;           // column, pattern, program (NULL for format)
@@ -61,6 +62,10 @@ typedef struct RewardInput {
 // exactly n). Errors name the spec and what is wrong.
 Status rewards_init(RewardSet *rs, const char *const *specs, int n, const double *weights, int n_weights,
                     double timeout_s, Err *e);
+// Rewards that cannot be computed are errors, before any step: an exact_match:COLUMN whose column
+// no row of the dataset (path, n_rows rows) has names the column and the columns there are. A
+// row without it (or with null) where others have it scores NaN (None), as a datasets column does.
+Status rewards_check_columns(const RewardSet *rs, const cJSON *const *rows, int n_rows, const char *path, Err *e);
 // Stop cmd: children (closing their stdin, then SIGTERM after a grace period) and free.
 void rewards_free(RewardSet *rs);
 // out (n_in, rs->n): the value of function k for input i at out[i * rs->n + k], NaN for None.

@@ -4,6 +4,7 @@
 #include "../backend/backend.h"
 #include "../core/alloc.h"
 #include "../core/log.h"
+#include "rewards.h"
 
 #include <math.h>
 #include <string.h>
@@ -157,6 +158,14 @@ Status prompts_load(const char *path, const PromptConfig *cfg, const TextCodec *
     }
     if (lc.n_bad) log_warn("%s: skipped %d bad rows (first: %s)", path, lc.n_bad, lc.first_bad);
     return ST_OK;
+}
+
+Status prompts_check_rewards(const PromptSet *ps, const RewardSet *rs, const char *path, Err *e) {
+    const cJSON **rows = xmalloc((size_t)MAX(1, ps->n) * sizeof *rows);
+    for (int i = 0; i < ps->n; i++) rows[i] = ps->rows[i].row;
+    Status st = rewards_check_columns(rs, rows, ps->n, path, e);
+    free(rows);
+    return st;
 }
 
 // Fill {column} placeholders from a row; "{{" and "}}" are literal braces (Python str.format).

@@ -46,6 +46,9 @@ typedef struct PromptConfig {
 // Load prompts; errors name file:line and the reason.
 Status prompts_load(const char *path, const PromptConfig *cfg, const TextCodec *codec, PromptSet *ps, Err *e);
 void prompts_free(PromptSet *ps);
+// rewards_check_columns over the rows of ps (path names the file in the error).
+struct RewardSet;
+Status prompts_check_rewards(const PromptSet *ps, const struct RewardSet *rs, const char *path, Err *e);
 // Render a prompt row through a template string with {column} placeholders filled from the row
 // (self-distillation's teacher prompt). For message-list prompts the filled template replaces
 // the content of the last user message; the result is encoded as the dataset encodes prompts.

@@ -8,26 +8,15 @@
 
 #include <string.h>
 
-static Status load_set(const SftConfig *c, const char *path, const TextCodec *codec, const char *what, Dataset *d,
+static Status load_set(const DataConfig *dc, const char *path, const TextCodec *codec, const char *what, Dataset *d,
                        Err *e) {
-    TRY(data_load(path, &c->data, codec, d, e));
-    log_info("%s %s: %d examples (%s%s)%s", what, path, d->n, data_format_name(d->format),
-             d->conversational ? ", conversational" : "", "");
-    if (d->n_truncated) log_info("%s: %d examples truncated to max_length %d", path, d->n_truncated, c->data.max_length);
+    TRY(data_load(path, dc, codec, d, e));
+    log_info("%s %s: %d examples (%s%s%s)", what, path, d->n, data_format_name(d->format),
+             d->conversational ? ", conversational" : "", d->completion_only_loss ? ", completion-only loss" : "");
+    if (d->n_truncated) log_info("%s: %d examples truncated to max_length %d", path, d->n_truncated, dc->max_length);
     if (d->n_dropped) log_warn("%s: %d examples dropped: no label token left", path, d->n_dropped);
     if (d->n_bad) log_warn("%s: %d bad rows skipped (--skip_bad_rows); the first: %s", path, d->n_bad, d->first_bad);
     return ST_OK;
-}
-
-static int pretokenised(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, "\"input_ids\"") != NULL && !strstr(buf, "\"text\"") && !strstr(buf, "\"messages\"") &&
-           !strstr(buf, "\"prompt\"");
 }
 
 Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
@@ -36,33 +25,44 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     if (kwargs) c->data.chat_template_kwargs = kwargs;
     ModelCodec mc = {0};
     int have_codec = 0;
-    Status st = ST_OK;
-    if (!pretokenised(c->dataset)) {
+    // the format, and so whether a tokenizer is needed, from the keys of the first row; the eval
+    // set gets the completion-only loss the training set's first row decides (TRL's rule)
+    DataFormat fmt;
+    int completion_only;
+    Status st = data_detect(c->dataset, &c->data, &fmt, &completion_only, e);
+    if (st == ST_OK && fmt == FMT_IDS && c->eval_dataset) st = data_detect(c->eval_dataset, &c->data, &fmt, NULL, e);
+    if (st == ST_OK && fmt != FMT_IDS) {
         st = model_codec_load(&mc, c->model_dir, c->eos_token, e);
         have_codec = st == ST_OK;
     }
+    if (st == ST_OK) c->data.completion_only_loss = completion_only;
     c->data.truncate = !c->packing;
     {  // the model's vocabulary bounds pre-tokenised ids (checked per row, with file:line)
         char *cp = path_join(c->model_dir, "config.json");
         ModelConfig mcfg;
-        if (config_load(cp, &mcfg, e) == ST_OK) {
+        Err ce = {0};  // a bad config.json is model_load's error to report
+        if (config_load(cp, &mcfg, &ce) == ST_OK) {
             c->data.vocab_size = mcfg.vocab_size;
             config_free(&mcfg);
         }
-        err_clear(e);
         free(cp);
     }
+    // the eval set is packed like the training set unless --eval_packing says otherwise (TRL's
+    // eval_packing None), and truncated exactly when it is not packed
+    int eval_packing = c->eval_packing >= 0 ? c->eval_packing : c->packing;
+    DataConfig edata = c->data;
+    edata.truncate = !eval_packing;
     Dataset train = {0}, eval = {0};
-    if (st == ST_OK) st = load_set(c, c->dataset, have_codec ? &mc.codec : NULL, "dataset", &train, e);
+    if (st == ST_OK) st = load_set(&c->data, c->dataset, have_codec ? &mc.codec : NULL, "dataset", &train, e);
     if (st == ST_OK && c->eval_dataset)
-        st = load_set(c, c->eval_dataset, have_codec ? &mc.codec : NULL, "eval dataset", &eval, e);
+        st = load_set(&edata, c->eval_dataset, have_codec ? &mc.codec : NULL, "eval dataset", &eval, e);
     Backend *be = NULL;
     Model *m = NULL;
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
-    if (st == ST_OK) st = model_load(c->model_dir, be, peft_load_dtype(&c->train.peft, c->dtype), &m, e);
+    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)
@@ -85,7 +85,8 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
                  rows.max_len, c->batch.B, c->padding_max_length ? "=" : " a multiple of ",
                  c->padding_max_length ? c->batch.fixed_T : MAX(1, c->batch.pad_to_multiple_of));
         if (c->eval_dataset) {
-            batch_make_rows(&erows, &eval, PACK_NONE, seq);
+            batch_make_rows(&erows, &eval, eval_packing ? c->packing_strategy : PACK_NONE, seq);
+            log_info("eval: %d rows%s, batches of %d", erows.n, eval_packing ? " packed" : "", c->eval_batch_size);
             BatchConfig ec = c->batch;
             ec.B = c->eval_batch_size;
             ec.shuffle = 0;

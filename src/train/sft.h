@@ -15,6 +15,7 @@ typedef struct SftConfig {
     const char *chat_template_kwargs;  // JSON object text or NULL
     const char *eos_token;
     int packing;
+    int eval_packing;            // -1: as packing (TRL's eval_packing None); 0 / 1
     PackStrategy packing_strategy;
     int padding_max_length;       // --padding max_length
     BatchConfig batch;

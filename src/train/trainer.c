@@ -55,15 +55,25 @@ static void sum_rows(Model *m, Plan *p, const HostBatch *hb, RowStats *rs, doubl
     *loss = l, *correct = c, *entropy = h;
 }
 
+// Evaluation as transformers' Trainer.evaluation_loop and TRL's SFTTrainer compute it. Each
+// batch's loss is its own mean over label tokens (prediction_step passes no num_items_in_batch);
+// every batch mean is repeated once per row (`losses.repeat(eval_batch_size)`, the last batch cut
+// to the dataset's remainder by gather_for_metrics) and eval_loss is their mean: batch means
+// weighted by rows. Per rank, the rank's own batch mean counts its real rows (accelerate gathers
+// each rank's mean). Accuracy and entropy are TRL's per-batch ratios over the whole global batch
+// (counts gathered from every rank), then the plain mean over batches (SFTTrainer.log).
 Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *accuracy, double *entropy, Err *e) {
     HostBatch hb;
     host_batch_init(&hb, eval);
     RowStats rs;
     stats_init(&rs, (size_t)eval->cfg.B * eval->Tmax);
-    double L = 0, Cc = 0, H = 0, n = 0;
+    int nb = eval->n_batches;
+    enum { WLOSS, ROWS, ENT, TGT, CORRECT, NSTAT };
+    double *acc = xcalloc((size_t)nb * NSTAT, sizeof(double));  // (nb, NSTAT) summed over ranks
     Status st = ST_OK;
-    for (int i = 0; i < eval->n_batches && st == ST_OK; i++) {
+    for (int i = 0; i < nb && st == ST_OK; i++) {
         batcher_fill(eval, 0, i, &hb);
+        if (hb.n_targets == 0) continue;  // no row of this rank in the last batch: it weighs nothing
         Plan *p;
         st = get_plan(m, PLAN_SCORE, hb.B, hb.T, &p, e);
         if (st != ST_OK) break;
@@ -72,19 +82,27 @@ Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *
         qwen3_ce_loss(m, p, 1.0f, 0);
         double l, c, h;
         sum_rows(m, p, &hb, &rs, &l, &c, &h);
-        L += l, Cc += c, H += h, n += hb.n_targets;
+        double *a = acc + (size_t)i * NSTAT;
+        a[WLOSS] = l / hb.n_targets * hb.n_rows, a[ROWS] = hb.n_rows;
+        a[ENT] = h, a[TGT] = hb.n_targets, a[CORRECT] = c;
     }
     host_batch_free(&hb);
     stats_free(&rs);
-    TRY(st);
-    if (d) {
-        double sums[4] = {L, Cc, H, n};
-        TRY(dist_allreduce_sum_host_d(d, sums, 4, e));
-        L = sums[0], Cc = sums[1], H = sums[2], n = sums[3];
+    if (st == ST_OK && d) st = dist_allreduce_sum_host_d(d, acc, (size_t)nb * NSTAT, e);
+    double wl = 0, rows = 0, ent = 0, cor = 0;
+    int counted = 0;
+    for (int i = 0; i < nb; i++) {
+        const double *a = acc + (size_t)i * NSTAT;
+        if (a[TGT] <= 0) continue;
+        wl += a[WLOSS], rows += a[ROWS];
+        ent += a[ENT] / a[TGT], cor += a[CORRECT] / a[TGT];
+        counted++;
     }
-    *loss = n > 0 ? L / n : NAN;
-    if (accuracy) *accuracy = n > 0 ? Cc / n : NAN;
-    if (entropy) *entropy = n > 0 ? H / n : NAN;
+    free(acc);
+    TRY(st);
+    *loss = rows > 0 ? wl / rows : NAN;
+    if (accuracy) *accuracy = counted ? cor / counted : NAN;
+    if (entropy) *entropy = counted ? ent / counted : NAN;
     return ST_OK;
 }
 
@@ -444,9 +462,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     res->steps = ts.step;
     res->train_seconds = secs;
     res->tokens_per_second = secs > 0 ? tokens_run / secs : 0;
+    // no evaluation after the last step unless it falls on eval_steps (as Trainer's DefaultFlowCallback)
     int finished = st == ST_OK && ts.step >= total;
-    if (finished && src->evaluate && (cfg->eval_steps <= 0 || ts.step % cfg->eval_steps != 0))
-        st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
     if (finished && st == ST_OK && cfg->save_steps > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
     if (finished && st == ST_OK && lead)
         st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
@@ -459,7 +476,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         log_info("trained %d steps in %.1f s (%.0f tokens/s); %d plans, %.1f MiB, %d steps recorded as graphs; wrote %s "
                  "(%s)",
                  ts.step, secs, res->tokens_per_second, m->plans.n, m->plans.bytes / 1048576.0, m->plans.graphs,
-                 cfg->output_dir, dtype_torch_name(cfg->save_dtype));
+                 cfg->output_dir, m->lora ? "LoRA adapter, float32" : dtype_torch_name(cfg->save_dtype));
     }
     if (finished) st = dist_agree(d, st, e);
     optim_free(&opt, m->be);

@@ -25,7 +25,7 @@ typedef struct TrainConfig {
     int logging_steps, logging_first_step;
     int save_steps;              // <= 0: no intermediate checkpoints
     int save_total_limit, save_only_model;
-    int eval_steps;              // <= 0: evaluate only at the end (when an eval set exists)
+    int eval_steps;              // > 0: evaluate every eval_steps steps (only then); <= 0: never
     DType save_dtype;
     const char *resume;          // checkpoint path, "latest", or NULL
     uint64_t seed;
@@ -94,8 +94,10 @@ int trainer_steps_per_epoch(int micro_batches, int grad_accum);
 // this rank's shards of d (NULL: one process).
 Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const TrainConfig *cfg, TrainResult *res,
                    Err *e);
-// Loss over every batch of an eval set (score plans); also accuracy and entropy (may be NULL).
-// With d (may be NULL), eval is this rank's shard and the sums run over every rank.
+// Evaluate over every batch of an eval set (score plans) as Trainer.evaluation_loop does: eval_loss
+// the mean of the batch mean losses weighted by rows; accuracy and entropy (may be NULL) TRL's
+// plain mean over batches of their per-batch ratios. With d (may be NULL), eval is this rank's
+// shard and every batch's counts are summed over the ranks.
 Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *accuracy, double *entropy, Err *e);
 
 #endif

@@ -100,7 +100,8 @@ $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/p.jsonl" --
 
 # 5. self-distillation: the teacher sees the privileged columns, so its log-probs differ on the same tokens
 for mode in fixed ema live; do
-  run "self_$mode" --teacher self --teacher_mode $mode --log_rollouts "$tmp/self_$mode.jsonl" --eval_dataset "$tmp/p.jsonl"
+  run "self_$mode" --teacher self --teacher_mode $mode --log_rollouts "$tmp/self_$mode.jsonl" --eval_dataset "$tmp/p.jsonl" \
+    --eval_strategy steps --eval_steps 2
 done
 grep -q '"eval_kl_student_teacher"' "$tmp/self_live/metrics.jsonl" && ok self_live_eval || fail self_live_eval "no eval line"
 if grep -q '"teacher_prompt":"<|im_start|>user\\n3+3?\\n\\nHere is a reference solution to this problem:\\n6\\n' \
@@ -178,8 +179,9 @@ $BIN sft --model "$tmp/t0" --dataset "$tmp/sft.jsonl" --output_dir "$tmp/t1" --m
 L="--model $tmp/s0 --teacher $tmp/t1 --dataset $tmp/train.jsonl --eval_dataset $tmp/held.jsonl --threads 2 --seed 3
    --per_device_train_batch_size 8 --max_completion_length 8 --pad_to_multiple_of 16 --save_strategy no
    --lr_scheduler_type constant --logging_steps 10"
-$BIN distill $L --output_dir "$tmp/l0" --max_steps 1 --learning_rate 0 >/dev/null 2>&1
-$BIN distill $L --output_dir "$tmp/l1" --max_steps 40 --learning_rate 1e-2 >/dev/null 2>"$tmp/err"
+$BIN distill $L --output_dir "$tmp/l0" --max_steps 1 --learning_rate 0 --eval_strategy steps --eval_steps 1 >/dev/null 2>&1
+$BIN distill $L --output_dir "$tmp/l1" --max_steps 40 --learning_rate 1e-2 --eval_strategy steps --eval_steps 40 \
+  >/dev/null 2>"$tmp/err"
 k0=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l0/metrics.jsonl" | cut -d: -f2)
 k1=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l1/metrics.jsonl" | cut -d: -f2)
 if [ -n "$k0" ] && [ -n "$k1" ] && awk -v a="$k0" -v b="$k1" 'BEGIN{exit !(a > 0.5 && b < a / 2)}'; then

@@ -102,7 +102,7 @@ else fail chat_piped "rc=$rc $(cat "$tmp/chat.err")"; fi
 
 # errors name what is wrong
 expect_err needs_prompt "exactly one of --prompt" $G --max_new_tokens 3
-expect_err chunk_multiple "multiple of 128" $G --ids "1 2" --prefill_chunk_size 100
+expect_err chunk_multiple "multiple of pad_to_multiple_of 64" $G --ids "1 2" --prefill_chunk_size 100 --pad_to_multiple_of 64
 expect_err ids_vocab "outside the vocabulary" $G --ids "1 999999"
 expect_err bad_jsonl "p.bad:2: no \"prompt\" field" bash -c "printf '{\"prompt\":\"a\"}\n{\"x\":1}\n' >$tmp/p.bad; $G --prompts $tmp/p.bad"
 mkdir -p "$tmp/notok"; cp "$M/config.json" "$M/model.safetensors" "$tmp/notok/"

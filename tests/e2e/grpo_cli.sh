@@ -55,6 +55,12 @@ expect_err cmd_reward_crash "reward program 'tests/data/rewards/crash.sh' exited
 # 4. errors
 expect_err no_reward "--reward SPEC is required" $BIN grpo $RL --output_dir "$tmp/x"
 expect_err bad_reward "unknown reward" $BIN grpo $RL --output_dir "$tmp/x" --reward bleu
+expect_err missing_column 'needs a column "solution", which the dataset does not have (its columns: "prompt", "answer", "x", "completion")' \
+  $BIN grpo $RL --output_dir "$tmp/x" --reward exact_match:solution
+if $BIN grpo $RL --output_dir "$tmp/l3" --reward length:1 --reward length:2 --reward length:3 --max_steps 1 \
+     >/dev/null 2>"$tmp/err" && grep -q '"rewards/length/mean"' "$tmp/l3/metrics.jsonl" \
+     && grep -q '"rewards/length_2/mean"' "$tmp/l3/metrics.jsonl" && grep -q '"rewards/length_3/mean"' "$tmp/l3/metrics.jsonl"
+then ok three_length_rewards; else fail three_length_rewards "$(tail -3 "$tmp/err")"; fi
 expect_err bad_regex "bad regular expression" $BIN grpo $RL --output_dir "$tmp/x" --reward 'regex:(a'
 expect_err one_generation "at least 2 completions" $BIN grpo $RL --output_dir "$tmp/x" --reward format --num_generations 1
 expect_err not_multiple "must be a multiple of --num_generations 3" \

@@ -77,6 +77,17 @@ out=$($BIN sft --model "$tmp/m" --dataset tests/data/sft/malformed/text_not_stri
   --skip_bad_rows --max_steps 1 $COMMON 2>&1)
 if [ $? -eq 0 ] && grep -q "1 bad rows skipped" <<<"$out"; then ok skip_bad_rows; else fail skip_bad_rows "$(tail -3 <<<"$out")"; fi
 
+# 3b. pre-tokenised rows as TRL reads them (the model has no tokenizer.json): the format from the
+#     first row's keys (a "text" string value does not make the row text), completion_mask only with
+#     completion-only loss (off by default without prompt/completion keys), a labels column as is
+printf '{"input_ids": [5, 6, 7, 8], "source": "text", "completion_mask": [0, 0, 0, 0]}\n' >"$tmp/pt.jsonl"
+if $BIN sft --model $M --dataset "$tmp/pt.jsonl" --output_dir "$tmp/pt" --max_steps 1 $COMMON --save_strategy no \
+     >/dev/null 2>"$tmp/err"; then ok pretokenised_keys_and_default_mask; else fail pretokenised_keys_and_default_mask "$(tail -3 "$tmp/err")"; fi
+expect_err completion_mask_when_asked "no usable example" $BIN sft --model $M --dataset "$tmp/pt.jsonl" \
+  --output_dir "$tmp/x" --completion_only_loss true $COMMON
+printf '{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, -100, -100]}\n' >"$tmp/lab.jsonl"
+expect_err labels_column_used "no usable example" $BIN sft --model $M --dataset "$tmp/lab.jsonl" --output_dir "$tmp/x" $COMMON
+
 # 4. resume protocol: interrupted after checkpoint 4 and resumed = uninterrupted, bit for bit
 R="--model $M --dataset $IDS --max_steps 10 --save_steps 4 --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --logging_steps 1 $COMMON"
 $BIN sft $R --output_dir "$tmp/full" >/dev/null 2>&1

@@ -4,6 +4,8 @@
 //  - log-probs equal log_softmax of the recomputed logits;
 //  - a row's output does not depend on the other rows of its batch (greedy and sampling);
 //  - the plan bound (chunk / granule prefill plans + one decode plan) holds and max_plans trips;
+//  - prefill buckets (pad_to_multiple_of 0): a short prompt computes one small chunk, the same
+//    greedy tokens as recomputation, and one plan per bucket at most;
 //  - EOS, min_new_tokens, the stop callback, ignore_eos and pad filling.
 #include "test.h"
 
@@ -223,6 +225,91 @@ static void test_plan_bound_and_max_plans(void) {
     unload(m, be);
 }
 
+
+// Prefill buckets: the same left-padded batch under the cpu backend's buckets (16, 32, 64, 128
+// at chunk 128) gives the recomputed greedy tokens; the batch is padded to the bucket that holds
+// what the full chunks leave (longest 300 = 2 x 128 + 44 -> 64 + 256 slots).
+static void test_buckets_match_recompute(void) {
+    Backend *be;
+    Model *m = load("cpu", &be);
+    if (!m) return;
+    int V = m->cfg.vocab_size;
+    int lens[4] = {5, 131, 300, 64};
+    int32_t *prompts[4];
+    for (int i = 0; i < 4; i++) prompts[i] = make_prompt(lens[i], V, 100 + i);
+    EXPECT(be->prefill_bucket == 16);
+    for (int bs = 1; bs <= 4; bs += 3) {
+        GenConfig c;
+        greedy_config(&c, 30, 0, 128);
+        c.batch_size = bs;
+        GenSeq *out;
+        GenStats st;
+        Err e = {0};
+        EXPECT_MSG(gen_generate(m, &c, (const int32_t *const *)prompts, lens, 4, &out, &st, &e) == ST_OK, "%s", e.msg);
+        if (!out) continue;
+        for (int i = 0; i < 4; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "buckets, batch %d, prompt %d (len %d)", bs, i, lens[i]);
+            check_against_recompute(m, prompts[i], lens[i], &out[i], what);
+        }
+        // batch 1: 5 -> 16, 131 -> 16 + 128, 300 -> 64 + 256, 64 -> 64; batch 4: 4 x (64 + 256)
+        long want = bs == 1 ? 16 + 144 + 320 + 64 : 4L * 320;
+        EXPECT_MSG(st.prefill_slots == want, "batch %d: %ld prefill slots, expected %ld", bs, st.prefill_slots, want);
+        gen_seqs_free(out, 4);
+    }
+    for (int i = 0; i < 4; i++) free(prompts[i]);
+    unload(m, be);
+}
+
+// A 5-token prompt computes 16 slots; prompts of many lengths at batch size 1 build at most
+// one prefill plan per bucket (16 .. 512: 6) plus the decode plan, and max_plans still trips;
+// pad_to_multiple_of 128 forces one 128-slot shape instead.
+static void test_bucket_plans(void) {
+    Backend *be;
+    Model *m = load("cpu", &be);
+    if (!m) return;
+    int V = m->cfg.vocab_size;
+    enum { NP = 9 };
+    int lens[NP] = {5, 16, 17, 40, 100, 300, 700, 1000, 9};
+    int32_t *prompts[NP];
+    for (int i = 0; i < NP; i++) prompts[i] = make_prompt(lens[i], V, 400 + i);
+    GenConfig c;
+    greedy_config(&c, 3, 0, 512);
+    c.batch_size = 1;
+    GenSeq *out = NULL;
+    GenStats st;
+    Err e = {0};
+    EXPECT_MSG(gen_generate(m, &c, (const int32_t *const *)prompts, lens, 1, &out, &st, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(st.prefill_slots == 16, "a 5-token prompt ran %ld prefill slots", st.prefill_slots);
+    gen_seqs_free(out, 1);
+    EXPECT_MSG(gen_generate(m, &c, (const int32_t *const *)prompts, lens, NP, &out, &st, &e) == ST_OK, "%s", e.msg);
+    // 16 16 32 64 128 512 256+512 512+512 16 -> prefill shapes 16 32 64 128 256 512
+    long want = 16 + 16 + 32 + 64 + 128 + 512 + 768 + 1024 + 16;
+    EXPECT_MSG(st.prefill_slots == want, "%ld prefill slots, expected %ld", st.prefill_slots, want);
+    EXPECT_MSG(m->plans.n <= 6 + 2, "%d plans after two calls", m->plans.n);
+    int prefill = 0;
+    for (int i = 0; i < m->plans.n; i++) prefill += m->plans.plans[i]->mode == PLAN_PREFILL;
+    EXPECT_MSG(prefill == 6, "%d prefill plans, expected one per bucket (6)", prefill);
+    gen_seqs_free(out, NP);
+    unload(m, be);
+
+    m = load("cpu", &be);
+    if (!m) return;
+    m->plans.max_plans = 4;
+    out = NULL;
+    Status s = gen_generate(m, &c, (const int32_t *const *)prompts, lens, NP, &out, &st, &e);
+    EXPECT(s != ST_OK && out == NULL);
+    EXPECT_STR_CONTAINS(e.msg, "max_plans is 4");
+    m->plans.max_plans = 0;
+    greedy_config(&c, 3, 128, 512);
+    c.batch_size = 1;
+    EXPECT_MSG(gen_generate(m, &c, (const int32_t *const *)prompts, lens, 1, &out, &st, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(st.prefill_slots == 128, "pad_to_multiple_of 128: %ld prefill slots", st.prefill_slots);
+    gen_seqs_free(out, 1);
+    for (int i = 0; i < NP; i++) free(prompts[i]);
+    unload(m, be);
+}
+
 typedef struct {
     int32_t stop_id;
     int calls;
@@ -333,6 +420,8 @@ int main(void) {
     RUN(test_independent_of_batch_sampling_cpu);
     RUN(test_independent_of_batch_ref_exact);
     RUN(test_plan_bound_and_max_plans);
+    RUN(test_buckets_match_recompute);
+    RUN(test_bucket_plans);
     RUN(test_eos_min_new_tokens_and_stop);
     RUN(test_errors);
     TEST_MAIN_END();

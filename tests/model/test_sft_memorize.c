@@ -38,7 +38,7 @@ static void test_memorize_8_completions(void) {
     snprintf(cmd, sizeof cmd,
              "%s sft --model tests/data/models/qwen3_tied --dataset %s --output_dir %s/out --max_steps 150 "
              "--learning_rate 3e-3 --per_device_train_batch_size 4 --pad_to_multiple_of 16 --save_strategy no "
-             "--lr_scheduler_type constant --threads 2 --logging_steps 50 2>%s/log >/dev/null",
+             "--lr_scheduler_type constant --threads 2 --logging_steps 50 --completion_only_loss true 2>%s/log >/dev/null",
              bin, path, tmpl, tmpl);
     EXPECT_MSG(system(cmd) == 0, "still sft failed");
     Err e = {0};

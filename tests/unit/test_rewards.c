@@ -85,6 +85,45 @@ static void test_bad_specs(void) {
     EXPECT(rewards_init(&rs, s4, 0, NULL, 0, 1.0, &e) == ST_EINVAL);
 }
 
+// Every function logs its own rewards/<name>/mean: three of one kind get three names (two of them
+// used to merge into one metric), and a set whose names still meet is refused.
+static void test_unique_names(void) {
+    Err e = {0};
+    RewardSet rs;
+    const char *specs[] = {"length:1", "length:2", "length:3", "format", "format"};
+    EXPECT_MSG(rewards_init(&rs, specs, 5, NULL, 0, 1.0, &e) == ST_OK, "%s", e.msg);
+    const char *want[] = {"length", "length_2", "length_3", "format", "format_2"};
+    for (int k = 0; k < 5; k++) EXPECT_MSG(!strcmp(rs.fns[k].name, want[k]), "%d: %s", k, rs.fns[k].name);
+    for (int k = 0; k < 5; k++)
+        for (int j = 0; j < k; j++) EXPECT(strcmp(rs.fns[j].metric_mean, rs.fns[k].metric_mean));
+    EXPECT(!strcmp(rs.fns[2].metric_mean, "rewards/length_3/mean"));
+    rewards_free(&rs);
+    const char *clash[] = {"length:1", "length:2", "cmd:./length_2"};
+    EXPECT(rewards_init(&rs, clash, 3, NULL, 0, 1.0, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "rewards/length_2/mean");
+}
+
+// exact_match:COLUMN on a dataset without COLUMN fails before any step (it used to score None,
+// "reward": null, for every completion), naming the column and the columns there are.
+static void test_check_columns(void) {
+    Err e = {0};
+    RewardSet rs;
+    const char *specs[] = {"length:3", "exact_match:answer"};
+    EXPECT_MSG(rewards_init(&rs, specs, 2, NULL, 0, 1.0, &e) == ST_OK, "%s", e.msg);
+    cJSON *a = cJSON_Parse("{\"prompt\": \"q\", \"solution\": \"4\"}");
+    cJSON *b = cJSON_Parse("{\"prompt\": \"q\", \"id\": 3}");
+    cJSON *c = cJSON_Parse("{\"prompt\": \"q\", \"answer\": null}");
+    const cJSON *rows[] = {a, b, c};
+    EXPECT(rewards_check_columns(&rs, rows, 2, "data.jsonl", &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "data.jsonl");
+    EXPECT_STR_CONTAINS(e.msg, "\"answer\"");
+    EXPECT_STR_CONTAINS(e.msg, "\"prompt\", \"solution\", \"id\"");
+    // one row with the column (even null) makes it a column of the dataset: the others score None
+    EXPECT_MSG(rewards_check_columns(&rs, rows, 3, "data.jsonl", &e) == ST_OK, "%s", e.msg);
+    rewards_free(&rs);
+    cJSON_Delete(a), cJSON_Delete(b), cJSON_Delete(c);
+}
+
 #define NIN 40
 
 // Many requests in one call (more than a socket buffer's worth of text), twice on the same child.
@@ -165,6 +204,8 @@ int main(void) {
     RUN(test_final_answer);
     RUN(test_builtin);
     RUN(test_bad_specs);
+    RUN(test_unique_names);
+    RUN(test_check_columns);
     RUN(test_cmd_good);
     RUN(test_cmd_garbage);
     RUN(test_cmd_timeout);

@@ -102,6 +102,8 @@ Backend *backend_cpu_create(int threads) {
     openblas_set_num_threads(ctx->threads);
 #endif
     be->name = "cpu";
+    be->prefill_bucket = 16;
+    be->host_memory = 1;
     be->ctx = ctx;
     be->threads = ctx->threads;
     be->alloc = cpu_alloc;

@@ -205,6 +205,8 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     cu_attention_init();
 
     be->name = "cuda";
+    be->prefill_bucket = 128;
+    be->host_memory = 0;
     be->ctx = ctx;
     be->threads = threads;
     be->alloc = cuda_alloc;

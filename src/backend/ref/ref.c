@@ -29,6 +29,8 @@ static void ref_destroy(Backend *be) { free(be); }
 Backend *backend_ref_create(int threads) {
     Backend *be = xcalloc(1, sizeof *be);
     be->name = "ref";
+    be->prefill_bucket = 16;
+    be->host_memory = 1;
     be->ctx = NULL;
     be->threads = 1;  // the spec runs on one thread whatever is asked
     be->alloc = ref_alloc;
