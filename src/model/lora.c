@@ -370,7 +370,9 @@ void lora_plan_layout(const Lora *lo, int L, Plan *p, Arena *a) {
 void lora_set_inputs(Model *m, Plan *p) {
     Lora *lo = m->lora;
     if (!lo || !p->lora_key) return;
-    // keyed by (seed, step, call): the same masks whatever rank, thread count or resume point
+    // keyed by (seed, step, this process's call): the same masks whatever the thread count, backend
+    // or resume point (every rank counts its own calls, as every process of a transformers run
+    // draws from the same set_seed stream)
     uint64_t key = rng_keyed_uniform(lo->seed, 0x10d0u, (uint32_t)lo->step, (uint32_t)lo->calls, 0) * 0x1p53;
     lo->calls++;
     m->be->upload(m->be, p->lora_key, &key, sizeof key);

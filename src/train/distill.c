@@ -541,7 +541,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
-    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, -1, &m, e);
+    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     if (st == ST_OK && m->lora && self && c->teacher_mode == TEACHER_EMA)
         st = err_set(e, ST_EUNSUPPORTED, "--teacher_mode ema with --use_peft is not supported yet (fixed or live)");
@@ -553,6 +553,10 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         else if (self && m->lora) t = peft_base_model(m);  // the base with the adapter off: no second copy
         else if (mode == TEACHER_EMA) st = model_load(c->model_dir, be, DT_F32, &t, e);
         else st = model_load_frozen(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype, &t, e);
+        if (st == ST_OK && c->teacher_adapter && t != m) {
+            st = lora_load(t, c->teacher_adapter, e);
+            if (st == ST_OK) log_info("teacher adapter %s: LoRA r %d", c->teacher_adapter, t->lora->cfg.r);
+        }
         if (st == ST_OK && t != m) {
             if (c->max_plans > 0) t->plans.max_plans = c->max_plans;
             if (t->cfg.vocab_size != m->cfg.vocab_size)
