@@ -176,6 +176,13 @@ $(BUILD)/tests/cuemu/cuemu.o: $(CUEMU)/cuemu.cpp
 .SECONDARY: $(CUDA_SRCS:%.cu=$(CUEMU_GEN)/%.cpp)
 endif
 
+# still --version: the commit it was built from (scripts/version.sh rewrites the header only when
+# the commit changes).
+VERSION_H := $(BUILD)/gen/still_commit.h
+$(shell scripts/version.sh $(VERSION_H))
+$(BUILD)/src/cli/main.o: $(VERSION_H)
+$(BUILD)/src/cli/main.o: CFLAGS += -I$(BUILD)/gen
+
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	@ar rcs $@ $^

@@ -31,7 +31,7 @@ run() {  # name, flags... -> prints "tok_s peak_rss_mib"
     --shuffle false --save_strategy no --logging_steps 1 --threads "$THREADS" --output_dir "$tmp/$name" "$@" \
     >"$tmp/$name.out" 2>"$tmp/$name.err"
   local tok rss
-  tok=$(grep -o '"tokens_per_second": [0-9.]*' "$tmp/$name.out" | cut -d' ' -f2)
+  tok=$(grep -o '"tokens_per_second": *[0-9.e+]*' "$tmp/$name.out" | sed 's/.*: *//')
   rss=$(awk '/Maximum resident set size/ {printf "%.0f", $6 / 1024}' "$tmp/$name.err")
   echo "$tok $rss"
 }

@@ -481,9 +481,21 @@ void args_print_help(FILE *f, const char *command, const char *summary, const Ar
         if (pass == 1) fprintf(f, "\ncommon flags:\n");
         for (; s && s->name; s++) {
             static const char *tn[] = {"TEXT", "N", "X", "[true|false]", "VALUE (repeatable)"};
-            fprintf(f, "  --%s %s\n      %s", s->name, tn[s->type], s->help);
+            size_t rl = strlen(ARG_REQUIRED);
+            int req = s->help && !strncmp(s->help, ARG_REQUIRED, rl);
+            fprintf(f, "  --%s %s%s\n      %s", s->name, tn[s->type], req ? "  (required)" : "", req ? s->help + rl : s->help);
             if (s->def) fprintf(f, " (default: %s)", s->def);
             fputc('\n', f);
         }
     }
+    int any = 0;
+    for (size_t i = 0; i < ARRAY_LEN(aliases); i++) {
+        int here = 0;
+        for (const ArgSpec *s = specs; s && s->name; s++) here |= !strcmp(s->name, aliases[i].name);
+        for (const ArgSpec *s = common_specs; s->name; s++) here |= !strcmp(s->name, aliases[i].name);
+        if (!here) continue;
+        if (!any++) fprintf(f, "\nTRL / Transformers names accepted:\n");
+        fprintf(f, "  --%-28s = --%s\n", aliases[i].alias, aliases[i].name);
+    }
+    fprintf(f, "\nFlags are written with underscores; --flag-name also works. Booleans: --x, --x true|false, --no_x.\n");
 }

@@ -18,6 +18,10 @@ typedef enum {
     ARG_LIST,   // may be given several times; every value kept in order
 } ArgType;
 
+// A help text that starts with ARG_REQUIRED marks a flag the command cannot run without: --help
+// shows it as "(required)".
+#define ARG_REQUIRED "[required] "
+
 typedef struct ArgSpec {
     const char *name;   // underscore spelling
     ArgType type;
@@ -56,7 +60,8 @@ int args_bool(const Args *a, const char *name);
 // Values of an ARG_LIST flag.
 int args_list(const Args *a, const char *name, char ***values);
 
-// Print the flags of a command (for --help) to f.
+// Print the flags of a command (for --help) to f: required ones marked, then the TRL /
+// Transformers spellings accepted for them.
 void args_print_help(FILE *f, const char *command, const char *summary, const ArgSpec *specs);
 
 // Levenshtein distance, used for "did you mean".

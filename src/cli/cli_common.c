@@ -6,10 +6,12 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/hf_cache.h"
+#include "../core/interrupt.h"
 #include "../core/log.h"
 #include "../core/meminfo.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <string.h>
 
@@ -54,6 +56,10 @@ int cli_run(const char *command, const char *summary, const ArgSpec *specs, int 
 }
 
 int cli_fail(const char *command, const Err *e) {
+    if (e->code == ST_EINTR) {  // stopped by a signal after saving: not an error; 128 + the signal
+        fprintf(stderr, "still %s: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
+        return 128 + (interrupt_signal() ? interrupt_signal() : SIGINT);
+    }
     fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
     return e->code == ST_EUNSUPPORTED ? 3 : 1;
 }
@@ -151,7 +157,47 @@ Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e) {
 
 int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e) {
     int rc = st == ST_OK ? 0 : cli_fail(command, e);
-    if (rc && d->world > 1) dist_abort(d, rc);
+    if (rc && d->world > 1 && st != ST_EINTR) dist_abort(d, rc);  // interrupted: every rank stopped together
     dist_finalize(d);
     return rc;
+}
+
+// Numbers rounded to 9 significant digits, so cJSON prints them with at most 9 (integers stay).
+static void round_numbers(cJSON *o) {
+    for (cJSON *it = o ? o->child : NULL; it; it = it->next) {
+        if (cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble != floor(it->valuedouble)) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "%.9g", it->valuedouble);
+            cJSON_SetNumberValue(it, strtod(buf, NULL));
+        } else if (cJSON_IsObject(it) || cJSON_IsArray(it)) {
+            round_numbers(it);
+        }
+    }
+}
+
+char *cli_json_line(cJSON *o) {
+    round_numbers(o);
+    return cJSON_PrintUnformatted(o);
+}
+
+void cli_print_json(cJSON *o) {
+    char *s = cli_json_line(o);
+    printf("%s\n", s);
+    fflush(stdout);
+    free(s);
+}
+
+void cli_print_train_result(const TrainResult *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "steps", r->steps);
+    cJSON_AddNumberToObject(o, "steps_run", r->steps_run);
+    cJSON_AddNumberToObject(o, "loss", r->last_loss);
+    cJSON_AddNumberToObject(o, "train_loss", r->train_loss);
+    if (isfinite(r->eval_loss)) cJSON_AddNumberToObject(o, "eval_loss", r->eval_loss);
+    cJSON_AddNumberToObject(o, "train_seconds", r->train_seconds - r->save_seconds);
+    cJSON_AddNumberToObject(o, "save_seconds", r->save_seconds);
+    cJSON_AddNumberToObject(o, "tokens_per_second", r->tokens_per_second);
+    if (r->skipped_steps) cJSON_AddNumberToObject(o, "skipped_steps", r->skipped_steps);
+    cli_print_json(o);
+    cJSON_Delete(o);
 }

@@ -6,6 +6,7 @@
 #include "../backend/backend.h"
 #include "../dist/dist.h"
 #include "../model/model.h"
+#include "../train/trainer.h"
 #include "args.h"
 
 // Parse flags; handles --help (prints and returns 0 via *done) and logging. Returns exit code
@@ -43,6 +44,13 @@ int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e);
 #define CLI_ADAPTER_FLAG {"adapter", ARG_STR, NULL, "PEFT LoRA adapter directory to apply to the model"}
 // Load --adapter (when given) into m.
 Status cli_apply_adapter(const Args *a, Model *m, Err *e);
+// A command's result: one compact JSON line, numbers at 9 significant digits at most (rounded in
+// place). cli_json_line returns the text (caller frees); cli_print_json prints it to stdout.
+char *cli_json_line(cJSON *o);
+void cli_print_json(cJSON *o);
+// A trainer's result line: steps, steps_run, loss (last window), train_loss (run mean),
+// eval_loss, train_seconds and save_seconds apart, tokens_per_second.
+void cli_print_train_result(const TrainResult *r);
 // Round n up to a multiple of m (m <= 1: unchanged).
 int cli_round_up(int n, int m);
 

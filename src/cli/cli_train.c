@@ -2,6 +2,7 @@
 #include "cli_train.h"
 
 #include "../core/alloc.h"
+#include "../core/interrupt.h"
 #include "../core/log.h"
 #include "cli_common.h"
 
@@ -11,7 +12,7 @@
 // configs agree on (the learning rate: TrainingArguments'); a trainer whose config differs, or
 // whose help says more, passes its own entry (cli_train_specs).
 static const ArgSpec train_specs[] = {
-    {"output_dir", ARG_STR, NULL, "directory for checkpoints, the final model and metrics.jsonl"},
+    {"output_dir", ARG_STR, NULL, ARG_REQUIRED "directory for checkpoints, the final model and metrics.jsonl"},
     {"learning_rate", ARG_FLOAT, "5e-5", "peak learning rate"},
     {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},
     {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps"},
@@ -28,9 +29,9 @@ static const ArgSpec train_specs[] = {
     {"gradient_accumulation_steps", ARG_INT, "1", "micro-batches per optimizer step"},
     {"logging_steps", ARG_INT, "10", "one metrics.jsonl line every N steps"},
     {"logging_first_step", ARG_BOOL, "false", "also log step 1"},
-    {"save_strategy", ARG_STR, "steps", "steps | no"},
+    {"save_strategy", ARG_STR, "steps", "steps | epoch | no"},
     {"save_steps", ARG_INT, "500", "checkpoint every N steps"},
-    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints"},
+    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints (older ones are removed after each save)"},
     {"save_only_model", ARG_BOOL, "false", "checkpoints without optimizer state (cannot be resumed)"},
     {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},
     {"gradient_checkpointing", ARG_BOOL, "false", "recompute each layer's forward in the backward pass (less memory)"},
@@ -181,9 +182,11 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
         return err_set(e, ST_EINVAL, "--warmup_steps must be >= 0 and --warmup_ratio in [0, 1]");
     t->logging_steps = (int)args_int(a, "logging_steps");
     t->logging_first_step = args_bool(a, "logging_first_step");
-    int save;
-    TRY(read_strategy(a, "save_strategy", &save, e));
-    t->save_steps = save ? (int)args_int(a, "save_steps") : 0;
+    const char *save = args_str(a, "save_strategy");
+    if (strcmp(save, "steps") && strcmp(save, "epoch") && strcmp(save, "no"))
+        return err_set(e, ST_EINVAL, "--save_strategy %s: expected steps, epoch or no", save);
+    t->save_steps = !strcmp(save, "steps") ? (int)args_int(a, "save_steps") : 0;
+    t->save_per_epoch = !strcmp(save, "epoch");
     t->save_total_limit = (int)args_int(a, "save_total_limit");
     t->save_only_model = args_bool(a, "save_only_model");
     t->eval_steps = 0;
@@ -202,6 +205,9 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
     t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     t->gradient_checkpointing = args_bool(a, "gradient_checkpointing");
     TRY(read_peft(a, &t->peft, e));
+    // SIGINT / SIGTERM: the first ends the run after its step with a checkpoint, the second at once
+    interrupt_install(INTERRUPT_ESCALATE);
+    t->stop = interrupt_flag();
     if (args_bool(a, "torch_compile")) log_info("--torch_compile: plans replace compilation (one plan per shape)");
     return ST_OK;
 }

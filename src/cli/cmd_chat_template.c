@@ -12,7 +12,7 @@
 static const char SUMMARY[] = "render messages (JSON on stdin) through the model's chat template";
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory (tokenizer_config.json / chat_template.jinja) or hub id in the local HF cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory (tokenizer_config.json / chat_template.jinja) or hub id in the local HF cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"add_generation_prompt", ARG_BOOL, "false", "end with the header of an assistant turn"},
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra template variables, e.g. {\"enable_thinking\": false}"},

@@ -8,12 +8,12 @@
 #include <string.h>
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "student: model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "student: model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"teacher", ARG_STR, NULL, "teacher model directory or hub id, or self (self-distillation, OPSD)"},
+    {"teacher", ARG_STR, NULL, ARG_REQUIRED "teacher model directory or hub id, or self (self-distillation, OPSD)"},
     {"teacher_dtype", ARG_STR, NULL, "storage of the frozen teacher's weights: float32 | bfloat16 (default: its checkpoint's)"},
     {"teacher_adapter", ARG_STR, NULL, "PEFT LoRA adapter directory applied to the teacher (--teacher DIR)"},
-    {"dataset", ARG_STR, NULL, "prompts: a local JSONL or JSON file (prompt-only or conversational rows)"},
+    {"dataset", ARG_STR, NULL, ARG_REQUIRED "prompts: a local JSONL or JSON file (prompt-only or conversational rows)"},
     {"eval_dataset", ARG_STR, NULL, "held-out prompts: eval_loss and eval_kl_student_teacher on student rollouts"},
     {"gkd", ARG_BOOL, "false", "GKDTrainer's defaults and behaviour (lmbda, seq_kd, beta 0.5, temperature 0.9 for sampling only)"},
     {"loss", ARG_STR, "jsd", "jsd (generalized JSD, --beta) | reverse_kl_sampled (sampled-token reverse KL) | "
@@ -171,8 +171,7 @@ int cmd_distill(int argc, char **argv) {
     TrainResult res;
     if (st == ST_OK) st = distill_run(&c, &res, &e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second);
+        cli_print_train_result(&res);
     free(dir);
     free(tdir);
     args_free(&a);

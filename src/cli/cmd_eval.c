@@ -7,10 +7,10 @@
 #include <string.h>
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
     CLI_ADAPTER_FLAG,
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"dataset", ARG_STR, NULL, "a local JSONL or JSON file with a \"prompt\" column (text or messages) or \"messages\""},
+    {"dataset", ARG_STR, NULL, ARG_REQUIRED "a local JSONL or JSON file with a \"prompt\" column (text or messages) or \"messages\""},
     {"metric", ARG_LIST, NULL, "metric (repeatable): exact_match:COLUMN | regex:PATTERN | length:TARGET | format | "
                                "cmd:PROGRAM"},
     {"output_dir", ARG_STR, NULL, "write eval.json and generations.jsonl here"},
@@ -74,9 +74,7 @@ int cmd_eval(int argc, char **argv) {
     if (st == ST_OK) st = eval_run(dir, args_str(&a, "device"), (int)args_int(&a, "threads"), dtype, &c, &r, &e);
     if (st == ST_OK) {
         cJSON *o = eval_result_json(&r);
-        char *s = cJSON_Print(o);
-        printf("%s\n", s);
-        free(s);
+        cli_print_json(o);
         cJSON_Delete(o);
         log_info("eval: %d rows, %ld tokens generated in %.1f s%s%s", r.rows, r.generated_tokens, r.gen_seconds,
                  c.output_dir ? "; wrote " : "", c.output_dir ? c.output_dir : "");

@@ -18,7 +18,7 @@
 
 // Flags shared by both commands: model, decoding, static shapes.
 #define GEN_COMMON_FLAGS                                                                                               \
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},                             \
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},                             \
     CLI_ADAPTER_FLAG,                                                                                                  \
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},                                      \
     {"system", ARG_STR, NULL, "system message (chat template)"},                                                       \

@@ -11,10 +11,10 @@
 // Flags of both commands; the defaults that differ (num_generations, beta) are set from
 // grpo_config_default when a flag is not given.
 #define RL_COMMON_FLAGS                                                                                                \
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},                             \
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},                             \
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},                                      \
-    {"dataset", ARG_STR, NULL, "prompts: a local JSONL or JSON file with a \"prompt\" column (text or messages)"},    \
-    {"reward", ARG_LIST, NULL, "reward function (repeatable): exact_match:COLUMN | regex:PATTERN | length:TARGET | "    \
+    {"dataset", ARG_STR, NULL, ARG_REQUIRED "prompts: a local JSONL or JSON file with a \"prompt\" column (text or messages)"},    \
+    {"reward", ARG_LIST, NULL, ARG_REQUIRED "reward function (repeatable): exact_match:COLUMN | regex:PATTERN | length:TARGET | "    \
                                "format | cmd:PROGRAM"},                                                                \
     {"reward_funcs", ARG_LIST, NULL, "alias of --reward"},                                                             \
     {"reward_weights", ARG_LIST, NULL, "one weight per reward function (default 1 each)"},                             \
@@ -191,7 +191,7 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     TrainResult res;
     if (st == ST_OK) st = grpo_run(&c, &res, &e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f}\n", res.steps, res.last_loss, res.train_seconds);
+        cli_print_train_result(&res);
     free(dir);
     free(specs);
     free(weights);

@@ -8,8 +8,8 @@
 #include <string.h>
 
 static const ArgSpec specs[] = {
-    {"model_config", ARG_STR, NULL, "config.json to initialise from (fields kept as given)"},
-    {"output_dir", ARG_STR, NULL, "directory to write the model into"},
+    {"model_config", ARG_STR, NULL, ARG_REQUIRED "config.json to initialise from (fields kept as given)"},
+    {"output_dir", ARG_STR, NULL, ARG_REQUIRED "directory to write the model into"},
     {"tokenizer", ARG_STR, NULL, "directory whose tokenizer files are copied into the model"},
     {NULL, 0, NULL, NULL},
 };

@@ -9,9 +9,9 @@
 #include <string.h>
 
 static const ArgSpec logits_specs[] = {
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"ids", ARG_STR, NULL, "token ids, space-separated"},
+    {"ids", ARG_STR, NULL, ARG_REQUIRED "token ids, space-separated"},
     {"all", ARG_BOOL, "false", "print every position (default: the last)"},
     {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)"},
     CLI_ADAPTER_FLAG,
@@ -19,9 +19,9 @@ static const ArgSpec logits_specs[] = {
 };
 
 static const ArgSpec loss_specs[] = {
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"ids", ARG_STR, NULL, "token ids, space-separated"},
+    {"ids", ARG_STR, NULL, ARG_REQUIRED "token ids, space-separated"},
     {"grads", ARG_STR, NULL, "write every parameter's gradient (fp32, HF names) to this .safetensors file"},
     {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)"},
     CLI_ADAPTER_FLAG,

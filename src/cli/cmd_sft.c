@@ -8,9 +8,9 @@
 #include <string.h>
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"dataset", ARG_STR, NULL, "training data: a local JSONL or JSON file (TRL formats)"},
+    {"dataset", ARG_STR, NULL, ARG_REQUIRED "training data: a local JSONL or JSON file (TRL formats)"},
     {"eval_dataset", ARG_STR, NULL, "evaluation data (same formats)"},
     {"max_length", ARG_INT, "1024", "truncate (keep_start) / pack to this many tokens"},
     {"truncation_mode", ARG_STR, "keep_start", "keep_start (the only mode)"},
@@ -99,8 +99,7 @@ static Status run(const Args *a, Err *e) {
     TrainResult res;
     if (st == ST_OK) st = sft_run(&c, &res, e);
     if (st == ST_OK && d.rank == 0)
-        printf("{\"steps\": %d, \"loss\": %.9g, \"train_seconds\": %.3f, \"tokens_per_second\": %.1f}\n", res.steps,
-               res.last_loss, res.train_seconds, res.tokens_per_second);
+        cli_print_train_result(&res);
     free(dir);
     // several ranks: a failure aborts the job here (the others wait in a collective)
     if (st != ST_OK && d.world > 1) cli_dist_finish("sft", &d, st, e);

@@ -17,7 +17,7 @@
 static const char *SUMMARY = "encode text to ids (or decode ids) with tokenizer.json";
 
 static const ArgSpec specs[] = {
-    {"model", ARG_STR, NULL, "model directory holding tokenizer.json (and tokenizer_config.json), a tokenizer.json, or a hub id in the local cache"},
+    {"model", ARG_STR, NULL, ARG_REQUIRED "model directory holding tokenizer.json (and tokenizer_config.json), a tokenizer.json, or a hub id in the local cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"add_special_tokens", ARG_BOOL, "false", "run the post-processor (e.g. BOS for Llama 2), as transformers' add_special_tokens"},
     {"jsonl", ARG_BOOL, "false", "one JSON string per input line -> one JSON array of ids per output line (reversed with --decode)"},

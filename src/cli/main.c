@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include "args.h"
+#include "still_commit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s%s\n", commands[i].name, commands[i].summary,
                 commands[i].fn ? "" : " (not available yet)");
-    fprintf(f, "\n`still <command> --help` lists a command's flags.\n");
+    fprintf(f, "\n`still <command> --help` lists a command's flags; `still --version` the build.\n");
 }
 
 // OpenMP threads that wait by spinning (libgomp's default) slow the many short parallel regions
@@ -46,7 +47,42 @@ static void exec_with_passive_wait(char **argv) {
     // exec failed (no /proc): run on with libgomp's default
 }
 
+#define STILL_VERSION "0.1.0"
+
+// What this binary was built from and with.
+static void print_version(void) {
+    printf("still %s (commit %s)\nbuild:", STILL_VERSION, STILL_GIT_COMMIT);
+#ifdef STILL_OPENBLAS
+    printf(" openblas-openmp");
+#else
+    printf(" no-blas");
+#endif
+    printf(" openmp");
+#ifdef STILL_MPI
+    printf(" mpi");
+#endif
+#ifdef STILL_CUDA
+    printf(" cuda");
+#endif
+#ifdef STILL_LIBEDIT
+    printf(" libedit");
+#endif
+#ifdef __AVX512F__
+    printf(" avx512");
+#elif defined(__AVX2__)
+    printf(" avx2");
+#endif
+#ifdef __SANITIZE_ADDRESS__
+    printf(" asan");
+#endif
+    printf("\ncompiler: gcc %d.%d.%d\n", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
+        print_version();
+        return 0;
+    }
     exec_with_passive_wait(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

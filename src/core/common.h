@@ -21,6 +21,7 @@ typedef enum {
     ST_EUNSUPPORTED = 4,// valid input that still does not handle yet
     ST_ENOTFOUND = 5,   // a file, tensor, key or model that is not there
     ST_ERUNTIME = 6,    // a failure while running (NaN loss, timeout, child died)
+    ST_EINTR = 7,       // stopped by SIGINT / SIGTERM (after saving what resuming needs)
 } Status;
 
 #define ERR_MSG_MAX 2048

@@ -43,6 +43,7 @@ const char *status_name(Status s) {
     case ST_EUNSUPPORTED: return "not supported";
     case ST_ENOTFOUND: return "not found";
     case ST_ERUNTIME: return "runtime error";
+    case ST_EINTR: return "interrupted";
     }
     return "unknown";
 }

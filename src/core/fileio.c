@@ -8,7 +8,9 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,7 +92,7 @@ static char *dir_of(const char *path) {
 Status atomic_commit(AtomicFile *af, Err *e) {
     Status st = ST_OK;
     if (fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0)
-        st = err_set(e, ST_EIO, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        st = err_set(e, ST_EIO, "%s: write failed: %s", af->path, strerror(errno ? errno : EIO));
     if (fclose(af->f) != 0 && st == ST_OK)
         st = err_set(e, ST_EIO, "%s: close failed: %s", af->tmp_path, strerror(errno));
     af->f = NULL;
@@ -121,8 +123,9 @@ Status file_write_atomic(const char *path, const void *data, size_t len, Err *e)
     AtomicFile af;
     TRY(atomic_open(&af, path, e));
     if (len && fwrite(data, 1, len, af.f) != len) {
+        int err = errno;
         atomic_abort(&af);
-        return err_set(e, ST_EIO, "%s: write failed", path);
+        return err_set(e, ST_EIO, "%s: write failed: %s", path, strerror(err));
     }
     return atomic_commit(&af, e);
 }
@@ -204,4 +207,66 @@ Status dir_remove_tree(const char *path, Err *e) {
     closedir(d);
     if (rmdir(path) != 0) st = err_set(e, ST_EIO, "%s: cannot remove: %s", path, strerror(errno));
     return st;
+}
+
+Status dir_free_bytes(const char *path, uint64_t *out, Err *e) {
+    struct statvfs sv;
+    if (statvfs(path, &sv) != 0) return err_set(e, ST_EIO, "%s: cannot read free space: %s", path, strerror(errno));
+    *out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    return ST_OK;
+}
+
+// "<name>.tmp.<pid>" with a pid that is not a running process (nor this one).
+static int stale_temp(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t) return 0;
+    const char *p = t + 5;
+    if (!*p) return 0;
+    for (const char *q = p; *q; q++)
+        if (*q < '0' || *q > '9') return 0;
+    long pid = strtol(p, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid()) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int dir_sweep_temp(const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char *p = path_join(dir, de->d_name);
+        struct stat sst;
+        if (lstat(p, &sst) == 0) {
+            if (S_ISDIR(sst.st_mode) && depth > 0) n += dir_sweep_temp(p, depth - 1);
+            else if (S_ISREG(sst.st_mode) && stale_temp(de->d_name) && unlink(p) == 0) n++;
+        }
+        free(p);
+    }
+    closedir(d);
+    return n;
+}
+
+Status dir_check_writable(const char *dir, Err *e) {
+    TRY(dir_create(dir, e));
+    StrBuf sb = {0};
+    sb_printf(&sb, "%s/.still-write-check.tmp.%d", dir, (int)getpid());
+    char *p = sb_take(&sb);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    Status st = ST_OK;
+    if (fd < 0 || write(fd, "ok\n", 3) != 3)
+        st = err_set(e, ST_EIO, "%s is not writable: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    unlink(p);
+    free(p);
+    return st;
+}
+
+void fmt_bytes(char *buf, size_t n, double b) {
+    static const char *u[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (b >= 1024 && k < 4) b /= 1024, k++;
+    if (k == 0) snprintf(buf, n, "%.0f bytes", b);
+    else snprintf(buf, n, "%.1f %s", b, u[k]);
 }

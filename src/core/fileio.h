@@ -42,5 +42,14 @@ char *path_join(const char *dir, const char *name);
 Status file_copy(const char *src, const char *dst, Err *e);
 // Remove a directory tree (used for save_total_limit); errors ignored but returned.
 Status dir_remove_tree(const char *path, Err *e);
+// Bytes an unprivileged process may still write on the filesystem holding path (statvfs).
+Status dir_free_bytes(const char *path, uint64_t *out, Err *e);
+// Remove the temp files of atomic writes ("<name>.tmp.<pid>") that no running process owns, in
+// dir and (depth > 0) its subdirectories. Returns how many were removed.
+int dir_sweep_temp(const char *dir, int depth);
+// Check that dir can be created and written (a probe file made and removed).
+Status dir_check_writable(const char *dir, Err *e);
+// "1.2 GiB": bytes for a message.
+void fmt_bytes(char *buf, size_t n, double bytes);
 
 #endif

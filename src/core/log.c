@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 
 // The level and rank are set once at startup; everything else is passed explicitly.
 static LogLevel g_level = LOG_INFO;
@@ -24,6 +25,7 @@ void log_msg(LogLevel level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (isatty(2)) fputs("\r\033[K", stderr);  // a progress bar on the line goes first (progress.h)
     if (g_world > 1)
         fprintf(stderr, "[rank %d] ", g_rank);
     if (level <= LOG_WARN)

@@ -271,37 +271,48 @@ Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, M
     return ST_OK;
 }
 
+// Tensor data for the streaming writer: a range of a device tensor, converted to the saved dtype.
+typedef struct SaveFill {
+    const Model *m;
+    DType save_dtype;
+    void *stage;  // (count) elements in the tensor's own dtype
+    size_t stage_cap;
+} SaveFill;
+
+static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
+    SaveFill *f = ctx;
+    const TensorInfo *t = &f->m->tt.t[i];
+    size_t es = dtype_size(t->dtype);
+    const char *src = (const char *)f->m->data[i] + begin * es;
+    if (t->dtype == f->save_dtype) {
+        f->m->be->download(f->m->be, dst, src, count * es);
+        return ST_OK;
+    }
+    if (count * es > f->stage_cap) {
+        free(f->stage);
+        f->stage = xmalloc(f->stage_cap = count * es);
+    }
+    f->m->be->download(f->m->be, f->stage, src, count * es);
+    dtype_convert(dst, f->save_dtype, f->stage, t->dtype, count);
+    return ST_OK;
+}
+
 Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e) {
     TRY(dir_create(dir, e));
-    Backend *be = m->be;
     StWriteTensor *wt = xcalloc((size_t)m->tt.n, sizeof(StWriteTensor));
-    void **bufs = xcalloc((size_t)m->tt.n, sizeof(void *));
-    size_t stage_cap = 0;
-    void *stage = NULL;
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *t = &m->tt.t[i];
-        size_t bytes = t->numel * dtype_size(t->dtype);
-        if (bytes > stage_cap) {
-            free(stage);
-            stage = xmalloc(bytes);
-            stage_cap = bytes;
-        }
-        be->download(be, stage, m->data[i], bytes);
-        bufs[i] = xmalloc(t->numel * dtype_size(save_dtype));
-        dtype_convert(bufs[i], save_dtype, stage, t->dtype, t->numel);
         wt[i].name = t->name;
         wt[i].dtype = save_dtype;
         wt[i].ndim = t->ndim;
         wt[i].shape[0] = t->shape[0];
         wt[i].shape[1] = t->shape[1];
-        wt[i].data = bufs[i];
     }
-    free(stage);
+    SaveFill fill = {.m = m, .save_dtype = save_dtype};
     char *path = path_join(dir, "model.safetensors");
-    Status st = st_write(path, wt, m->tt.n, NULL, 0, e);
+    Status st = st_write_stream(path, wt, m->tt.n, save_fill, &fill, NULL, 0, e);
     free(path);
-    for (int i = 0; i < m->tt.n; i++) free(bufs[i]);
-    free(bufs);
+    free(fill.stage);
     free(wt);
     if (st != ST_OK) return st;
     // config.json: the fields as given, with the saved dtype.

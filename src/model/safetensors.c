@@ -9,6 +9,7 @@
 #include "../core/json.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <string.h>
 
 // The Rust safetensors crate refuses headers above 100 MB; so do we.
@@ -399,6 +400,7 @@ static void json_escape(StrBuf *sb, const char *s) {
 typedef struct WriteOrder {
     const StWriteTensor *t;
     size_t nbytes, begin;
+    int index;  // in the caller's array
 } WriteOrder;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
@@ -417,8 +419,30 @@ static int cmp_write(const void *a, const void *b) {
     return strcmp(x->t->name, y->t->name);
 }
 
+// Tensor data goes out in pieces of at most this many bytes when it is filled by a callback.
+#define ST_STREAM_CHUNK (8u << 20)
+
+// One tensor's bytes: straight from t->data, or (fill) piece by piece through buf.
+static int write_data(FILE *f, const StWriteTensor *t, int index, size_t nbytes, StFillFn fill, void *ctx, void *buf,
+                      Status *st, Err *e) {
+    if (!fill) return fwrite(t->data, 1, nbytes, f) == nbytes;
+    size_t es = dtype_size(t->dtype), per = MAX((size_t)1, ST_STREAM_CHUNK / es), numel = nbytes / es;
+    for (size_t b = 0; b < numel; b += per) {
+        size_t k = MIN(per, numel - b);
+        *st = fill(ctx, index, b, k, buf, e);
+        if (*st != ST_OK) return 0;
+        if (fwrite(buf, es, k, f) != k) return 0;
+    }
+    return 1;
+}
+
 Status st_write(const char *path, const StWriteTensor *tensors, int n, const char *const *metadata_kv, int n_kv,
                 Err *e) {
+    return st_write_stream(path, tensors, n, NULL, NULL, metadata_kv, n_kv, e);
+}
+
+Status st_write_stream(const char *path, const StWriteTensor *tensors, int n, StFillFn fill, void *ctx,
+                       const char *const *metadata_kv, int n_kv, Err *e) {
     WriteOrder *w = xcalloc((size_t)(n ? n : 1), sizeof *w);
     StrBuf hdr = {0};
     Status st = ST_OK;
@@ -441,8 +465,8 @@ Status st_write(const char *path, const StWriteTensor *tensors, int n, const cha
             }
             numel *= (size_t)t->shape[d];
         }
-        w[i] = (WriteOrder){t, numel * dtype_size(t->dtype), 0};
-        if (w[i].nbytes && !t->data) {
+        w[i] = (WriteOrder){t, numel * dtype_size(t->dtype), 0, i};
+        if (w[i].nbytes && !t->data && !fill) {
             st = err_set(e, ST_EINVAL, "%s: tensor \"%s\" has no data", path, t->name);
             goto done;
         }
@@ -490,11 +514,14 @@ Status st_write(const char *path, const StWriteTensor *tensors, int n, const cha
     uint64_t hl = hdr.len;
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
     int ok = fwrite(len8, 1, 8, af.f) == 8 && fwrite(hdr.data, 1, hdr.len, af.f) == hdr.len;
+    void *buf = fill ? xmalloc(ST_STREAM_CHUNK) : NULL;
     for (int i = 0; ok && i < n; i++)
-        if (w[i].nbytes) ok = fwrite(w[i].t->data, 1, w[i].nbytes, af.f) == w[i].nbytes;
+        if (w[i].nbytes) ok = write_data(af.f, w[i].t, w[i].index, w[i].nbytes, fill, ctx, buf, &st, e);
+    free(buf);
     if (!ok) {
+        int err = errno;
         atomic_abort(&af);
-        st = err_set(e, ST_EIO, "%s: write failed", path);
+        if (st == ST_OK) st = err_set(e, ST_EIO, "%s: write failed: %s", path, strerror(err ? err : EIO));
         goto done;
     }
     st = atomic_commit(&af, e);

@@ -52,5 +52,11 @@ typedef struct StWriteTensor {
 // string pairs for "__metadata__" besides "format": "pt" (may be NULL).
 Status st_write(const char *path, const StWriteTensor *tensors, int n, const char *const *metadata_kv, int n_kv,
                 Err *e);
+// The same with data from a callback instead of StWriteTensor.data: fill(ctx, i, begin, count,
+// dst) writes elements [begin, begin + count) of tensors[i] (in its dtype) into dst. Tensors go
+// out piece by piece (8 MiB at a time), so saving never holds a second copy of what it writes.
+typedef Status (*StFillFn)(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e);
+Status st_write_stream(const char *path, const StWriteTensor *tensors, int n, StFillFn fill, void *ctx,
+                       const char *const *metadata_kv, int n_kv, Err *e);
 
 #endif

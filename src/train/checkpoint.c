@@ -9,6 +9,9 @@
 #include "../model/safetensors.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -59,30 +62,52 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
     return ST_OK;
 }
 
-static Status write_optimizer(const char *path, const Model *m, const float *mh, const float *vh, int with_master,
-                              Err *e) {
-    Trainable tr = model_trainable(m);
-    size_t n = tr.tt->n_params;
-    float *ph = with_master ? xmalloc(n * sizeof(float)) : NULL;
-    int nt = tr.tt->n, k = 0;
+// Where the optimizer file's tensors come from: entry i of the trained table (the model's, or its
+// adapter's), one of the moments (host or device) or the fp32 master weights (device; full
+// training only).
+typedef struct OptFill {
+    const Model *m;
+    const CkptMoments *mo;
+    int *tensor, *which;  // (n written) table index; 0 exp_avg, 1 exp_avg_sq, 2 master
+} OptFill;
+
+static Status opt_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
+    OptFill *f = ctx;
+    const TensorInfo *t = &model_trainable(f->m).tt->t[f->tensor[i]];
+    int w = f->which[i];
+    size_t bytes = count * sizeof(float);
+    if (w == 2) {
+        f->m->be->download(f->m->be, dst, (const char *)f->m->data[f->tensor[i]] + begin * sizeof(float), bytes);
+        return ST_OK;
+    }
+    const float *src = (w == 0 ? f->mo->m : f->mo->v) + t->goffset + begin;
+    if (f->mo->on_device) f->m->be->download(f->m->be, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+    return ST_OK;
+}
+
+static Status write_optimizer(const char *path, const Model *m, const CkptMoments *mo, int with_master, Err *e) {
+    const TensorTable *tt = model_trainable(m).tt;
+    int nt = tt->n, k = 0;
     StWriteTensor *wt = xcalloc((size_t)nt * 3, sizeof(StWriteTensor));
     char (*names)[160] = xcalloc((size_t)nt * 3, 160);
+    OptFill f = {.m = m, .mo = mo, .tensor = xcalloc((size_t)nt * 3, sizeof(int)),
+                 .which = xcalloc((size_t)nt * 3, sizeof(int))};
+    static const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
     for (int i = 0; i < nt; i++) {
-        const TensorInfo *t = &tr.tt->t[i];
-        if (ph) m->be->download(m->be, ph + t->goffset, (const char *)tr.params + t->offset, t->numel * sizeof(float));
-        const float *src[3] = {mh + t->goffset, vh + t->goffset, ph ? ph + t->goffset : NULL};
-        static const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
+        const TensorInfo *t = &tt->t[i];
         for (int j = 0; j < 3; j++) {
-            if (!src[j]) continue;
+            if (j == 2 && !with_master) continue;
             snprintf(names[k], 160, "%s.%s", prefix[j], t->name);
-            wt[k] = (StWriteTensor){.name = names[k], .dtype = DT_F32, .ndim = t->ndim, .data = src[j]};
+            wt[k] = (StWriteTensor){.name = names[k], .dtype = DT_F32, .ndim = t->ndim};
             wt[k].shape[0] = t->shape[0];
             wt[k].shape[1] = t->shape[1];
+            f.tensor[k] = i, f.which[k] = j;
             k++;
         }
     }
-    Status st = st_write(path, wt, k, NULL, 0, e);
-    free(wt), free(names), free(ph);
+    Status st = st_write_stream(path, wt, k, opt_fill, &f, NULL, 0, e);
+    free(wt), free(names), free(f.tensor), free(f.which);
     return st;
 }
 
@@ -93,44 +118,119 @@ static Status write_json(const char *path, cJSON *o, Err *e) {
     return st;
 }
 
-Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
-                       const TrainState *s, DType save_dtype, const char *src, Err *e) {
-    return checkpoint_save_ex(output_dir, m, opt_m, opt_v, s, save_dtype, src, NULL, NULL, e);
+// The metrics lines of the run so far (output_dir/metrics.jsonl, steps <= step) as Trainer's
+// log_history array.
+static cJSON *log_history(const char *metrics_path, int step) {
+    cJSON *arr = cJSON_CreateArray();
+    char *text;
+    size_t len;
+    if (!metrics_path || file_read_all(metrics_path, &text, &len, NULL) != ST_OK) return arr;
+    for (size_t p = 0; p < len;) {
+        size_t q = p;
+        while (q < len && text[q] != '\n') q++;
+        cJSON *o = q > p ? cJSON_ParseWithLength(text + p, q - p) : NULL;
+        const cJSON *s = o ? cJSON_GetObjectItemCaseSensitive(o, "step") : NULL;
+        if (cJSON_IsNumber(s) && s->valuedouble <= step) cJSON_AddItemToArray(arr, o);
+        else cJSON_Delete(o);
+        p = q + 1;
+    }
+    free(text);
+    return arr;
 }
 
-Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
-                          const TrainState *s, DType save_dtype, const char *src, CheckpointExtraFn extra, void *ctx,
-                          Err *e) {
-    int with_opt = opt_m && opt_v;
+// trainer_state.json: transformers' TrainerState fields (so tools that read it work), then what
+// resuming checks besides them.
+static cJSON *trainer_state_json(const TrainState *s, int with_opt) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNullToObject(j, "best_global_step");
+    cJSON_AddNullToObject(j, "best_metric");
+    cJSON_AddNullToObject(j, "best_model_checkpoint");
+    cJSON_AddNumberToObject(j, "epoch", s->steps_per_epoch ? (double)s->step / s->steps_per_epoch : 0);
+    cJSON_AddNumberToObject(j, "eval_steps", s->eval_steps);
+    cJSON_AddNumberToObject(j, "global_step", s->step);
+    cJSON_AddBoolToObject(j, "is_hyper_param_search", 0);
+    cJSON_AddBoolToObject(j, "is_local_process_zero", 1);
+    cJSON_AddBoolToObject(j, "is_world_process_zero", 1);
+    cJSON_AddItemToObject(j, "log_history", log_history(s->metrics_path, s->step));
+    cJSON_AddNumberToObject(j, "logging_steps", s->logging_steps);
+    cJSON_AddNumberToObject(j, "max_steps", s->total_steps);
+    cJSON_AddNumberToObject(j, "num_input_tokens_seen", s->num_tokens);
+    cJSON_AddNumberToObject(j, "num_train_epochs",
+                            s->steps_per_epoch ? ceil((double)s->total_steps / s->steps_per_epoch) : 0);
+    cJSON_AddNumberToObject(j, "save_steps", s->save_steps);
+    cJSON_AddItemToObject(j, "stateful_callbacks", cJSON_CreateObject());
+    cJSON_AddNumberToObject(j, "total_flos", 0);
+    cJSON_AddNumberToObject(j, "train_batch_size", s->batch_size);
+    cJSON_AddNullToObject(j, "trial_name");
+    cJSON_AddNullToObject(j, "trial_params");
+    // still's own: what resuming checks
+    cJSON_AddNumberToObject(j, "steps_per_epoch", s->steps_per_epoch);
+    cJSON_AddNumberToObject(j, "micro_batches_per_epoch", s->micro_batches);
+    cJSON_AddNumberToObject(j, "per_device_train_batch_size", s->batch_size);
+    cJSON_AddNumberToObject(j, "gradient_accumulation_steps", s->grad_accum);
+    cJSON_AddNumberToObject(j, "world_size", MAX(1, s->world));
+    char seed[32];  // a JSON number with every digit (a double would round seeds above 2^53)
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
+    cJSON_AddRawToObject(j, "seed", seed);
+    cJSON_AddNumberToObject(j, "num_tokens", s->num_tokens);
+    cJSON_AddBoolToObject(j, "has_optimizer_state", with_opt);
+    return j;
+}
+
+// Bytes a checkpoint takes: the weights in save_dtype, the optimizer file, the copied files.
+static uint64_t checkpoint_bytes(const Model *m, DType save_dtype, int with_opt, const char *src) {
+    uint64_t b = (uint64_t)m->tt.n_params * dtype_size(save_dtype);
+    if (with_opt) b += (uint64_t)m->tt.n_params * sizeof(float) * (save_dtype != DT_F32 ? 3 : 2);
+    if (m->lora) b = (uint64_t)m->lora->tt.n_params * sizeof(float) * (with_opt ? 3 : 1);  // the adapter alone
+    b += (uint64_t)m->tt.n * 3 * 256 + (1u << 20);  // headers, config and state files
+    for (size_t i = 0; src && i < ARRAY_LEN(tokenizer_files); i++) {
+        char *a = path_join(src, tokenizer_files[i]);
+        struct stat sb;
+        if (stat(a, &sb) == 0) b += (uint64_t)sb.st_size;
+        free(a);
+    }
+    return b;
+}
+
+Status checkpoint_check_space(const char *output_dir, const Model *m, DType save_dtype, int with_opt,
+                              const char *src, Err *e) {
+    uint64_t need = checkpoint_bytes(m, save_dtype, with_opt, src), avail;
+    TRY(dir_free_bytes(output_dir, &avail, e));
+    if (avail >= need) return ST_OK;
+    char a[32], b[32];
+    fmt_bytes(a, sizeof a, (double)need);
+    fmt_bytes(b, sizeof b, (double)avail);
+    return err_set(e, ST_EIO, "%s: not enough disk space for a checkpoint: it needs %llu bytes (%s), %llu bytes (%s) "
+                              "are free", output_dir, (unsigned long long)need, a, (unsigned long long)avail, b);
+}
+
+Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
+                       const TrainState *s, DType save_dtype, const char *src, Err *e) {
+    CkptMoments mo = {opt_m, opt_v, 0};
+    return checkpoint_save_ex(output_dir, m, opt_m && opt_v ? &mo : NULL, s, save_dtype, src, NULL, NULL, e);
+}
+
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const CkptMoments *mo, const TrainState *s,
+                          DType save_dtype, const char *src, CheckpointExtraFn extra, void *ctx, Err *e) {
+    int with_opt = mo != NULL;
     char name[64];
     snprintf(name, sizeof name, "checkpoint-%d", s->step);
+    TRY(checkpoint_check_space(output_dir, m, save_dtype, with_opt, src, e));
     char *dir = path_join(output_dir, name), *marker = path_join(dir, CKPT_MARKER);
     Status st = ST_OK;
     if (file_exists(marker)) unlink(marker);  // rewriting a checkpoint: incomplete until done again
     st = checkpoint_write_model(dir, m, save_dtype, src, e);
     if (st == ST_OK && with_opt) {
         char *p = path_join(dir, "optimizer.safetensors");
-        st = write_optimizer(p, m, opt_m, opt_v, save_dtype != DT_F32 && !m->lora, e);
+        st = write_optimizer(p, m, mo, save_dtype != DT_F32 && !m->lora, e);
         free(p);
     }
     if (st == ST_OK) {
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "global_step", s->step);
-        cJSON_AddNumberToObject(j, "max_steps", s->total_steps);
-        cJSON_AddNumberToObject(j, "steps_per_epoch", s->steps_per_epoch);
-        cJSON_AddNumberToObject(j, "micro_batches_per_epoch", s->micro_batches);
-        cJSON_AddNumberToObject(j, "per_device_train_batch_size", s->batch_size);
-        cJSON_AddNumberToObject(j, "gradient_accumulation_steps", s->grad_accum);
-        cJSON_AddNumberToObject(j, "world_size", MAX(1, s->world));
-        char seed[32];
-        snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
-        cJSON_AddStringToObject(j, "seed", seed);
-        cJSON_AddNumberToObject(j, "num_tokens", s->num_tokens);
-        cJSON_AddNumberToObject(j, "epoch", s->steps_per_epoch ? (double)s->step / s->steps_per_epoch : 0);
-        cJSON_AddBoolToObject(j, "has_optimizer_state", with_opt);
+        cJSON *j = trainer_state_json(s, with_opt);
         char *p = path_join(dir, "trainer_state.json");
         st = write_json(p, j, e);
         free(p);
+        cJSON_Delete(j);
         if (st == ST_OK && extra) st = extra(ctx, dir, e);
         if (st == ST_OK) {
             cJSON *mk = cJSON_CreateObject();
@@ -138,14 +238,52 @@ Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *o
             st = write_json(marker, mk, e);  // last: the checkpoint is complete from here on
             cJSON_Delete(mk);
         }
-        cJSON_Delete(j);
     }
     if (st == ST_OK) st = dir_sync(dir, e);
     if (st == ST_OK) st = dir_sync(output_dir, e);
-    if (st == ST_OK) log_info("saved %s", dir);
+    if (st == ST_OK) {
+        log_info("saved %s", dir);
+    } else if (dir_exists(dir)) {  // never leave half a checkpoint behind
+        unlink(marker);
+        Err ignore = {0};
+        if (dir_remove_tree(dir, &ignore) == ST_OK) log_warn("removed the incomplete %s", dir);
+        else log_warn("could not remove the incomplete %s: %s", dir, ignore.msg);
+    }
     free(dir);
     free(marker);
     return st;
+}
+
+// dst/name as a hard link to src/name (atomically replacing it), else a copy.
+static Status link_or_copy(const char *src_dir, const char *dst_dir, const char *name, Err *e) {
+    char *a = path_join(src_dir, name), *b = path_join(dst_dir, name);
+    Status st = ST_OK;
+    if (!file_exists(a)) goto done;
+    StrBuf sb = {0};
+    sb_printf(&sb, "%s.tmp.%d", b, (int)getpid());
+    char *tmp = sb_take(&sb);
+    unlink(tmp);
+    if (link(a, tmp) == 0) {
+        if (rename(tmp, b) != 0) {
+            st = err_set(e, ST_EIO, "%s: rename failed: %s", b, strerror(errno));
+            unlink(tmp);
+        }
+    } else {
+        st = file_copy(a, b, e);  // a filesystem without hard links
+    }
+    free(tmp);
+done:
+    free(a);
+    free(b);
+    return st;
+}
+
+Status checkpoint_publish(const char *ckpt_dir, const char *output_dir, Err *e) {
+    static const char *model_files[] = {"model.safetensors", "config.json", "generation_config.json",
+                                        "adapter_model.safetensors", "adapter_config.json"};
+    for (size_t i = 0; i < ARRAY_LEN(model_files); i++) TRY(link_or_copy(ckpt_dir, output_dir, model_files[i], e));
+    for (size_t i = 0; i < ARRAY_LEN(tokenizer_files); i++) TRY(link_or_copy(ckpt_dir, output_dir, tokenizer_files[i], e));
+    return dir_sync(output_dir, e);
 }
 
 int checkpoint_is_complete(const char *dir) {
@@ -214,10 +352,25 @@ Status checkpoint_prune(const char *output_dir, int limit, Err *e) {
     return st;
 }
 
+// The "seed" number of trainer_state.json read from its text: every digit of a 64-bit seed (a
+// parsed JSON number is a double).
+static uint64_t seed_of(const char *path) {
+    char *text;
+    if (file_read_all(path, &text, NULL, NULL) != ST_OK) return 0;
+    const char *p = strstr(text, "\"seed\"");
+    uint64_t v = 0;
+    if (p) {
+        p = strchr(p + 6, ':');
+        if (p) v = strtoull(p + 1, NULL, 10);
+    }
+    free(text);
+    return v;
+}
+
 // Tensor <prefix>.<name> of an optimizer file into dst: device memory, or host when m is NULL.
 static Status upload_tensor(Model *m, const StSet *set, const char *prefix, const TensorInfo *t, float *dst,
                             const char *what, Err *e) {
-    char name[200];
+    char name[160];
     snprintf(name, sizeof name, "%s.%s", prefix, t->name);
     const StTensor *x = st_find(set, name);
     if (!x) return err_set(e, ST_EINVAL, "%s: missing tensor %s", what, name);
@@ -251,9 +404,10 @@ Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, Tr
     if (st == ST_OK) st = json_get_int(j, "gradient_accumulation_steps", sp, 1, &v, e), s->grad_accum = (int)v;
     v = 1;  // written by one process unless it says otherwise
     if (st == ST_OK) st = json_get_int(j, "world_size", sp, 0, &v, e), s->world = (int)v;
-    const char *seed;
-    if (st == ST_OK) st = json_get_string(j, "seed", sp, 1, &seed, e);
-    if (st == ST_OK) s->seed = strtoull(seed, NULL, 10);
+    const cJSON *seed = j ? cJSON_GetObjectItemCaseSensitive(j, "seed") : NULL;
+    if (st == ST_OK && cJSON_IsString(seed)) s->seed = strtoull(seed->valuestring, NULL, 10);  // older checkpoints
+    else if (st == ST_OK && cJSON_IsNumber(seed)) s->seed = seed_of(sp);
+    else if (st == ST_OK) st = err_set(e, ST_EINVAL, "%s: \"seed\" must be a number", sp);
     if (st == ST_OK) st = json_get_double(j, "num_tokens", sp, 1, &s->num_tokens, e);
     cJSON_Delete(j);
     free(sp);

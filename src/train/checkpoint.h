@@ -3,8 +3,9 @@
 // checkpoint-N/ holds a loadable Hugging Face model (model.safetensors, config.json,
 // generation_config.json, the tokenizer files) and, unless save_only_model, the trainer state:
 // optimizer.safetensors (AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>", and fp32 master
-// weights "master.<name>" when the model is saved in another dtype) and trainer_state.json (step,
-// data position, seed, counters). Every file is written atomically; checkpoint_complete.json is
+// weights "master.<name>" when the model is saved in another dtype) and trainer_state.json
+// (transformers' TrainerState fields -- global_step, log_history, best_metric... -- then the data
+// position, seed and counters resuming checks). Tensors are streamed to disk piece by piece. Every file is written atomically; checkpoint_complete.json is
 // written last, and resuming refuses a directory without it.
 //
 // Distributed runs: rank 0 writes every file. The optimizer state is always complete (with ZeRO-1
@@ -27,7 +28,16 @@ typedef struct TrainState {
     int world;             // ranks that trained it (global batch = world * batch_size)
     uint64_t seed;
     double num_tokens;     // tokens seen (TRL's num_tokens)
+    int logging_steps, eval_steps, save_steps;  // recorded in trainer_state.json as Trainer does
+    const char *metrics_path;  // metrics.jsonl: its lines so far become log_history (may be NULL)
 } TrainState;
+
+// The AdamW moments a checkpoint saves: n_params floats each in the tensor table's order, in
+// host memory or (on_device) in buffers of the model's backend, read tensor by tensor.
+typedef struct CkptMoments {
+    const float *m, *v;
+    int on_device;
+} CkptMoments;
 
 // Write model, config, generation config and tokenizer files (copied from src_model_dir) into dir.
 Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype, const char *src_model_dir, Err *e);
@@ -36,10 +46,17 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
 Status checkpoint_save(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
                        const TrainState *s, DType save_dtype, const char *src_model_dir, Err *e);
 // The same with extra state: extra(ctx, checkpoint_dir, e) runs before the completion marker.
+// mo NULL: model only. Before writing, the free space of output_dir is checked against what the
+// checkpoint takes (an error names both); a checkpoint that cannot be completed is removed.
 typedef Status (*CheckpointExtraFn)(void *ctx, const char *ckpt_dir, Err *e);
-Status checkpoint_save_ex(const char *output_dir, const Model *m, const float *opt_m, const float *opt_v,
-                          const TrainState *s, DType save_dtype, const char *src_model_dir, CheckpointExtraFn extra,
-                          void *ctx, Err *e);
+Status checkpoint_save_ex(const char *output_dir, const Model *m, const CkptMoments *mo, const TrainState *s,
+                          DType save_dtype, const char *src_model_dir, CheckpointExtraFn extra, void *ctx, Err *e);
+// ST_EIO naming both numbers when output_dir's filesystem has less free space than the checkpoint needs.
+Status checkpoint_check_space(const char *output_dir, const Model *m, DType save_dtype, int with_opt,
+                              const char *src_model_dir, Err *e);
+// The final model in output_dir from a checkpoint just written: model.safetensors hard-linked
+// (one copy on disk; a plain copy where the filesystem has no links), the small files beside it.
+Status checkpoint_publish(const char *ckpt_dir, const char *output_dir, Err *e);
 int checkpoint_is_complete(const char *dir);
 // The complete checkpoint-N of output_dir with the highest N; ST_ENOTFOUND if none.
 Status checkpoint_latest(const char *output_dir, char **path, Err *e);

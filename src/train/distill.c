@@ -1,6 +1,7 @@
 // distill.c: on-policy distillation = prompts + student rollouts + teacher/student scoring through
 // the loss heads + the shared loop. The math lives in the heads (docs/heads.md) and rl_math.
 #include "distill.h"
+#include "preflight.h"
 
 #include "../core/alloc.h"
 #include "../core/fileio.h"
@@ -537,16 +538,24 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         have_tmc = st == ST_OK;
         if (st == ST_OK) st = same_tokenizer(mc.tok, tmc.tok, c->model_dir, c->teacher_dir, e);
     }
+    // the output directory and the prompts before any model loads
+    if (st == ST_OK && (!c->dist || c->dist->rank == 0)) st = preflight_output_dir(c->train.output_dir, e);
+    const char *tmpl = self ? (c->teacher_prompt_template ? c->teacher_prompt_template : DISTILL_OPSD_TEMPLATE) : NULL;
+    c->prompts.vocab_size = preflight_vocab_size(c->model_dir);
+    if (st == ST_OK) st = load_prompts(c, c->dataset, &mc, tmpl, &ps, &tp, e);
+    if (st == ST_OK && c->eval_dataset) st = load_prompts(c, c->eval_dataset, &mc, tmpl, &eps, &etp, e);
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
     if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
+    if (st == ST_OK && m->cfg.vocab_size != c->prompts.vocab_size)
+        st = err_set(e, ST_EINVAL, "%s: config.json says vocab_size %d, the loaded model has %d", c->model_dir,
+                     c->prompts.vocab_size, m->cfg.vocab_size);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     if (st == ST_OK && m->lora && self && c->teacher_mode == TEACHER_EMA)
         st = err_set(e, ST_EUNSUPPORTED, "--teacher_mode ema with --use_peft is not supported yet (fixed or live)");
     if (st == ST_OK) {
-        c->prompts.vocab_size = m->cfg.vocab_size;
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         TeacherMode mode = self ? c->teacher_mode : TEACHER_MODEL;
         if (mode == TEACHER_LIVE) t = m;
@@ -575,9 +584,6 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         }
         s.mode = mode;
     }
-    const char *tmpl = self ? (c->teacher_prompt_template ? c->teacher_prompt_template : DISTILL_OPSD_TEMPLATE) : NULL;
-    if (st == ST_OK) st = load_prompts(c, c->dataset, &mc, tmpl, &ps, &tp, e);
-    if (st == ST_OK && c->eval_dataset) st = load_prompts(c, c->eval_dataset, &mc, tmpl, &eps, &etp, e);
     // sampling: the trainer's settings over the student's EOS and pad ids
     GenConfig mg;
     gen_config_default(&mg);

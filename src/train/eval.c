@@ -1,6 +1,7 @@
 // eval.c: prompts -> the generation engine -> metrics (reward functions); dataset completions ->
 // scoring batches -> cross-entropy.
 #include "eval.h"
+#include "preflight.h"
 
 #include "../model/lora.h"
 
@@ -254,6 +255,15 @@ Status eval_run(const char *model_dir, const char *backend, int threads, int dty
     ModelCodec mc = {0};
     Status st = model_codec_load(&mc, model_dir, NULL, e);
     int have_codec = st == ST_OK;
+    // the output directory, the prompts and the metric specs, before the model loads
+    if (st == ST_OK) st = preflight_output_dir(c->output_dir, e);
+    cJSON *kwargs = NULL;
+    if (st == ST_OK) st = chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e);
+    PromptConfig pc = {.chat_template_kwargs = kwargs, .max_prompt_length = c->max_prompt_length,
+                       .skip_bad_rows = c->skip_bad_rows};
+    if (st == ST_OK) st = preflight_prompts(c->dataset, &pc, model_dir, e);
+    cJSON_Delete(kwargs);
+    if (st == ST_OK) st = preflight_rewards(c->metrics, c->n_metrics, NULL, 0, c->reward_timeout, e);
     if (st == ST_OK) st = backend_create(backend, threads, &be, e);
     if (st == ST_OK) st = model_load_frozen(model_dir, be, dtype, &m, e);
     if (st == ST_OK && c->adapter) st = lora_load(m, c->adapter, e);

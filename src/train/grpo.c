@@ -1,6 +1,7 @@
 // grpo.c: GRPO and RLOO = prompts (rollout.h) + the generation engine + reward functions +
 // rl_math + qwen3_logprob, plugged into the shared trainer loop as one StepSource.
 #include "grpo.h"
+#include "preflight.h"
 
 #include "../core/alloc.h"
 #include "../core/fileio.h"
@@ -675,11 +676,26 @@ void grpo_free(Grpo *g) {
     free(g);
 }
 
+// The output directory, the prompts and the reward specs, before the model loads.
+static Status grpo_preflight(const GrpoConfig *c, Err *e) {
+    if (!c->dist || c->dist->rank == 0) TRY(preflight_output_dir(c->train.output_dir, e));
+    cJSON *kwargs = NULL;
+    TRY(chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e));
+    PromptConfig pc = {.chat_template_kwargs = kwargs, .max_prompt_length = c->max_prompt_length,
+                       .skip_bad_rows = c->skip_bad_rows};
+    Status st = preflight_prompts(c->dataset, &pc, c->model_dir, e);
+    cJSON_Delete(kwargs);
+    TRY(st);
+    return preflight_rewards(c->reward_specs, c->n_rewards, c->reward_weights, c->n_reward_weights, c->reward_timeout,
+                             e);
+}
+
 Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     Backend *be = NULL;
     Model *m = NULL;
     Grpo *g = NULL;
-    Status st = backend_create(c->backend, c->threads, &be, e);
+    Status st = grpo_preflight(c, e);
+    if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)

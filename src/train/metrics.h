@@ -5,16 +5,18 @@
 #define STILL_METRICS_H
 
 #include "../core/common.h"
+#include "../core/progress.h"
 
 #include <cjson/cJSON.h>
 
 typedef struct Metrics {
     char *path;        // output_dir/metrics.jsonl
     FILE *f;
-    int tty;           // stderr is a terminal: redraw one progress line
-    double t0;         // wall clock at start (s)
-    int step0;         // step the run (or resume) started from
-    int bar_drawn;
+    int open, write_failed;
+    int lines;         // written by this run
+    Progress bar;      // steps of this run (a resume's rate counts from where it started)
+    int step, total;   // last drawn
+    char status[128];  // "loss 2.31  reward 0.5": what the bar shows after the numbers
 } Metrics;
 
 double metrics_now(void);
@@ -24,9 +26,17 @@ Status metrics_open(Metrics *mt, const char *output_dir, int keep_until_step, in
 void metrics_close(Metrics *mt);
 // Append one JSON object as a line (flushed).
 void metrics_write(Metrics *mt, const cJSON *obj);
-// Progress: a redrawn bar on a TTY; on other streams a plain line (only when `log_line`).
-void metrics_progress(Metrics *mt, int step, int total, double loss, int log_line);
-// Draw the "loss" (and "eval_loss") of a metrics.jsonl against "step" into an SVG file.
+// Progress after an optimizer step: a redrawn bar on a TTY; on other streams a plain line every
+// ten seconds. status: what follows the numbers (the loss of metrics.jsonl's window...).
+void metrics_progress(Metrics *mt, int step, int total, const char *status, int log_line);
+// Progress inside a step: "what done/total" (micro-batches, generation rounds...).
+void metrics_tick(Metrics *mt, const char *what, int done, int total);
+void metrics_clear_bar(Metrics *mt);
+// Draw the "loss" (and "eval_loss") of a metrics.jsonl against "step" into an SVG file: round
+// ticks, a dot for a single point, a legend for what is drawn only.
 Status metrics_svg(const char *jsonl_path, const char *svg_path, Err *e);
+// loss.svg into dir, and reward.svg (reward, eval_reward, reward_std: GRPO, RLOO) and kl.svg
+// (kl_student_teacher, eval_kl_student_teacher, kl) when the run logged them.
+Status metrics_plots(const char *jsonl_path, const char *dir, Err *e);
 
 #endif

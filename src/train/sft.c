@@ -5,6 +5,7 @@
 #include "../core/log.h"
 #include "../tokenizer/chat.h"
 #include "codec.h"
+#include "preflight.h"
 
 #include <string.h>
 
@@ -20,6 +21,7 @@ static Status load_set(const DataConfig *dc, const char *path, const TextCodec *
 }
 
 Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
+    if (!c->dist || c->dist->rank == 0) TRY(preflight_output_dir(c->train.output_dir, e));  // before any loading
     cJSON *kwargs = NULL;
     TRY(chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e));
     if (kwargs) c->data.chat_template_kwargs = kwargs;

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 int trainer_steps_per_epoch(int micro_batches, int grad_accum) {
     return MAX(1, (micro_batches + grad_accum - 1) / grad_accum);
@@ -106,6 +107,10 @@ Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *
     return ST_OK;
 }
 
+void step_report_tick(const StepReport *r, const char *what, int done, int total) {
+    if (r->tick) r->tick(r->tick_ctx, what, done, total);
+}
+
 void step_report_add(StepReport *r, const char *name, double value, double weight) {
     for (int i = 0; i < r->n_metrics; i++)
         if (!strcmp(r->names[i], name)) {
@@ -164,6 +169,7 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         double *x = &s->sums[4 * g];
         sum_rows(m, p, hb, &s->rs, &x[0], &x[1], &x[2]);
         x[3] = hb->n_targets;
+        step_report_tick(r, "micro-batch", g + 1, n_micro);
     }
     if (recorded) {
         Trainable tr = model_trainable(m);
@@ -251,27 +257,81 @@ static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int lead,
     return st;
 }
 
-// Every rank calls it: the moments are gathered to rank 0, which writes the checkpoint; all
-// ranks learn whether it worked.
+// Every rank calls it; rank 0 writes the checkpoint, streaming the moments from the optimizer's
+// buffers (with ZeRO-1 on several ranks they are gathered to rank 0 first); all ranks learn
+// whether it worked. *secs accumulates the time spent.
 static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg,
-                              const TrainState *ts, Err *e) {
+                              const TrainState *ts, double *secs, Err *e) {
+    double t0 = metrics_now();
     float *mh = NULL, *vh = NULL;
+    CkptMoments mo = {opt->m, opt->v, 1}, *mop = cfg->save_only_model ? NULL : &mo;
     Status st = ST_OK;
-    if (!cfg->save_only_model) {
+    if (mop && opt->zero_stage == 1 && d->world > 1) {
         if (d->rank == 0) {
             mh = xmalloc(model_trainable(m).tt->n_params * sizeof(float));
             vh = xmalloc(model_trainable(m).tt->n_params * sizeof(float));
         }
         st = optim_gather_state(opt, m->be, mh, vh, e);
+        mo = (CkptMoments){mh, vh, 0};
     }
     if (st == ST_OK && d->rank == 0) {
-        st = checkpoint_save_ex(cfg->output_dir, m, mh, vh, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
+        st = checkpoint_save_ex(cfg->output_dir, m, mop, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
                                 src->ctx, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
     }
     free(mh);
     free(vh);
+    *secs += metrics_now() - t0;
     return dist_agree(d, st, e);
+}
+
+// Has a SIGINT / SIGTERM asked the run to stop? With several ranks, any rank's signal stops all
+// of them at the same step.
+static Status stop_requested(const TrainConfig *cfg, Dist *d, int *stop, Err *e) {
+    double x = cfg->stop && *cfg->stop ? 1 : 0;
+    if (d->world > 1) TRY(dist_allreduce_sum_host_d(d, &x, 1, e));
+    *stop = x > 0;
+    return ST_OK;
+}
+
+// What the bar shows: the loss of the logging window so far (at a logging step exactly
+// metrics.jsonl's value), and the window's reward (GRPO, RLOO) or KL (distillation).
+static void bar_status(char *buf, size_t n, const LogWindow *w) {
+    int k = snprintf(buf, n, "loss %.4f", w->loss_sum / w->steps);
+    static const char *extra[] = {"reward", "kl_student_teacher"};
+    for (size_t j = 0; j < ARRAY_LEN(extra); j++)
+        for (int i = 0; i < w->acc.n_metrics; i++)
+            if (!strcmp(w->acc.names[i], extra[j]) && w->acc.counts[i] > 0 && k < (int)n)
+                k += snprintf(buf + k, n - (size_t)k, "  %s %.4f", j ? "kl" : "reward", w->acc.sums[i] / w->acc.counts[i]);
+}
+
+static void tick(void *ctx, const char *what, int done, int total) { metrics_tick(ctx, what, done, total); }
+
+// One metrics.jsonl line for the logging window that ends at this step.
+static void log_window(Metrics *mt, const LogWindow *win, const TrainState *ts, int spe, double gnorm, double lr,
+                       double tokens_run, double el, int plans) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "loss", win->loss_sum / win->steps);
+    cJSON_AddNumberToObject(o, "grad_norm", gnorm);
+    cJSON_AddNumberToObject(o, "learning_rate", lr);
+    cJSON_AddNumberToObject(o, "epoch", (double)ts->step / spe);
+    cJSON_AddNumberToObject(o, "num_tokens", ts->num_tokens);
+    for (int i = 0; i < win->acc.n_metrics; i++)
+        cJSON_AddNumberToObject(o, win->acc.names[i], win->acc.counts[i] > 0 ? win->acc.sums[i] / win->acc.counts[i] : NAN);
+    cJSON_AddNumberToObject(o, "tokens_per_second", el > 0 ? tokens_run / el : 0);
+    cJSON_AddNumberToObject(o, "plans", plans);
+    cJSON_AddNumberToObject(o, "step", ts->step);
+    metrics_write(mt, o);
+    cJSON_Delete(o);
+}
+
+// The curves of metrics.jsonl drawn into output_dir: loss.svg, and reward.svg / kl.svg when the
+// run logged a reward (GRPO, RLOO) or a KL (distillation).
+static Status write_plots(const char *output_dir, Err *e) {
+    char *jp = path_join(output_dir, "metrics.jsonl");
+    Status st = metrics_plots(jp, output_dir, e);
+    free(jp);
+    return st;
 }
 
 // Rank 0 reads the checkpoint (weights, complete moments, state) and broadcasts it; every rank
@@ -342,6 +402,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
     memset(res, 0, sizeof *res);
     res->eval_loss = NAN;
+    res->train_loss = NAN;
     CHECK(m->lora || m->matrix_dtype == DT_F32);  // trained weights: fp32 (an adapter always is)
     Dist one, *d = src->dist;
     if (!d) dist_single(&one), d = &one;
@@ -351,6 +412,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     if (total <= 0) return err_set(e, ST_EINVAL, "nothing to train: 0 steps (num_train_epochs %g)", cfg->num_train_epochs);
     if (cfg->zero_stage != 0 && cfg->zero_stage != 1)
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", cfg->zero_stage);
+    int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
@@ -362,10 +424,17 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     model_alloc_grads(m);
     Optim opt;
     optim_init(&opt, m, &oc, d, cfg->zero_stage);
+    char *metrics_path = path_join(cfg->output_dir, "metrics.jsonl");
     TrainState ts = {.total_steps = total, .steps_per_epoch = spe, .micro_batches = src->micro_batches,
                      .batch_size = src->batch_size, .grad_accum = src->grad_accum, .seed = cfg->seed,
-                     .world = d->world};
+                     .world = d->world, .logging_steps = cfg->logging_steps, .eval_steps = cfg->eval_steps,
+                     .save_steps = save_every, .metrics_path = metrics_path};
     Status st = lead ? dir_create(cfg->output_dir, e) : ST_OK;
+    if (st == ST_OK && lead) {  // what a run killed while saving left behind
+        int swept = dir_sweep_temp(cfg->output_dir, 1);
+        if (swept) log_info("removed %d temporary file%s an earlier run left in %s", swept, swept == 1 ? "" : "s",
+                            cfg->output_dir);
+    }
     st = dist_agree(d, st, e);
     if (st == ST_OK && d->world > 1) {  // what each rank holds (tests read this line)
         double *bytes = xcalloc((size_t)d->world, sizeof(double));
@@ -386,6 +455,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     if (st != ST_OK) {
         metrics_close(&mt);
         optim_free(&opt, m->be);
+        free(metrics_path);
         return st;
     }
     log_info("training: %d %s, %d micro-batches of %d per epoch, %d steps per epoch (gradient accumulation %d), "
@@ -394,11 +464,13 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
              optim_schedule_name(oc.sched));
 
     LogWindow win = {0};
-    double t_start = metrics_now(), tokens_run = 0;
-    int steps_run = 0;
+    double t_start = metrics_now(), tokens_run = 0, loss_run = 0, save_secs = 0, gnorm = NAN, lr = 0;
+    int step0 = ts.step, saved_at = -1, stop = 0;
+    res->step0 = step0;
     while (st == ST_OK && ts.step < total) {
         StepReport rep;
         memset(&rep, 0, sizeof rep);
+        if (lead) rep.tick = tick, rep.tick_ctx = &mt;
         Trainable tr = model_trainable(m);
         m->be->zero(m->be, tr.grads, tr.tt->n_params * sizeof(float));
         if (m->lora) m->lora->step = ts.step, m->lora->calls = 0;  // dropout masks keyed by the step
@@ -406,7 +478,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
         // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
-        double gnorm = NAN, lr = optim_lr_at(&opt.cfg, opt.t);
+        gnorm = NAN, lr = optim_lr_at(&opt.cfg, opt.t);
         if (isfinite(rep.loss)) st = optim_reduce_grads(&opt, m, &gnorm, e);
         if (st != ST_OK) break;
         if (!isfinite(rep.loss) || !isfinite(gnorm)) {
@@ -422,63 +494,88 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         } else {
             st = optim_apply(&opt, m, gnorm, &lr, e);
             if (st != ST_OK) break;
+            loss_run += rep.loss;
         }
         ts.step++;
-        steps_run++;
+        res->steps_run++;
         ts.num_tokens += rep.n_tokens;
         tokens_run += rep.n_tokens;
         window_add(&win, &rep);
         int log_now = (cfg->logging_steps > 0 && ts.step % cfg->logging_steps == 0) ||
                       (cfg->logging_first_step && ts.step == 1) || ts.step == total;
-        if (log_now && lead) {
-            double el = metrics_now() - t_start;
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddNumberToObject(o, "loss", win.loss_sum / win.steps);
-            cJSON_AddNumberToObject(o, "grad_norm", gnorm);
-            cJSON_AddNumberToObject(o, "learning_rate", lr);
-            cJSON_AddNumberToObject(o, "epoch", (double)ts.step / spe);
-            cJSON_AddNumberToObject(o, "num_tokens", ts.num_tokens);
-            for (int i = 0; i < win.acc.n_metrics; i++)
-                cJSON_AddNumberToObject(o, win.acc.names[i],
-                                        win.acc.counts[i] > 0 ? win.acc.sums[i] / win.acc.counts[i] : NAN);
-            cJSON_AddNumberToObject(o, "tokens_per_second", el > 0 ? tokens_run / el : 0);
-            cJSON_AddNumberToObject(o, "plans", m->plans.n);
-            cJSON_AddNumberToObject(o, "step", ts.step);
-            metrics_write(&mt, o);
-            cJSON_Delete(o);
-        }
+        double win_loss = win.loss_sum / win.steps;
+        char status[128];
+        bar_status(status, sizeof status, &win);
+        if (log_now && lead)
+            log_window(&mt, &win, &ts, spe, gnorm, lr, tokens_run, metrics_now() - t_start - save_secs, m->plans.n);
         if (log_now) {
-            res->last_loss = win.loss_sum / win.steps;
+            res->last_loss = win_loss;
             memset(&win, 0, sizeof win);
         }
-        if (lead) metrics_progress(&mt, ts.step, total, rep.loss, log_now);
+        if (lead) metrics_progress(&mt, ts.step, total, status, log_now);
         if (src->evaluate && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
             st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
-        if (st == ST_OK && cfg->save_steps > 0 && ts.step % cfg->save_steps == 0 && ts.step < total)
-            st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
-        if (cfg->stop_after_steps > 0 && steps_run >= cfg->stop_after_steps) break;
+        if (st == ST_OK && save_every > 0 && ts.step % save_every == 0 && ts.step < total) {
+            st = save_checkpoint(m, &opt, d, src, cfg, &ts, &save_secs, e);
+            saved_at = ts.step;
+        }
+        if (st == ST_OK) st = stop_requested(cfg, d, &stop, e);
+        if (st != ST_OK || stop) break;
+        if (cfg->stop_after_steps > 0 && res->steps_run >= cfg->stop_after_steps) break;
     }
     double secs = metrics_now() - t_start;
     res->steps = ts.step;
     res->train_seconds = secs;
-    res->tokens_per_second = secs > 0 ? tokens_run / secs : 0;
-    // no evaluation after the last step unless it falls on eval_steps (as Trainer's DefaultFlowCallback)
+    res->tokens_per_second = secs - save_secs > 0 ? tokens_run / (secs - save_secs) : 0;
+    res->train_loss = res->steps_run > res->skipped_steps ? loss_run / (res->steps_run - res->skipped_steps) : NAN;
     int finished = st == ST_OK && ts.step >= total;
-    if (finished && st == ST_OK && cfg->save_steps > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, e);
-    if (finished && st == ST_OK && lead)
-        st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
+    if (st == ST_OK && stop && !finished) {
+        // SIGINT / SIGTERM: the step is done; what resuming needs is written, then the run ends
+        if (win.steps && lead)
+            log_window(&mt, &win, &ts, spe, gnorm, lr, tokens_run, secs - save_secs, m->plans.n);
+        if (lead) metrics_clear_bar(&mt);
+        if (saved_at != ts.step && ts.step > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, &save_secs, e);
+        metrics_close(&mt);
+        if (st == ST_OK && lead && ts.step > step0) st = write_plots(cfg->output_dir, e);
+        st = dist_agree(d, st, e);
+        if (st == ST_OK) {
+            if (ts.step > 0)
+                st = err_set(e, ST_EINTR, "interrupted at step %d; resume with --resume_from_checkpoint latest", ts.step);
+            else
+                st = err_set(e, ST_EINTR, "interrupted before the first step; nothing was saved");
+        }
+        optim_free(&opt, m->be);
+        free(metrics_path);
+        return st;
+    }
+    // no evaluation after the last step unless it falls on eval_steps (as Trainer's DefaultFlowCallback)
+    if (finished && st == ST_OK && save_every > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, &save_secs, e);
+    if (finished && st == ST_OK && lead) {  // the final model: once on disk
+        double t0 = metrics_now();
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%d", ts.step);
+        char *ck = path_join(cfg->output_dir, name);
+        if (save_every > 0 && checkpoint_is_complete(ck)) st = checkpoint_publish(ck, cfg->output_dir, e);
+        else st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
+        free(ck);
+        save_secs += metrics_now() - t0;
+    }
+    if (st != ST_OK && lead && mt.open && !cfg->resume && mt.lines == 0) unlink(metrics_path);  // a failed start leaves no empty file
     metrics_close(&mt);
+    res->save_seconds = save_secs;
+    res->train_seconds = secs = metrics_now() - t_start;
     if (finished && st == ST_OK && lead) {
-        char *jp = path_join(cfg->output_dir, "metrics.jsonl"), *sp = path_join(cfg->output_dir, "loss.svg");
-        st = metrics_svg(jp, sp, e);
-        free(jp);
-        free(sp);
-        log_info("trained %d steps in %.1f s (%.0f tokens/s); %d plans, %.1f MiB, %d steps recorded as graphs; wrote %s "
-                 "(%s)",
-                 ts.step, secs, res->tokens_per_second, m->plans.n, m->plans.bytes / 1048576.0, m->plans.graphs,
-                 cfg->output_dir, m->lora ? "LoRA adapter, float32" : dtype_torch_name(cfg->save_dtype));
+        st = write_plots(cfg->output_dir, e);
+        char rate[32];
+        fmt_sig3(rate, sizeof rate, res->tokens_per_second);
+        log_info("trained %d steps (%d to %d) in %.1f s: %.1f s training, %.1f s saving; %s tokens/s; train_loss %.6g; "
+                 "%d plans, %.1f MiB, %d steps recorded as graphs; wrote %s (%s)",
+                 res->steps_run, step0 + 1, ts.step, secs, secs - save_secs, save_secs, rate, res->train_loss,
+                 m->plans.n, m->plans.bytes / 1048576.0, m->plans.graphs, cfg->output_dir,
+                 m->lora ? "LoRA adapter, float32" : dtype_torch_name(cfg->save_dtype));
     }
     if (finished) st = dist_agree(d, st, e);
     optim_free(&opt, m->be);
+    free(metrics_path);
     return st;
 }

@@ -14,6 +14,8 @@
 #include "optim.h"
 #include "peft.h"
 
+#include <signal.h>
+
 typedef struct TrainConfig {
     const char *output_dir;
     const char *src_model_dir;   // tokenizer and generation config are copied from here
@@ -24,6 +26,7 @@ typedef struct TrainConfig {
     double warmup_steps, warmup_ratio;
     int logging_steps, logging_first_step;
     int save_steps;              // <= 0: no intermediate checkpoints
+    int save_per_epoch;          // save_strategy epoch: a checkpoint at the end of every epoch
     int save_total_limit, save_only_model;
     int eval_steps;              // > 0: evaluate every eval_steps steps (only then); <= 0: never
     DType save_dtype;
@@ -34,13 +37,19 @@ typedef struct TrainConfig {
     int zero_stage;              // 0: moments replicated; 1: sharded over the ranks (optim.h)
     PeftConfig peft;             // --use_peft, --lora_*, --adapter (peft.h)
     int gradient_checkpointing;  // recompute each layer's forward in the backward pass
+    // Polled after every optimizer step (NULL: never): non-zero stops the run there with a complete
+    // checkpoint, metrics and plots, returning ST_EINTR (the CLI passes interrupt_flag()).
+    const volatile sig_atomic_t *stop;
 } TrainConfig;
 
 typedef struct TrainResult {
-    int steps;
+    int steps;                   // global step reached
+    int step0, steps_run;        // the step this process started from (resume), and steps it ran
     double last_loss;            // mean loss of the last logging window
-    double train_seconds;
-    double tokens_per_second;
+    double train_loss;           // mean step loss over the steps this process ran (Trainer's train_loss)
+    double train_seconds;        // this process's loop, saving included
+    double save_seconds;         // of which writing checkpoints and the final model
+    double tokens_per_second;    // tokens of this process / (train_seconds - save_seconds)
     double eval_loss;            // NAN without an eval set
     int skipped_steps;           // updates skipped for a NaN/Inf loss or gradient (--skip_nonfinite)
 } TrainResult;
@@ -54,10 +63,15 @@ typedef struct StepReport {
     int n_metrics;
     const char *names[STEP_MAX_METRICS];       // TRL metric names, static strings
     double sums[STEP_MAX_METRICS], counts[STEP_MAX_METRICS];
+    // Set by the loop: progress inside a long step (micro-batches, generation rounds, scoring).
+    void (*tick)(void *ctx, const char *what, int done, int total);
+    void *tick_ctx;
 } StepReport;
 
 // Add a value to a report (sum += value, count += weight).
 void step_report_add(StepReport *r, const char *name, double value, double weight);
+// Report progress inside a step: "what done/total" on the bar (no-op without a tick).
+void step_report_tick(const StepReport *r, const char *what, int done, int total);
 
 // A trainer plugs into the loop with one function per optimizer step: fill m->grads (zeroed by
 // the loop) with the gradient of the step's loss and report it. The step function must be a pure

@@ -45,7 +45,7 @@ same_ids generate_greedy bf16 --max_new_tokens 32 --do_sample false
 same_ids generate_sampled fp32 --max_new_tokens 40 --do_sample true --seed 7 --top_k 20 --top_p 0.9 \
   --temperature 0.8 --repetition_penalty 1.3 --num_return_sequences 3
 
-loss() { grep -o '"loss": [-0-9.e]*' "$1" | tail -1 | cut -d' ' -f2; }
+loss() { grep -o '"loss":[-0-9.e+]*' "$1" | tail -1 | cut -d: -f2; }
 sft=(sft --model $M --dataset tests/data/sft/ids.jsonl --max_steps 3 --pad_to_multiple_of 16 --learning_rate 1e-3
      --threads 2 --save_strategy no)
 $BIN "${sft[@]}" --device cpu --output_dir "$tmp/s_cpu" >"$tmp/s_cpu.out" 2>"$tmp/err"

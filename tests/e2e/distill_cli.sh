@@ -51,6 +51,8 @@ for k in loss grad_norm learning_rate kl_student_teacher completions/mean_length
          generation_tokens_per_second train_tokens_per_second tokens_per_second num_tokens plans; do
   grep -q "\"$k\"" "$tmp/default/metrics.jsonl" || { fail metric_names "no $k in metrics.jsonl"; break; }
 done && ok metric_names
+if grep -q "student-teacher KL" "$tmp/default/kl.svg" 2>/dev/null && [ ! -e "$tmp/default/reward.svg" ]; then ok kl_plot
+else fail kl_plot "$(ls "$tmp/default")"; fi
 grep -q "loss jsd (beta 1, top_k 0, temperature 1).*temperature 1, top_p 0.95, top_k 0, max_completion_length 8" \
   "$tmp/default.err" && grep -q "lr 1e-06" "$tmp/default.err" && ok default_settings \
   || fail default_settings "$(grep distillation "$tmp/default.err")"

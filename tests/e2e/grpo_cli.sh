@@ -28,13 +28,17 @@ RL="--model $tmp/m --dataset $tmp/p.jsonl --max_completion_length 6 --per_device
 for lt in grpo bnpo dr_grpo dapo; do
   if $BIN grpo $RL --output_dir "$tmp/g_$lt" --loss_type $lt --reward 'regex:[0-9]' --reward length:4 \
        --reward_weights 1,0.5 --beta 0.04 >"$tmp/out" 2>"$tmp/err" && [ -f "$tmp/g_$lt/model.safetensors" ] \
-       && grep -q '"steps": 2' "$tmp/out"; then ok "grpo_$lt"; else fail "grpo_$lt" "$(tail -3 "$tmp/err")"; fi
+       && grep -q '"steps":2,' "$tmp/out"; then ok "grpo_$lt"; else fail "grpo_$lt" "$(tail -3 "$tmp/err")"; fi
 done
 for k in loss grad_norm reward reward_std rewards/regex/mean rewards/regex/std rewards/length/mean frac_reward_zero_std \
          kl entropy clip_ratio/low_mean clip_ratio/high_mean clip_ratio/region_mean completions/mean_length \
          completions/clipped_ratio completions/mean_terminated_length num_tokens time/generation time/training; do
   grep -q "\"$k\"" "$tmp/g_dapo/metrics.jsonl" || { fail grpo_metric_names "no $k in metrics.jsonl"; break; }
 done && ok grpo_metric_names
+# the reward curve and the KL to the reference beside loss.svg
+if [ -s "$tmp/g_dapo/loss.svg" ] && grep -q "reward (2 points)" "$tmp/g_dapo/reward.svg" 2>/dev/null \
+   && grep -q "KL to the reference" "$tmp/g_dapo/kl.svg" 2>/dev/null; then ok grpo_plots
+else fail grpo_plots "$(ls "$tmp/g_dapo")"; fi
 
 # 2. rloo (k1 KL in the reward), scale_rewards / num_iterations / mask_truncated_completions flags
 if $BIN rloo $RL --output_dir "$tmp/r" --reward exact_match:answer --normalize_advantages --reward_clip_range=-1,1 \
@@ -77,7 +81,7 @@ expect_err bad_optim "--optim sgd is not supported yet" $BIN grpo $RL --output_d
 out=$($BIN eval --model "$tmp/m" --dataset "$tmp/p.jsonl" --metric exact_match:answer --metric 'regex:[0-9]' \
   --max_new_tokens 6 --threads 1 --pad_to_multiple_of 16 --output_dir "$tmp/ev" 2>"$tmp/err")
 if [ $? -eq 0 ] && grep -q '"exact_match:answer"' <<<"$out" && grep -q '"perplexity"' <<<"$out" \
-   && grep -q '"loss_rows":	8' <<<"$out" && grep -q '"rows":	9' <<<"$out" && [ -f "$tmp/ev/eval.json" ] \
+   && grep -q '"loss_rows":8,' <<<"$out" && grep -q '{"rows":9,' <<<"$out" && [ "$(wc -l <<<"$out")" = 1 ] && [ -f "$tmp/ev/eval.json" ] \
    && [ "$(wc -l <"$tmp/ev/generations.jsonl")" -eq 9 ] && grep -q '"finish_reason"' "$tmp/ev/generations.jsonl"
 then ok eval; else fail eval "$out $(tail -3 "$tmp/err")"; fi
 # greedy: the same generations twice
