@@ -8,6 +8,8 @@ a #line directive names SRC, so compiler messages and __FILE__ / __LINE__ point 
   __shared__ T a[N], b;                 ->  static T a[N], b; CUEMU_SHARED(a); CUEMU_SHARED(b);
   #pragma unroll [n]                    ->  (an empty line)
   __launch_bounds__(n[, m]) k(...) {    ->  k(...) { cuemu_launch_bounds(n, __FILE__, __LINE__);
+  asm volatile("ptx" : "=f"(d) : "r"(a));  ->  cuemu_asm("ptx", __FILE__, __LINE__, {cuemu_asm_out_f(&(d))},
+                                                   {cuemu_asm_in_r(a)})  (the emulator runs the instructions it knows)
 
 Comments and literals are left alone. Anything the rewrite cannot place (a __shared__ variable
 outside a function, an unterminated launch) is an error naming SRC:line.
@@ -190,6 +192,78 @@ def launch_bounds(src, code, path, edits):
         edits.append((j + 1, j + 1, f" cuemu_launch_bounds({args[0].strip()}, __FILE__, __LINE__);"))
 
 
+def c_string(lits, path, line):
+    """The value of adjacent C string literals (the escapes PTX templates use)."""
+    out = []
+    for lit in re.findall(r'"((?:[^"\\]|\\.)*)"', lits):
+        i = 0
+        while i < len(lit):
+            c = lit[i]
+            if c == "\\":
+                nxt = lit[i + 1]
+                if nxt not in 'nt"\\':
+                    raise RewriteError(f"{path}:{line}: escape \\{nxt} in an asm template")
+                out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
+                i += 2
+            else:
+                out.append(c)
+                i += 1
+    return "".join(out)
+
+
+def asm_operands(src, code, start, end, kinds, path, line):
+    """`"=f"(x), "r"(y)` between start and end -> [(constraint, expr)]; constraints limited to kinds."""
+    text, blanked = src[start:end], code[start:end]
+    if not blanked.strip():
+        return []
+    ops, pos = [], 0
+    for part in split_top(blanked):
+        seg = text[pos:pos + len(part)]
+        pos += len(part) + 1
+        m = re.fullmatch(r'\s*"([^"]*)"\s*\((.*)\)\s*', seg, re.S)
+        if not m or m.group(1) not in kinds:
+            raise RewriteError(f"{path}:{line}: asm operand {seg.strip()!r}: the emulator takes {', '.join(kinds)}")
+        ops.append((m.group(1), m.group(2).strip()))
+    return ops
+
+
+def asm_statements(src, code, path, edits):
+    """asm [volatile] (template : outputs : inputs [: clobbers]); -> a cuemu_asm call. The
+    template stays a string that the emulator reads at run time (cuemu.cpp: cuemu_asm)."""
+    for m in re.finditer(r"\b(?:asm|__asm__)\s*(?:volatile\s*|__volatile__\s*)?\(", code):
+        line = line_of(code, m.start())
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        if depth:
+            raise RewriteError(f"{path}:{line}: asm without its closing parenthesis")
+        inner0, inner1 = m.end(), i - 1
+        colons, d = [], 0
+        for j in range(inner0, inner1):
+            c = code[j]
+            if c in "([{":
+                d += 1
+            elif c in ")]}":
+                d -= 1
+            elif c == ":" and d == 0:
+                if code[j + 1] == ":" or code[j - 1] == ":":
+                    raise RewriteError(f"{path}:{line}: asm with '::' (write every section)")
+                colons.append(j)
+        if len(colons) < 2 or len(colons) > 3:
+            raise RewriteError(f"{path}:{line}: asm needs template : outputs : inputs [: clobbers]")
+        tmpl = c_string(src[inner0:colons[0]], path, line)
+        outs = asm_operands(src, code, colons[0] + 1, colons[1], ("=f", "=r"), path, line)
+        ins = asm_operands(src, code, colons[1] + 1, colons[2] if len(colons) > 2 else inner1, ("f", "r"), path, line)
+        if len(colons) > 2 and code[colons[2] + 1:inner1].strip() and "memory" not in src[colons[2] + 1:inner1]:
+            raise RewriteError(f"{path}:{line}: asm clobbers other than \"memory\" are not emulated")
+        lit = tmpl.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        o = ", ".join(f"cuemu_asm_out_{c[1]}(&({e}))" for c, e in outs)
+        n = ", ".join(f"cuemu_asm_in_{c}({e})" for c, e in ins)
+        text = f'cuemu_asm("{lit}", __FILE__, __LINE__, {{{o}}}, {{{n}}})'
+        edits.append((m.start(), i, text))
+
+
 def pragmas(code, edits):
     for m in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", code, re.M):
         edits.append((m.start(), m.end(), ""))
@@ -201,6 +275,7 @@ def rewrite(src, path):
     launches(src, code, path, edits)
     shared(src, code, path, edits)
     launch_bounds(src, code, path, edits)
+    asm_statements(src, code, path, edits)
     pragmas(code, edits)
     edits.sort()
     for (a0, a1, _), (b0, _b1, _t) in zip(edits, edits[1:]):

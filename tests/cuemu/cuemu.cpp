@@ -766,6 +766,8 @@ struct Thread {
     int line;
     uint64_t wval, wres;
     int warg, wwidth;
+    uint32_t mma_a[4], mma_b[2];  // mma.sync: this lane's A and B fragments (bf16 pairs)
+    float mma_c[4], mma_d[4];     // its C fragment, and D when the warp completes
 #if !defined(__x86_64__)
     ucontext_t uc;
 #endif
@@ -1039,6 +1041,7 @@ static const char *op_name(int op) {
     case CUEMU_ANY: return "__any_sync";
     case CUEMU_ALL: return "__all_sync";
     case CUEMU_SYNCWARP: return "__syncwarp";
+    case CUEMU_MMA: return "mma.sync.aligned.m16n8k16";
     }
     return "?";
 }
@@ -1094,7 +1097,52 @@ void cuemu_syncthreads(const char *file, int line) {
     block(t);
 }
 
+static float bf16_lo(uint32_t r) { return (float)__ushort_as_bfloat16((unsigned short)(r & 0xffffu)); }
+static float bf16_hi(uint32_t r) { return (float)__ushort_as_bfloat16((unsigned short)(r >> 16)); }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D (16x8) = A (16x16) B (16x8) + C, with the
+// fragment layout of the PTX ISA (warp-level matrix fragments for mma.m16n8k16, .bf16 and .f32):
+// lane = 4 g + q (groupID g = lane >> 2, threadID_in_group q = lane & 3), each 32-bit register
+// two bf16 of which the lower 16 bits hold the element of lower column (A) or row (B) index:
+//   A: a0 = (g, 2q..2q+1), a1 = (g+8, 2q..), a2 = (g, 2q+8..), a3 = (g+8, 2q+8..)    (row, col)
+//   B: b0 = (2q..2q+1, g), b1 = (2q+8..2q+9, g)                                    (row k, col n)
+//   C, D: c0 c1 = (g, 2q), (g, 2q+1); c2 c3 = (g+8, 2q), (g+8, 2q+1)
+// Products of bf16 are exact in double and the 16-term sum is rounded to fp32 once, plus C: the
+// tensor cores' own rounding of the sum (unspecified by PTX) lies within the kernels' tolerances.
+static void mma_m16n8k16(int wi) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const Thread &t = g_th[wi * 32 + l];
+        int g = l >> 2, q = l & 3;
+        for (int r = 0; r < 4; r++) {
+            int row = g + (r & 1) * 8, col = 2 * q + (r >> 1) * 8;
+            A[row][col] = bf16_lo(t.mma_a[r]), A[row][col + 1] = bf16_hi(t.mma_a[r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            int k = 2 * q + r * 8;
+            B[k][g] = bf16_lo(t.mma_b[r]), B[k + 1][g] = bf16_hi(t.mma_b[r]);
+        }
+    }
+    float C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const Thread &t = g_th[wi * 32 + l];
+        int g = l >> 2, q = l & 3;
+        for (int i = 0; i < 4; i++) C[g + (i >> 1) * 8][2 * q + (i & 1)] = t.mma_c[i];
+    }
+    for (int l = 0; l < 32; l++) {
+        Thread &t = g_th[wi * 32 + l];
+        int g = l >> 2, q = l & 3;
+        for (int i = 0; i < 4; i++) {
+            int row = g + (i >> 1) * 8, col = 2 * q + (i & 1);
+            double acc = 0.0;
+            for (int k = 0; k < 16; k++) acc += (double)A[row][k] * (double)B[k][col];
+            t.mma_d[i] = (float)acc + C[row][col];
+        }
+    }
+}
+
 static void warp_complete(Warp &w, int wi) {
+    if (w.op == CUEMU_MMA) mma_m16n8k16(wi);
     unsigned vote = 0;
     for (int l = 0; l < 32; l++)
         if (w.mask >> l & 1 && g_th[wi * 32 + l].wval) vote |= 1u << l;
@@ -1165,6 +1213,78 @@ uint64_t cuemu_warp_op(int op, unsigned mask, uint64_t value, int arg, int width
     t->st = TS_WARP;
     block(t);
     return t->wres;
+}
+
+// ---- inline PTX -------------------------------------------------------------------------------------
+// The one instruction the kernels use, with its operand groups: {D x4}, {A x4}, {B x2}, {C x4}.
+static const char MMA_BF16[] = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+
+// "{%0, %1}, {%2}, %3;" -> groups of operand numbers, or false when it does not read so.
+static bool ptx_groups(const char *s, std::vector<std::vector<int>> &groups) {
+    for (;;) {
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        bool brace = *s == '{';
+        if (brace) s++;
+        std::vector<int> g;
+        for (;;) {
+            while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+            if (*s != '%' || s[1] < '0' || s[1] > '9') return false;
+            char *end;
+            g.push_back((int)strtol(s + 1, &end, 10));
+            s = end;
+            while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+            if (!brace || *s != ',') break;
+            s++;
+        }
+        if (brace && *s++ != '}') return false;
+        groups.push_back(g);
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        if (*s == ',') {
+            s++;
+            continue;
+        }
+        if (*s != ';') return false;
+        for (s++; *s; s++)
+            if (*s != ' ' && *s != '\t' && *s != '\n') return false;
+        return true;
+    }
+}
+
+void cuemu_asm(const char *ptx, const char *file, int line, std::initializer_list<CuemuAsmOut> outs,
+               std::initializer_list<CuemuAsmIn> ins) {
+    Thread *t = cur_thread("inline PTX");
+    while (*ptx == ' ' || *ptx == '\t' || *ptx == '\n') ptx++;
+    size_t n = strcspn(ptx, " \t\n");
+    std::vector<std::vector<int>> groups;
+    if (n != sizeof MMA_BF16 - 1 || strncmp(ptx, MMA_BF16, n))
+        kfail(t, "inline PTX at %s:%d: `%.*s` is not emulated (tests/cuemu knows %s)", file, line, (int)n, ptx, MMA_BF16);
+    if (!ptx_groups(ptx + n, groups) || groups.size() != 4 || groups[0].size() != 4 || groups[1].size() != 4 ||
+        groups[2].size() != 2 || groups[3].size() != 4)
+        kfail(t, "inline PTX at %s:%d: %s wants operands {d0..d3}, {a0..a3}, {b0, b1}, {c0..c3}: `%s`", file, line,
+              MMA_BF16, ptx);
+    const int nout = (int)outs.size(), nin = (int)ins.size();
+    const CuemuAsmOut *o = outs.begin();
+    const CuemuAsmIn *in = ins.begin();
+    // every operand number names an output (D) or an input (A, B: "r"; C: "f") of the right kind
+    auto input = [&](int num, char kind) -> uint32_t {
+        if (num < nout || num >= nout + nin || in[num - nout].kind != kind)
+            kfail(t, "inline PTX at %s:%d: operand %%%d of %s must be an \"%c\" input (an \"=\" output's old value is undefined)", file, line, num, MMA_BF16, kind);
+        return in[num - nout].bits;
+    };
+    for (int i = 0; i < 4; i++) t->mma_a[i] = input(groups[1][i], 'r');
+    for (int i = 0; i < 2; i++) t->mma_b[i] = input(groups[2][i], 'r');
+    for (int i = 0; i < 4; i++) {
+        uint32_t b = input(groups[3][i], 'f');
+        memcpy(&t->mma_c[i], &b, 4);
+    }
+    for (int i = 0; i < 4; i++) {
+        int num = groups[0][i];
+        if (num < 0 || num >= nout || o[num].kind != 'f')
+            kfail(t, "inline PTX at %s:%d: operand %%%d of %s must be an \"=f\" output", file, line, num, MMA_BF16);
+    }
+    // .aligned: every lane of the warp executes the same mma (a full-mask collective at one site)
+    cuemu_warp_op(CUEMU_MMA, 0xffffffffu, 0, 0, 32, file, line);
+    for (int i = 0; i < 4; i++) *(float *)o[groups[0][i]].p = t->mma_d[i];
 }
 
 [[noreturn]] void cuemu_trap(const char *file, int line) { kfail(g_cur, "__trap() at %s:%d", file, line); }

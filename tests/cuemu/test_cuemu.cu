@@ -7,13 +7,16 @@
 //   streams: work runs when the host waits; copies into pinned memory are stream-ordered
 //   graphs: a replay reads inputs through device memory and keeps the scalars it captured; calls a
 //           capture forbids fail and invalidate it
+//   mma: mma.sync.aligned.m16n8k16 bf16 (inline PTX) in two warps against a host product, its
+//        fragments placed by the PTX ISA's table written out here; in place (d = c) too
 //   cuBLAS: GemmEx in every transpose, fp32 / bf16 operands, padded leading dims, alpha, beta
 //   launch errors: block and shared-memory limits as cudaGetLastError reports them
 //   faults (in a child process, which must abort with the message): divergent __syncthreads, a
 //   thread exiting while others wait, shuffles outside the mask, divergent warp collectives,
 //   writes past an allocation or dynamic shared memory, a host pointer as an argument, __trap,
 //   a block larger than the kernel's __launch_bounds__, a graph replayed after a buffer it uses was
-//   freed, host code dereferencing a device pointer, a kernel overflowing its thread's stack
+//   freed, host code dereferencing a device pointer, a kernel overflowing its thread's stack, an mma
+//   in a warp missing lanes or reached at two sites, an inline PTX instruction the emulator lacks
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -401,6 +404,82 @@ static void test_launch_errors(void) {
     CK(cudaFree(d));
 }
 
+// ---------------------------------------------------------------- mma.sync (inline PTX)
+// PTX ISA, mma.m16n8k16 with .bf16 A/B and .f32 C/D: lane = 4 g + q; register r of A holds
+// A[g + 8 (r & 1)][2q + 8 (r >> 1) + {0, 1}], of B holds B[2q + 8 r + {0, 1}][g]; C/D element i is
+// (g + 8 (i >> 1), 2q + (i & 1)). Lower 16 bits: the lower index.
+__device__ uint32_t pair16(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
+// A (W,16,16) row-major bf16 bits, B (W,16,8) [k][n], C D (W,16,8): warp w multiplies its own
+__global__ void mma_kernel(float *D, const uint16_t *A, const uint16_t *B, const float *C, int in_place) {
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, q = l & 3;
+    const uint16_t *a = A + w * 256, *b = B + w * 128;
+    const float *c = C + w * 128;
+    uint32_t ra[4], rb[2];
+    for (int r = 0; r < 4; r++) {
+        int row = g + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
+        ra[r] = pair16(a[row * 16 + col], a[row * 16 + col + 1]);
+    }
+    for (int r = 0; r < 2; r++) rb[r] = pair16(b[(2 * q + 8 * r) * 8 + g], b[(2 * q + 8 * r + 1) * 8 + g]);
+    float rc[4], rd[4];
+    for (int i = 0; i < 4; i++) rc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * q + (i & 1)];
+    if (in_place) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%11,%12,%13};"
+                     : "=f"(rc[0]), "=f"(rc[1]), "=f"(rc[2]), "=f"(rc[3])
+                     : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
+                       "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+        for (int i = 0; i < 4; i++) rd[i] = rc[i];
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};\n"
+                     : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
+                     : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
+                       "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+    }
+    for (int i = 0; i < 4; i++) D[w * 128 + (g + 8 * (i >> 1)) * 8 + 2 * q + (i & 1)] = rd[i];
+}
+
+static float bf16_value(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+static void test_mma(void) {
+    const int W = 2;
+    std::vector<uint16_t> A(W * 256), B(W * 128);
+    std::vector<float> C(W * 128), D(W * 128);
+    for (auto &x : A) x = __float2bfloat16_rn((float)(rnd32() % 2001) / 500.0f - 2.0f).__x;
+    for (auto &x : B) x = __float2bfloat16_rn((float)(rnd32() % 2001) / 500.0f - 2.0f).__x;
+    for (auto &x : C) x = (float)(rnd32() % 1001) / 100.0f - 5.0f;
+    uint16_t *dA, *dB;
+    float *dC, *dD;
+    CK(cudaMalloc(&dA, A.size() * 2));
+    CK(cudaMalloc(&dB, B.size() * 2));
+    CK(cudaMalloc(&dC, C.size() * 4));
+    CK(cudaMalloc(&dD, D.size() * 4));
+    CK(cudaMemcpy(dA, A.data(), A.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dB, B.data(), B.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dC, C.data(), C.size() * 4, cudaMemcpyHostToDevice));
+    for (int in_place = 0; in_place < 2; in_place++) {
+        mma_kernel<<<1, 32 * W>>>(dD, dA, dB, dC, in_place);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(D.data(), dD, D.size() * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int w = 0; w < W; w++)
+            for (int m = 0; m < 16; m++)
+                for (int n = 0; n < 8; n++) {
+                    double acc = C[w * 128 + m * 8 + n], mag = fabs(acc);
+                    for (int k = 0; k < 16; k++) {
+                        double p = (double)bf16_value(A[w * 256 + m * 16 + k]) * bf16_value(B[w * 128 + k * 8 + n]);
+                        acc += p, mag += fabs(p);
+                    }
+                    worst = fmax(worst, fabs(D[w * 128 + m * 8 + n] - acc) / mag);
+                }
+        EXPECT_MSG(worst < 1e-6, "mma (in place %d): worst error %.3g of the terms' magnitude", in_place, worst);
+    }
+    CK(cudaFree(dA));
+    CK(cudaFree(dB));
+    CK(cudaFree(dC));
+    CK(cudaFree(dD));
+}
+
 // ---------------------------------------------------------------- faults (each in a child process)
 __global__ void divergent_barrier_kernel(void) {
     if (threadIdx.x < 32)
@@ -444,6 +523,46 @@ __global__ void deep_kernel(float *out) {
     volatile float big[64 << 10];  // 256 KiB of locals: past a 64 KiB thread stack
     big[threadIdx.x] = 1.0f;
     out[threadIdx.x] = big[threadIdx.x];
+}
+
+__global__ void mma_fault_kernel(float *out, int diverge) {
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {0, 0, 0, 0};
+    if (diverge && (threadIdx.x & 1))
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%11,%12,%13};"
+                     : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+                       "f"(c[2]), "f"(c[3]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%11,%12,%13};"
+                     : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+                       "f"(c[2]), "f"(c[3]));
+    out[threadIdx.x] = c[0];
+}
+__global__ void ptx_unknown_kernel(float *out) {
+    float x;
+    asm volatile("add.f32 %0, %1, %2;" : "=f"(x) : "f"(out[0]), "f"(out[1]));
+    out[threadIdx.x] = x;
+}
+
+static void fault_mma_partial_warp(void) {
+    float *d;
+    cudaMalloc(&d, 32 * sizeof(float));
+    mma_fault_kernel<<<1, 16>>>(d, 0);
+}
+static void fault_mma_diverged(void) {
+    float *d;
+    cudaMalloc(&d, 32 * sizeof(float));
+    mma_fault_kernel<<<1, 32>>>(d, 1);
+}
+static void fault_ptx_unknown(void) {
+    float *d;
+    cudaMalloc(&d, 32 * sizeof(float));
+    cudaMemset(d, 0, 32 * sizeof(float));
+    ptx_unknown_kernel<<<1, 32>>>(d);
 }
 
 static void fault_divergent_barrier(void) { divergent_barrier_kernel<<<1, 64>>>(); }
@@ -566,6 +685,9 @@ static void test_faults(void) {
     expect_fault("host code dereferencing device memory", fault_host_access, "host code touched device memory");
     expect_fault("a kernel overflowing its thread stack", fault_stack_overflow, "a thread overflowed its 64 KiB stack");
     expect_fault("more threads than __launch_bounds__", fault_launch_bounds, "over the kernel's __launch_bounds__(64)");
+    expect_fault("mma in a warp of 16 lanes", fault_mma_partial_warp, "do not exist");
+    expect_fault("mma reached at two sites", fault_mma_diverged, "diverge");
+    expect_fault("inline PTX the emulator lacks", fault_ptx_unknown, "`add.f32` is not emulated");
 }
 
 int main(void) {
@@ -576,6 +698,7 @@ int main(void) {
     RUN(test_stream_order);
     RUN(test_graph_replay);
     RUN(test_capture_forbids);
+    RUN(test_mma);
     RUN(test_gemm);
     RUN(test_launch_errors);
     RUN(test_faults);

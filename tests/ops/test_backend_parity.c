@@ -5,7 +5,8 @@
 // the op writes is followed by guard words that must come back untouched; forward outputs start
 // as NaN so that `=` must overwrite every element; gradients start random so that `+=` is checked.
 // Also: AdamW on every backend (ref included) against torch.optim.AdamW's formula written out
-// in double, sumsq, and run-to-run determinism.
+// in double, sumsq, run-to-run determinism, and (cuda, bf16 GEMMs) that GEMMs see fp32 weights
+// through bf16 copies refreshed after every write.
 //
 // Tolerances, as max |got - ref| / max |ref| over a buffer (norm-wise, because the backends
 // sum in a different order and a sum that cancels has error relative to its terms):
@@ -19,9 +20,16 @@
 //                 or transpose gives errors of order 1. Applies to matmul and the ce_head outputs
 //                 (logits go through the bf16 GEMM); ce's argmax is then compared only on rows whose
 //                 top-2 logit gap exceeds the bf16 error bound.
+//   TOL_ATT_BF16 3e-2: cuda's tensor-core attention (bf16 mma, fp32 accumulation; its default with
+//                 bf16 GEMMs): q, k, v and dout enter as bf16 (relative error <= 2^-9 each), so a
+//                 score of unit-variance inputs errs by ~2^-9 * sqrt(2) ~ 3e-3 in the exponent and each
+//                 probability by as much relatively; P and dS are rounded to bf16 once more for the
+//                 second product (P V, dS K, P^T dout, dS^T q). Measured 1e-3..7.5e-3 norm-wise over
+//                 the shapes of test_attention; a wrong fragment index, mask or tile edge gives 0.3..1.
 //
-// The cuda backend runs twice: with STILL_CUDA_GEMM=fp32 (fp32 GEMM operands: every op held to the
-// fp32 tolerances above) and with its bf16 default (the GEMM ops at TOL_BF16). The sampling ops
+// The cuda backend runs twice: with STILL_CUDA_GEMM=fp32 (fp32 GEMM operands and the fp32 attention
+// kernels: every op held to the fp32 tolerances above) and with its bf16 default (the GEMM ops at
+// TOL_BF16, the tensor-core attention at TOL_ATT_BF16). The sampling ops
 // run on every backend against ref: same ids and processed scores (bit for bit: the fixed-point
 // arithmetic of sample_math.h), log-probs within 1e-5.
 #include "parity_util.h"
@@ -31,6 +39,7 @@
 #define TOL_EW 2e-6
 #define TOL_RED 2e-5
 #define TOL_BF16 1e-2
+#define TOL_ATT_BF16 3e-2
 
 // Every backend held to ref; gemm: STILL_CUDA_GEMM for the run (NULL: leave it alone).
 typedef struct {
@@ -39,6 +48,7 @@ typedef struct {
 static const BackendRun backend_runs[] = {{"cpu", NULL}, {"cuda", "fp32"}, {"cuda", "bf16"}};
 static const char *backend_names[] = {"cpu", "cuda"};
 static double tol_gemm = TOL_RED;  // tolerance of the GEMM-based ops in this run
+static double tol_attn = TOL_RED;  // tolerance of attention in this run
 static int gemm_bf16 = 0;          // this run's GEMMs round operands to bf16
 // ---------------------------------------------------------------- ops
 static void check_embedding(int N, int C, int V, DType wdt) {
@@ -188,24 +198,24 @@ static void check_attention(int B, int T, int NH, int NKV, int HD, const int32_t
     R->attention_forward(R, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
     X->attention_forward(X, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
     snprintf(what, sizeof what, "attention fwd out %s", label);
-    expect_close(what, d_out, out, nq, TOL_RED);
+    expect_close(what, d_out, out, nq, tol_attn);
     snprintf(what, sizeof what, "attention fwd lse %s", label);
-    expect_close(what, d_lse, lse, nl, TOL_RED);
+    expect_close(what, d_lse, lse, nl, tol_attn);
     // backward from the reference's out and lse on both
     float *d_out_ref = dev_from(out, nq * 4), *d_lse_ref = dev_from(lse, nl * 4);
     R->attention_backward(R, dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
     X->attention_backward(X, d_dq, d_dk, d_dv, d_dout, d_out_ref, d_lse_ref, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
     snprintf(what, sizeof what, "attention bwd dq %s", label);
-    expect_close(what, d_dq, dq, nq, TOL_RED);
+    expect_close(what, d_dq, dq, nq, tol_attn);
     snprintf(what, sizeof what, "attention bwd dk %s", label);
-    expect_close(what, d_dk, dk, nk, TOL_RED);
+    expect_close(what, d_dk, dk, nk, tol_attn);
     snprintf(what, sizeof what, "attention bwd dv %s", label);
-    expect_close(what, d_dv, dv, nk, TOL_RED);
+    expect_close(what, d_dv, dv, nk, tol_attn);
     // only dk (dq and dv NULL)
     R->attention_backward(R, NULL, dk, NULL, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
     X->attention_backward(X, NULL, d_dk, NULL, d_dout, d_out_ref, d_lse_ref, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD);
     snprintf(what, sizeof what, "attention bwd dk only %s", label);
-    expect_close(what, d_dk, dk, nk, TOL_RED);
+    expect_close(what, d_dk, dk, nk, tol_attn);
     X->free(X, d_q), X->free(X, d_k), X->free(X, d_v), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_lse);
     X->free(X, d_dq), X->free(X, d_dk), X->free(X, d_dv), X->free(X, d_seg), X->free(X, d_out_ref);
     X->free(X, d_lse_ref);
@@ -230,6 +240,8 @@ static void test_attention(void) {
     check_attention(1, 40, 4, 2, 72, seg + T, "T40 HD72");
     check_attention(1, 40, 4, 2, 128, seg + T, "T40 HD128");
     check_attention(1, 40, 2, 1, 256, seg, "T40 HD256 padded");
+    check_attention(1, 40, 2, 1, 256, seg + T, "T40 HD256");  // two blocks of 128 output dims (mma)
+    check_attention(1, 70, 4, 2, 64, seg + T, "T70 HD64");    // two key tiles, 8 output tiles (mma)
     free(seg);
 }
 
@@ -396,6 +408,68 @@ static void test_ce_head(void) {
     check_ce((CeCase){1, 13, 1031, 7, DT_F32, 2, 1});
     check_ce((CeCase){2, 16, 64, 5, DT_F32, 2, 1});  // row 1 ignored: a chunk of one row
     check_ce((CeCase){3, 520, 4099, 2, DT_BF16, 2, 1});  // more than one converted panel
+}
+
+// ---------------------------------------------------------------- bf16 copies of fp32 weights
+// cuda with bf16 GEMMs reads fp32 weights through bf16 copies made once (cuda_weights.cu): after
+// each way the op table can write weights (upload, AdamW on part of the buffer, copy, scale, add)
+// and in a graph replayed after an optimizer step, a GEMM must see the new weights. Two weights
+// share one allocation, as the parameters do.
+static void mirror_check(const float *x, const float *d_x, const float *w, const float *d_w, size_t nw, int N, int C,
+                         int OC, float *d_out, const char *label) {
+    char what[96];
+    float *out = xmalloc((size_t)N * OC * 4);
+    for (int k = 0; k < 2; k++) {
+        R->matmul_forward(R, out, x, w + k * nw, DT_F32, NULL, N, C, OC);
+        X->matmul_forward(X, d_out, d_x, d_w + k * nw, DT_F32, NULL, N, C, OC);
+        snprintf(what, sizeof what, "weights after %s, tensor %d", label, k);
+        expect_close(what, d_out, out, (size_t)N * OC, tol_gemm);
+    }
+    free(out);
+}
+
+static void test_weight_copies(void) {
+    const int N = 5, C = 24, OC = 9;
+    const size_t nw = (size_t)OC * C, n = 2 * nw;
+    float *x = new_normal((size_t)N * C, 1), *w = new_normal(n, 1), *g = new_normal(n, 1);
+    float *m = xcalloc(n, 4), *v = xcalloc(n, 4), *out = xmalloc((size_t)N * OC * 4);
+    float *d_x = dev_from(x, (size_t)N * C * 4), *d_w = dev_from(w, n * 4), *d_g = dev_from(g, n * 4);
+    float *d_m = dev_from(m, n * 4), *d_v = dev_from(v, n * 4), *d_out = dev_nan((size_t)N * OC);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "upload");
+    float *w2 = new_normal(n, 1);
+    memcpy(w, w2, n * 4);
+    X->upload(X, d_w, w2, n * 4);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "a second upload");
+    // AdamW over the first tensor only (one shard): lr 0.5 moves every weight by ~0.5
+    R->adamw(R, w, m, v, g, nw, 0.5, 0.9, 0.999, 1e-8, 0.0, 1, 1.0f);
+    X->adamw(X, d_w, d_m, d_v, d_g, nw, 0.5, 0.9, 0.999, 1e-8, 0.0, 1, 1.0f);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "adamw on one tensor");
+    float *d_w2 = dev_from(w2, n * 4);
+    X->copy(X, d_w + nw, d_w2, nw * 4);  // the second tensor = the first of w2
+    memcpy(w + nw, w2, nw * 4);
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "copy");
+    X->scale(X, d_w, -2.0f, n);
+    for (size_t i = 0; i < n; i++) w[i] *= -2.0f;
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "scale");
+    X->add(X, d_w, d_w, d_w2, n);
+    for (size_t i = 0; i < n; i++) w[i] += w2[i];
+    mirror_check(x, d_x, w, d_w, nw, N, C, OC, d_out, "add");
+    if (X->graph_begin) {  // a recorded GEMM replayed after AdamW reads the new weights
+        X->graph_begin(X, 0x77);
+        X->matmul_forward(X, d_out, d_x, d_w, DT_F32, NULL, N, C, OC);
+        X->graph_end(X, 0x77);
+        for (int step = 2; step <= 3; step++) {
+            R->adamw(R, w, m, v, g, n, 0.5, 0.9, 0.999, 1e-8, 0.0, step, 1.0f);
+            X->adamw(X, d_w, d_m, d_v, d_g, n, 0.5, 0.9, 0.999, 1e-8, 0.0, step, 1.0f);
+            EXPECT(X->graph_launch(X, 0x77));
+            R->matmul_forward(R, out, x, w, DT_F32, NULL, N, C, OC);
+            expect_close("weights after adamw, in a graph replay", d_out, out, (size_t)N * OC, tol_gemm);
+        }
+        X->graph_drop(X, 0x77);
+    }
+    X->free(X, d_x), X->free(X, d_w), X->free(X, d_g), X->free(X, d_m), X->free(X, d_v), X->free(X, d_out);
+    X->free(X, d_w2);
+    free(x), free(w), free(g), free(m), free(v), free(out), free(w2);
 }
 
 // ---------------------------------------------------------------- determinism
@@ -627,11 +701,14 @@ int main(void) {
         }
         gemm_bf16 = br->gemm && !strcmp(br->gemm, "bf16");
         tol_gemm = gemm_bf16 ? TOL_BF16 : TOL_RED;
+        tol_attn = gemm_bf16 ? TOL_ATT_BF16 : TOL_RED;
         printf("# backend %s%s%s\n", X->name, br->gemm ? " gemm " : "", br->gemm ? br->gemm : "");
         if (gemm_bf16) {  // only the GEMM-based ops differ from the fp32 run
             RUN(test_matmul);
             RUN(test_ce_head);
             RUN(test_determinism);
+            RUN(test_attention);  // the tensor-core kernels (after the others: same inputs for them)
+            RUN(test_weight_copies);
             backend_destroy(X);
             continue;
         }

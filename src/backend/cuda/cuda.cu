@@ -44,6 +44,7 @@ static void *cuda_alloc(Backend *be, size_t bytes) {
     CUDA_CHECK(cudaMalloc(&p, rounded));  // 256-byte aligned
     CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, ctx->stream));
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    cu_weights_on_alloc(be, p, rounded);
     return p;
 }
 
@@ -51,6 +52,7 @@ static void cuda_free(Backend *be, void *p) {
     if (!p) return;
     not_recording(cu_ctx(be), "free");
     CUDA_CHECK(cudaStreamSynchronize(cu_ctx(be)->stream));
+    cu_weights_on_free(be, p);
     CUDA_CHECK(cudaFree(p));
 }
 
@@ -58,6 +60,7 @@ static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
     CudaCtx *ctx = cu_ctx(be);
     not_recording(ctx, "upload");
     if (!bytes) return;
+    cu_weights_written(be, dst);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
     CUDA_CHECK(cudaStreamSynchronize(ctx->stream));  // the caller may free or reuse src at once
 }
@@ -71,10 +74,12 @@ static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes)
 }
 
 static void cuda_zero(Backend *be, void *dst, size_t bytes) {
+    if (bytes) cu_weights_written(be, dst);
     if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cu_ctx(be)->stream));
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) cu_weights_written(be, dst);
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_ctx(be)->stream));
 }
 
@@ -95,6 +100,7 @@ static void cuda_graph_begin(Backend *be, uint64_t key) {
     CudaCtx *ctx = cu_ctx(be);
     CHECK_MSG(!ctx->capturing, "cuda: graph_begin(%llu) while recording graph %llu", (unsigned long long)key,
               (unsigned long long)ctx->capture_key);
+    cu_weights_refresh(be);  // the graph reads the copies; it never converts
     CUDA_CHECK(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
     ctx->capturing = 1;
     ctx->capture_key = key;
@@ -126,6 +132,7 @@ static int cuda_graph_launch(Backend *be, uint64_t key) {
     CuGraph *g = find_graph(ctx, key);
     if (!g) return 0;
     not_recording(ctx, "graph_launch");
+    cu_weights_refresh(be);  // after an optimizer step: new weights into the copies the graph reads
     CUDA_CHECK(cudaGraphLaunch(g->exec, ctx->stream));
     return 1;
 }
@@ -144,6 +151,7 @@ static void cuda_destroy(Backend *be) {
     CudaCtx *ctx = cu_ctx(be);
     cudaStreamSynchronize(ctx->stream);
     for (int i = 0; i < ctx->n_graphs; i++) cudaGraphExecDestroy(ctx->graphs[i].exec);
+    cu_weights_free_all(be);
     free(ctx->graphs);
     for (int i = 0; i < CU_SCR_COUNT; i++) cudaFree(ctx->scratch[i]);
     for (int i = 0; i < ctx->n_retired; i++) cudaFree(ctx->retired[i]);
@@ -192,6 +200,15 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     else if (g && strcmp(g, "bf16")) {
         free(ctx), free(be);
         return err_set(e, ST_EINVAL, "STILL_CUDA_GEMM=%s: expected bf16 or fp32", g);
+    }
+    // attention: tensor cores with bf16 operands unless every GEMM is fp32 (STILL_CUDA_ATTN overrides)
+    const char *a = getenv("STILL_CUDA_ATTN");
+    ctx->attn_mma = ctx->gemm_dt == DT_BF16;
+    if (a && !strcmp(a, "mma")) ctx->attn_mma = 1;
+    else if (a && !strcmp(a, "fp32")) ctx->attn_mma = 0;
+    else if (a) {
+        free(ctx), free(be);
+        return err_set(e, ST_EINVAL, "STILL_CUDA_ATTN=%s: expected mma (bf16 tensor cores) or fp32", a);
     }
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&ctx->blas));
@@ -260,6 +277,8 @@ extern "C" const char *backend_cuda_device_name(Backend *be, char *buf, size_t n
 }
 
 extern "C" const char *backend_cuda_gemm_dtype(Backend *be) { return cu_ctx(be)->gemm_dt == DT_BF16 ? "bf16" : "fp32"; }
+
+extern "C" const char *backend_cuda_attention_kind(Backend *be) { return cu_ctx(be)->attn_mma ? "mma bf16" : "fp32"; }
 
 // Dense bf16 GEMM rate of cuBLAS alone (operands already bf16, fp32 accumulate and output):
 // the ceiling the benchmarks report MFU against, besides the datasheet's.

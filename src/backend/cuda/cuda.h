@@ -13,6 +13,8 @@ extern "C" {
 const char *backend_cuda_device_name(Backend *be, char *buf, size_t n);
 // "bf16" or "fp32": the operand dtype of the backend's GEMMs (STILL_CUDA_GEMM).
 const char *backend_cuda_gemm_dtype(Backend *be);
+// "mma bf16" (tensor-core attention) or "fp32" (STILL_CUDA_ATTN).
+const char *backend_cuda_attention_kind(Backend *be);
 // TFLOP/s of cuBLAS alone on a bf16 (M,K) x (N,K)^T product, fp32 accumulate, over reps runs.
 double backend_cuda_gemm_tflops(Backend *be, int M, int N, int K, int reps);
 // GB/s of a device-to-device copy of `bytes`, counting bytes read plus bytes written.

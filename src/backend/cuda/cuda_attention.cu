@@ -1,6 +1,8 @@
 // cuda_attention.cu: causal self-attention with GQA and segment masks, flash style: keys stream
 // through shared memory in tiles of 32 with an online softmax, and only the log-sum-exp (lse)
-// per query is kept for the backward pass. fp32 throughout (scores, exp, accumulators).
+// per query is kept for the backward pass. fp32 throughout (scores, exp, accumulators). With
+// ctx->attn_mma (the default with bf16 GEMMs, STILL_CUDA_ATTN) the entry points below hand over to
+// the tensor-core kernels of cuda_attention_mma.cu instead.
 //
 // Layouts: q (B,T,NH,HD), k v (B,T,NKV,HD), seg (B,T), out (B,T,NH,HD), lse (B,NH,T).
 // Forward and dq: a block holds BQ queries of one (b, h); each warp owns QPW of them and lane j
@@ -304,6 +306,7 @@ static size_t dkv_smem(int HD) { return ((size_t)2 * ATT_BQ * HD + 2 * ATT_TILE 
 #define ATT_FOR_EACH_DPL(X) X(1) X(2) X(4) X(8)
 
 void cu_attention_init(void) {
+    cu_attention_mma_init();
 #define ATT_ATTR(D)                                                                                              \
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_MAX_SMEM)); \
     CUDA_CHECK(cudaFuncSetAttribute(attn_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_MAX_SMEM));  \
@@ -320,6 +323,10 @@ static int att_dpl(int HD) {
 void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                           const int32_t *seg, int B, int T, int NH, int NKV, int HD) {
     CHECK(NKV > 0 && NH % NKV == 0);
+    if (cu_ctx(be)->attn_mma) {
+        cu_attention_mma_forward(be, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
+        return;
+    }
     dim3 grid((T + ATT_BQ - 1) / ATT_BQ, NH, B);
     float scale = (float)(1.0 / sqrt((double)HD));
     size_t sm = fwd_smem(HD);
@@ -344,6 +351,10 @@ void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const f
     float *Dbuf = (float *)cu_scratch(be, CU_SCR_RED, rows * sizeof(float));
     attn_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dbuf, dout, out, B, T, NH, HD);
     LAUNCH_CHECK();
+    if (cu_ctx(be)->attn_mma) {
+        cu_attention_mma_backward(be, dq, dk, dv, Dbuf, dout, lse, q, k, v, seg, B, T, NH, NKV, HD);
+        return;
+    }
     int dpl = att_dpl(HD);
     if (dq) {
         dim3 grid((T + ATT_BQ - 1) / ATT_BQ, NH, B);

@@ -60,6 +60,8 @@ typedef struct CuGraph {
     cudaGraphExec_t exec;
 } CuGraph;
 
+typedef struct CuWeights CuWeights;  // cuda_weights.cu
+
 typedef struct CudaCtx {
     int device;
     cudaStream_t stream;
@@ -67,6 +69,7 @@ typedef struct CudaCtx {
     void *blas_ws;          // cuBLAS workspace (set explicitly so capture never allocates)
     size_t blas_ws_bytes;
     DType gemm_dt;          // DT_BF16 (default) or DT_F32: operand dtype of every GEMM
+    int attn_mma;           // attention on the tensor cores (cuda_attention_mma.cu), else fp32
     void *scratch[CU_SCR_COUNT];
     size_t scratch_cap[CU_SCR_COUNT];
     void **retired;         // outgrown scratch buffers, freed at destroy
@@ -78,6 +81,7 @@ typedef struct CudaCtx {
     CuGraph *graphs;
     int n_graphs;
     int num_sms;
+    CuWeights *weights;     // bf16 copies of fp32 weights (cuda_weights.cu)
 } CudaCtx;
 
 static inline CudaCtx *cu_ctx(Backend *be) { return (CudaCtx *)be->ctx; }
@@ -88,6 +92,18 @@ void *cu_scratch(Backend *be, CuScratchSlot slot, size_t bytes);
 // cuda_ops.cu: operands for GEMMs. cu_operand returns src itself when it is already in the
 // compute dtype, else a converted copy in the scratch slot.
 const void *cu_operand(Backend *be, CuScratchSlot slot, const void *src, DType sdt, size_t n);
+// dst (n, ddt) = src (n, sdt), on the stream
+void cu_convert(Backend *be, void *dst, DType ddt, const void *src, DType sdt, size_t n);
+
+// cuda_weights.cu: a weight operand (matmul w, an LM head): with bf16 GEMMs an fp32 weight from
+// be->alloc is read through its bf16 copy, made once and refreshed after writes; else cu_operand.
+const void *cu_weight_operand(Backend *be, CuScratchSlot slot, const void *w, DType wdt, size_t n);
+// Every op that may write weights calls this with its output: the copies of that allocation go stale.
+void cu_weights_written(Backend *be, const void *p);
+void cu_weights_refresh(Backend *be);  // convert stale copies (before recording or replaying a graph)
+void cu_weights_on_alloc(Backend *be, void *p, size_t bytes);
+void cu_weights_on_free(Backend *be, void *p);
+void cu_weights_free_all(Backend *be);
 // Row-major C (M,N) = alpha op(A) op(B) + beta C, op(A) (M,K), op(B) (K,N); A and B in
 // ctx->gemm_dt, C fp32; lda/ldb/ldc are the row strides of the stored matrices.
 void cu_gemm(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
@@ -184,6 +200,14 @@ void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const f
                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
                            int T, int NH, int NKV, int HD);
 void cu_attention_init(void);
+// cuda_attention_mma.cu: the same ops with bf16 mma.sync (selected by ctx->attn_mma); D (B,NH,T)
+// = dout . out comes from the caller
+void cu_attention_mma_init(void);
+void cu_attention_mma_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const int32_t *seg, int B, int T, int NH, int NKV, int HD);
+void cu_attention_mma_backward(Backend *be, float *dq, float *dk, float *dv, const float *D, const float *dout,
+                               const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                               int B, int T, int NH, int NKV, int HD);
 void cu_swiglu_forward(Backend *be, float *out, const float *gate, const float *up, size_t n);
 void cu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                         size_t n);

@@ -87,7 +87,8 @@ void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh
     CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
     CudaCtx *ctx = cu_ctx(be);
     const int backward = coef != NULL;
-    const void *Wc = cu_operand(be, CU_SCR_W, W, wdt, (size_t)V * C);
+    if (dW) cu_weights_written(be, dW);
+    const void *Wc = cu_weight_operand(be, CU_SCR_W, W, wdt, (size_t)V * C);
     float *z = scratch;  // (chunk, V)
     for (int r0 = 0; r0 < N; r0 += chunk) {
         int nr = MIN(chunk, N - r0);
@@ -236,8 +237,9 @@ void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, f
     CHECK(chunk >= 1 && V >= 1 && tau > 0 && beta >= 0 && beta <= 1 && top_k >= 0);
     CudaCtx *ctx = cu_ctx(be);
     const int backward = dh_s != NULL;
-    const void *Wsc = cu_operand(be, CU_SCR_W, W_s, wdt_s, (size_t)V * Cs);
-    const void *Wtc = cu_operand(be, CU_SCR_W2, W_t, wdt_t, (size_t)V * Ct);
+    if (dW_s) cu_weights_written(be, dW_s);
+    const void *Wsc = cu_weight_operand(be, CU_SCR_W, W_s, wdt_s, (size_t)V * Cs);
+    const void *Wtc = cu_weight_operand(be, CU_SCR_W2, W_t, wdt_t, (size_t)V * Ct);
     float *zs = scratch_s, *zt = scratch_t;  // (chunk, V) each
     for (int r0 = 0; r0 < N; r0 += chunk) {
         int nr = MIN(chunk, N - r0);

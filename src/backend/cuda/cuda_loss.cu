@@ -65,7 +65,8 @@ void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_ent
                 float *scratch, int chunk, int N, int C, int V) {
     CHECK(chunk >= 1 && V >= 1);
     CudaCtx *ctx = cu_ctx(be);
-    const void *Wc = cu_operand(be, CU_SCR_W, W, wdt, (size_t)V * C);
+    if (dW) cu_weights_written(be, dW);
+    const void *Wc = cu_weight_operand(be, CU_SCR_W, W, wdt, (size_t)V * C);
     float *z = scratch;  // (chunk, V)
     for (int r0 = 0; r0 < N; r0 += chunk) {
         int nr = MIN(chunk, N - r0);

@@ -14,12 +14,16 @@ __global__ void convert_kernel(void *dst, DType ddt, const void *src, DType sdt,
     }
 }
 
+void cu_convert(Backend *be, void *dst, DType ddt, const void *src, DType sdt, size_t n) {
+    convert_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(dst, ddt, src, sdt, n);
+    LAUNCH_CHECK();
+}
+
 const void *cu_operand(Backend *be, CuScratchSlot slot, const void *src, DType sdt, size_t n) {
     CudaCtx *ctx = cu_ctx(be);
     if (sdt == ctx->gemm_dt) return src;
     void *dst = cu_scratch(be, slot, n * dtype_size(ctx->gemm_dt));
-    convert_kernel<<<cu_blocks(n, 256), 256, 0, ctx->stream>>>(dst, ctx->gemm_dt, src, sdt, n);
-    LAUNCH_CHECK();
+    cu_convert(be, dst, ctx->gemm_dt, src, sdt, n);
     return dst;
 }
 
@@ -106,6 +110,7 @@ __global__ void embedding_bwd_kernel(float *dwte, const float *dout, const int32
 }
 
 void cu_embedding_backward(Backend *be, float *dwte, const float *dout, const int32_t *ids, int N, int C) {
+    cu_weights_written(be, dwte);
     embedding_bwd_kernel<<<(C + 63) / 64, 64, 0, cu_ctx(be)->stream>>>(dwte, dout, ids, N, C);
     LAUNCH_CHECK();
 }
@@ -151,7 +156,7 @@ void cu_rmsnorm_backward(Backend *be, float *dinp, float *dw, const float *dout,
         rmsnorm_bwd_kernel<<<(N + 7) / 8, 256, 0, cu_ctx(be)->stream>>>(dinp, dout, inp, w, rstd, N, C);
         LAUNCH_CHECK();
     }
-    if (dw) cu_colsum_add(be, dw, dout, inp, rstd, N, C);
+    if (dw) cu_weights_written(be, dw), cu_colsum_add(be, dw, dout, inp, rstd, N, C);
 }
 
 // ---- linear ---------------------------------------------------------------------------------
@@ -165,7 +170,7 @@ __global__ void bias_add_kernel(float *out, const float *bias, int N, int OC) {
 void cu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                        int C, int OC) {
     const void *A = cu_operand(be, CU_SCR_A, inp, DT_F32, (size_t)N * C);
-    const void *Bw = cu_operand(be, CU_SCR_B, w, wdt, (size_t)OC * C);
+    const void *Bw = cu_weight_operand(be, CU_SCR_B, w, wdt, (size_t)OC * C);
     cu_gemm(be, 0, 1, N, OC, C, 1.0f, A, C, Bw, C, 0.0f, out, OC);
     if (bias) {
         bias_add_kernel<<<cu_blocks((size_t)N * OC, 256), 256, 0, cu_ctx(be)->stream>>>(out, bias, N, OC);
@@ -178,10 +183,11 @@ void cu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const
                         const void *w, DType wdt, int N, int C, int OC) {
     const void *G = (dinp || dw) ? cu_operand(be, CU_SCR_A, dout, DT_F32, (size_t)N * OC) : NULL;
     if (dinp) {
-        const void *Bw = cu_operand(be, CU_SCR_B, w, wdt, (size_t)OC * C);
+        const void *Bw = cu_weight_operand(be, CU_SCR_B, w, wdt, (size_t)OC * C);
         cu_gemm(be, 0, 0, N, C, OC, 1.0f, G, OC, Bw, C, 1.0f, dinp, C);
     }
     if (dw) {
+        cu_weights_written(be, dw);
         const void *X = cu_operand(be, CU_SCR_C, inp, DT_F32, (size_t)N * C);
         cu_gemm(be, 1, 0, OC, C, N, 1.0f, G, OC, X, C, 1.0f, dw, C);
     }
@@ -262,11 +268,13 @@ __global__ void scale_kernel(float *x, float s, size_t n) {
 }
 
 void cu_add(Backend *be, float *out, const float *a, const float *b, size_t n) {
+    cu_weights_written(be, out);
     add_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(out, a, b, n);
     LAUNCH_CHECK();
 }
 
 void cu_scale(Backend *be, float *x, float s, size_t n) {
+    cu_weights_written(be, x);
     scale_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(x, s, n);
     LAUNCH_CHECK();
 }
@@ -329,6 +337,7 @@ __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, size_
 void cu_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
               double eps, double wd, int t, float grad_scale) {
     CHECK(t >= 1);
+    cu_weights_written(be, p);
     double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
     adamw_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(p, m, v, g, n, lr, b1, b2, eps, wd, lr / bc1,
                                                                      sqrt(bc2), (double)grad_scale);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -72,6 +73,7 @@ enum CuemuWarpOp {
     CUEMU_ANY,
     CUEMU_ALL,
     CUEMU_SYNCWARP,
+    CUEMU_MMA,  // mma.sync.aligned (cuemu_asm): every lane of the warp, its fragments in Thread
 };
 
 // Every lane of `mask` must arrive at the same collective (same op, mask and source line); the
@@ -111,6 +113,32 @@ template <typename T> inline T cuemu_shfl_xor(const char *f, int l, unsigned mas
 inline void cuemu_syncwarp(const char *f, int l, unsigned mask = 0xffffffffu) {
     cuemu_warp_op(CUEMU_SYNCWARP, mask, 0, 0, 32, f, l);
 }
+
+// ---- inline PTX (cu2cpp.py rewrites `asm volatile(...)` into cuemu_asm) --------------------------
+// The template is read at run time; the instructions the emulator knows (cuemu.cpp, cuemu_asm) run
+// with the operand layout the PTX ISA gives them; any other instruction stops the kernel naming it.
+// Operands: "=f" float / "=r" 32-bit outputs, "f" / "r" inputs, numbered %0.. outputs first.
+struct CuemuAsmOut {
+    void *p;
+    char kind;  // 'f' or 'r'
+};
+struct CuemuAsmIn {
+    uint32_t bits;
+    char kind;
+};
+inline CuemuAsmOut cuemu_asm_out_f(float *p) { return {p, 'f'}; }
+inline CuemuAsmOut cuemu_asm_out_r(uint32_t *p) { return {p, 'r'}; }
+inline CuemuAsmIn cuemu_asm_in_f(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return {b, 'f'};
+}
+template <typename T> inline CuemuAsmIn cuemu_asm_in_r(T x) {
+    static_assert(std::is_integral<T>::value && sizeof(T) == 4, "an \"r\" asm operand is a 32-bit integer");
+    return {(uint32_t)x, 'r'};
+}
+void cuemu_asm(const char *ptx, const char *file, int line, std::initializer_list<CuemuAsmOut> outs,
+               std::initializer_list<CuemuAsmIn> ins);
 
 // ---- shared memory (cu2cpp.py) --------------------------------------------------------------------
 // A static __shared__ variable becomes function-local static storage; the first thread of a block
