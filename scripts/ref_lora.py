@@ -25,6 +25,11 @@ batches of scripts/ref_sft.py, TRL's loss normalisation, clip_grad_norm_ and tor
 over the adapter's tensors (weight decay on lora weights, as transformers' decay groups):
   loss, grad_norm, param.<key> after the step.
 Run: /usr/bin/python3 scripts/ref_lora.py [OUT_DIR]
+     /usr/bin/python3 scripts/ref_lora.py check MODEL_DIR ADAPTER_DIR "IDS" LOGITS.txt
+The check form loads any adapter directory (one `still` saved, say) the way PEFT would -- its
+adapter_config.json and PEFT key names -- applies it to an fp32 model and compares the logits of
+every position with LOGITS.txt (`still logits --adapter ADAPTER_DIR --all` output): it prints
+the norm-wise relative error and fails above 1e-5.
 """
 import json
 import math
@@ -187,7 +192,33 @@ def sft_step(root, out_dir):
     print(f"sft_step: loss {total / num_items:.6f} grad_norm {norm.item():.6f}")
 
 
+def check(model_dir, adapter_dir, ids_text, logits_path):
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    w = {k: v.to(torch.float64) for k, v in ref_sft.read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
+    ac = json.load(open(os.path.join(adapter_dir, "adapter_config.json")))
+    assert ac["peft_type"] == "LORA" and ac.get("bias", "none") == "none" and not ac.get("use_dora", False), ac
+    c = dict(r=ac["r"], alpha=float(ac["lora_alpha"]), rslora=bool(ac.get("use_rslora", False)))
+    ad = {k: v.to(torch.float64)
+          for k, v in ref_sft.read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors")).items()}
+    for k, v in ad.items():  # PEFT's shapes: lora_A (r, in), lora_B (out, r)
+        if ".lora_A." in k:
+            assert v.shape[0] == c["r"], (k, v.shape)
+        elif ".lora_B." in k:
+            assert v.shape[1] == c["r"], (k, v.shape)
+        else:
+            assert k[len("base_model.model."):] in w or k == "base_model.model.lm_head.weight", k
+    w2, term = adapted(cfg, w, ad, c)
+    ids = [int(x) for x in ids_text.split()]
+    want = ref_model.forward(cfg, w2, ids, term)
+    got = torch.tensor(np.loadtxt(logits_path, ndmin=2), dtype=torch.float64)
+    err = ((got - want).norm() / want.norm()).item()
+    print(f"{adapter_dir}: {len(ad)} tensors, logits rel err {err:.3g}")
+    return 0 if got.shape == want.shape and err <= 1e-5 else 1
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        sys.exit(check(*sys.argv[2:6]))
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "data", "lora")
     os.makedirs(out_dir, exist_ok=True)

@@ -57,6 +57,21 @@ $BIN logits --model "$tmp/merged" --ids "$Q" --all 2>/dev/null >"$tmp/mg.txt"
 d1=$(maxdiff "$tmp/ad.txt" "$tmp/base.txt"); d2=$(maxdiff "$tmp/mg.txt" "$tmp/ad.txt")
 if [ -s "$tmp/ad.txt" ] && awk -v a="$d1" -v b="$d2" 'BEGIN{exit !(a > 1e-3 && b < 5e-5)}'; then ok "merge_keeps_adapter_logits (adapter moved logits by $d1, merged differs by $d2)"
 else fail merge_keeps_adapter_logits "adapter vs base $d1, merged vs adapter $d2; $(tail -2 "$tmp/err")"; fi
+# the adapter as PEFT would load it (scripts/ref_lora.py check: adapter_config.json, PEFT's key names,
+# the PyTorch application of LoRA and of modules_to_save), against still's logits
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  $BIN sft --model $M --dataset $IDS --output_dir "$tmp/s" --max_steps 3 --save_strategy no $L \
+    --lora_modules_to_save norm --use_rslora >/dev/null 2>&1
+  $BIN logits --model $M --adapter "$tmp/s" --ids "$Q" --all --pad_to_multiple_of 1 2>/dev/null >"$tmp/s.txt"
+  for d in a s; do
+    $BIN logits --model $M --adapter "$tmp/$d" --ids "$Q" --all --pad_to_multiple_of 1 2>/dev/null >"$tmp/$d.txt"
+    out=$(/usr/bin/python3 scripts/ref_lora.py check $M "$tmp/$d" "$Q" "$tmp/$d.txt" 2>&1)
+    if [ $? -eq 0 ]; then ok "saved_adapter_loads_as_peft_$d ($(sed 's/.*: //' <<<"$out"))"
+    else fail "saved_adapter_loads_as_peft_$d" "$(tail -2 <<<"$out")"; fi
+  done
+else
+  echo "skip saved_adapter_loads_as_peft: /usr/bin/python3 has no torch (python3-torch)"
+fi
 if $BIN generate --model $M --adapter "$tmp/a" --ids "5 17" --max_new_tokens 4 >/dev/null 2>"$tmp/err"; then ok generate_with_adapter
 else fail generate_with_adapter "$(tail -2 "$tmp/err")"; fi
 

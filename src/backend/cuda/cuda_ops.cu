@@ -286,6 +286,7 @@ __global__ void dropout_kernel(float *out, const float *inp, size_t n, float p, 
 }
 
 void cu_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt) {
+    cu_weights_written(be, out);
     dropout_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(out, inp, n, p, key, salt);
     LAUNCH_CHECK();
 }
