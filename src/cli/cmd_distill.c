@@ -24,10 +24,12 @@ static const ArgSpec specs[] = {
     {"top_p", ARG_FLOAT, NULL, "nucleus sampling of rollouts (default 0.95; GKD 1.0)"},
     {"top_k", ARG_INT, "0", "top-k sampling of rollouts (0 = off)"},
     {"max_completion_length", ARG_INT, NULL, "tokens generated per rollout (default 512; GKD max_new_tokens 128)"},
-    {"max_new_tokens", ARG_INT, NULL, "GKD's name for --max_completion_length"},
+    {"max_new_tokens", ARG_INT, NULL, "GKD's name for --max_completion_length (generation only: dataset completions stay whole)"},
     {"rollout_do_sample", ARG_BOOL, "true", "sample rollouts (false: greedy, deterministic)"},
     {"lmbda", ARG_FLOAT, NULL, "GKD: fraction of micro-batches with student rollouts (default 0.5)"},
     {"seq_kd", ARG_BOOL, "false", "GKD: otherwise the teacher generates (sequence-level KD) instead of dataset completions"},
+    {"max_length", ARG_INT, NULL, "GKD: a dataset prompt + completion longer than this keeps its last N tokens (the "
+                                  "prompt loses its oldest; the completion stays whole) (default 1024)"},
     {"teacher_prompt_template", ARG_STR, NULL, "self-distillation: the teacher's prompt, {column} filled from the row "
                                                "(default: OPSD's, with {problem} and {solution})"},
     {"teacher_mode", ARG_STR, "fixed", "self-distillation teacher: fixed (initial weights) | ema | live"},
@@ -124,6 +126,10 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
         return err_set(e, ST_EINVAL, "--lmbda and --seq_kd are GKD flags: add --gkd (DistillationTrainer is always "
                                      "on-policy)");
     if (!(c->lmbda >= 0 && c->lmbda <= 1)) return err_set(e, ST_EINVAL, "--lmbda %g: expected a value in [0, 1]", c->lmbda);
+    if (!gkd && args_is_set(a, "max_length"))
+        return err_set(e, ST_EINVAL, "--max_length is a GKD flag (dataset completions): add --gkd");
+    c->max_length = gkd ? (args_is_set(a, "max_length") ? (int)args_int(a, "max_length") : 1024) : 0;
+    if (gkd && c->max_length <= 0) return err_set(e, ST_EINVAL, "--max_length must be positive");
     // self-distillation
     c->teacher_prompt_template = args_str(a, "teacher_prompt_template");
     const char *tm = args_str(a, "teacher_mode");

@@ -24,8 +24,9 @@
     {"system", ARG_STR, NULL, "system message (chat template)"},                                                       \
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra template variables, e.g. {\"enable_thinking\": false}"}, \
     {"chat_template_name", ARG_STR, NULL, "which named template of tokenizer_config.json (default: \"default\")"},     \
-    {"max_new_tokens", ARG_INT, "256", "tokens to generate at most per sequence (generation_config.json wins over the default)"}, \
-    {"min_new_tokens", ARG_INT, "0", "EOS is banned until this many tokens exist"},                                    \
+    {"max_new_tokens", ARG_INT, "256", "tokens to generate at most per sequence (generation_config.json's max_new_tokens or max_length wins over the default; the flag over both)"}, \
+    {"min_new_tokens", ARG_INT, "0", "EOS is banned until this many tokens exist (replaces min_length)"},             \
+    {"min_length", ARG_INT, NULL, "EOS is banned while prompt + generated tokens are fewer (default: generation_config.json's, else 0)"}, \
     {"do_sample", ARG_BOOL, NULL, "sample (true) or greedy argmax (false); default from generation_config.json"},      \
     {"temperature", ARG_FLOAT, NULL, "softmax temperature when sampling (generation_config.json, else 1)"},            \
     {"top_k", ARG_INT, NULL, "keep the k most likely tokens, ties kept (0 = off; default 50 or generation_config.json)"}, \
@@ -132,8 +133,9 @@ static Status build_config(Session *s, const Args *a, Err *e) {
     TRY(gen_config_load(c, s->dir, &s->m->cfg, e));
     if (s->tok) TRY(gen_config_add_eos(c, tokenizer_eos_id(s->tok), e));
     if (c->pad_token_id < 0 && s->tok) c->pad_token_id = tokenizer_pad_id(s->tok);
-    if (args_is_set(a, "max_new_tokens")) c->max_new_tokens = (int)args_int(a, "max_new_tokens");
+    if (args_is_set(a, "max_new_tokens")) c->max_new_tokens = (int)args_int(a, "max_new_tokens"), c->max_length = 0;
     if (args_is_set(a, "min_new_tokens")) c->min_new_tokens = (int)args_int(a, "min_new_tokens");
+    if (args_is_set(a, "min_length")) c->min_length = (int)args_int(a, "min_length");
     if (args_is_set(a, "do_sample")) c->do_sample = args_bool(a, "do_sample");
     if (args_is_set(a, "temperature")) c->temperature = (float)args_float(a, "temperature");
     if (args_is_set(a, "top_k")) c->top_k = (int)args_int(a, "top_k");

@@ -2,6 +2,7 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
+#include "../gen/generate.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -16,26 +17,6 @@ static const ArgSpec specs[] = {
 
 static const char *tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                         "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json"};
-
-static Status write_generation_config(const ModelConfig *cfg, const char *dir, Err *e) {
-    cJSON *g = cJSON_CreateObject();
-    if (cfg->bos_token_id >= 0) cJSON_AddNumberToObject(g, "bos_token_id", cfg->bos_token_id);
-    if (cfg->n_eos_token_ids == 1) {
-        cJSON_AddNumberToObject(g, "eos_token_id", cfg->eos_token_ids[0]);
-    } else if (cfg->n_eos_token_ids > 1) {
-        cJSON *arr = cJSON_AddArrayToObject(g, "eos_token_id");
-        for (int i = 0; i < cfg->n_eos_token_ids; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(cfg->eos_token_ids[i]));
-    }
-    if (cfg->pad_token_id >= 0) cJSON_AddNumberToObject(g, "pad_token_id", cfg->pad_token_id);
-    cJSON_AddFalseToObject(g, "do_sample");
-    char *text = cJSON_Print(g);
-    cJSON_Delete(g);
-    char *path = path_join(dir, "generation_config.json");
-    Status st = file_write_atomic(path, text, strlen(text), e);
-    free(path);
-    free(text);
-    return st;
-}
 
 static Status run(const Args *a, Err *e) {
     const char *cfg_path = args_str(a, "model_config"), *out = args_str(a, "output_dir");
@@ -57,7 +38,7 @@ static Status run(const Args *a, Err *e) {
         st = cli_dtype(a, &forced, e);
         if (forced >= 0) save = (DType)forced;
         if (st == ST_OK) st = model_save(m, out, save, e);
-        if (st == ST_OK) st = write_generation_config(&cfg, out, e);
+        if (st == ST_OK) st = gen_config_write_default(&cfg, out, e);
         const char *tok = args_str(a, "tokenizer");
         for (size_t i = 0; st == ST_OK && tok && i < ARRAY_LEN(tokenizer_files); i++) {
             char *src = path_join(tok, tokenizer_files[i]), *dst = path_join(out, tokenizer_files[i]);

@@ -41,3 +41,7 @@ void bans_min_tokens(int32_t *out, int cap, int *n_out, int cur_len, int prompt_
     if (!below) return;
     for (int j = 0; j < neos; j++) push(out, cap, n_out, eos[j]);
 }
+
+void bans_suppress(int32_t *out, int cap, int *n_out, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) push(out, cap, n_out, ids[i]);
+}

@@ -25,4 +25,8 @@ void bans_bad_words(int32_t *out, int cap, int *n_out, const int32_t *ids, int l
 void bans_min_tokens(int32_t *out, int cap, int *n_out, int cur_len, int prompt_len, int min_length,
                      int min_new_tokens, const int32_t *eos, int neos);
 
+// SuppressTokensLogitsProcessor / SuppressTokensAtBeginLogitsProcessor: the ids (n) as given (the
+// caller decides the step: every step, or the first generated token only).
+void bans_suppress(int32_t *out, int cap, int *n_out, const int32_t *ids, int n);
+
 #endif

@@ -11,6 +11,7 @@
 #include "../model/qwen3.h"
 #include "bans.h"
 
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -61,6 +62,47 @@ static Status opt_float(const cJSON *g, const char *key, const char *path, doubl
     return json_get_double(g, key, path, 1, out, e);
 }
 
+static Status json_id(const cJSON *v, const char *path, const char *key, int32_t *out, Err *e) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
+        return err_set(e, ST_EINVAL, "%s: %s: expected token ids (integers >= 0)", path, key);
+    *out = (int32_t)v->valuedouble;
+    return ST_OK;
+}
+
+// A list of ids (or null) of generation_config.json into out (GEN_MAX_LIST).
+static Status id_list(const cJSON *g, const char *key, const char *path, int32_t *out, int *n, Err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(g, key);
+    if (!v || cJSON_IsNull(v)) return ST_OK;
+    if (!cJSON_IsArray(v)) return err_set(e, ST_EINVAL, "%s: %s: expected a list of token ids", path, key);
+    if (cJSON_GetArraySize(v) > GEN_MAX_LIST)
+        return err_set(e, ST_EINVAL, "%s: %s: more than %d ids", path, key, GEN_MAX_LIST);
+    *n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) TRY(json_id(it, path, key, &out[(*n)++], e));
+    return ST_OK;
+}
+
+// bad_words_ids: a list of non-empty id lists (or null).
+static Status word_list(const cJSON *g, const char *path, GenConfig *c, Err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(g, "bad_words_ids");
+    if (!v || cJSON_IsNull(v)) return ST_OK;
+    if (!cJSON_IsArray(v)) return err_set(e, ST_EINVAL, "%s: bad_words_ids: expected a list of id lists", path);
+    int k = 0, w = 0;
+    c->cfg_bad_words_off[0] = 0;
+    const cJSON *word;
+    cJSON_ArrayForEach(word, v) {
+        if (!cJSON_IsArray(word) || cJSON_GetArraySize(word) == 0)
+            return err_set(e, ST_EINVAL, "%s: bad_words_ids[%d]: expected a non-empty list of token ids", path, w);
+        if (w >= GEN_MAX_LIST || k + cJSON_GetArraySize(word) > GEN_MAX_LIST)
+            return err_set(e, ST_EINVAL, "%s: bad_words_ids: more than %d ids", path, GEN_MAX_LIST);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, word) TRY(json_id(it, path, "bad_words_ids", &c->cfg_bad_words[k++], e));
+        c->cfg_bad_words_off[++w] = k;
+    }
+    c->n_cfg_bad_words = w;
+    return ST_OK;
+}
+
 static Status load_generation_config(GenConfig *c, const cJSON *g, const char *path, Err *e) {
     if (json_has(g, "do_sample")) TRY(json_get_bool(g, "do_sample", path, 1, &c->do_sample, e));
     double t = c->temperature, tp = c->top_p, mp = c->min_p, rp = c->repetition_penalty;
@@ -71,8 +113,22 @@ static Status load_generation_config(GenConfig *c, const cJSON *g, const char *p
     c->temperature = (float)t, c->top_p = tp, c->min_p = (float)mp, c->repetition_penalty = (float)rp;
     TRY(opt_int(g, "top_k", path, &c->top_k, e));
     TRY(opt_int(g, "no_repeat_ngram_size", path, &c->no_repeat_ngram_size, e));
-    TRY(opt_int(g, "max_new_tokens", path, &c->max_new_tokens, e));
+    if (json_has(g, "max_new_tokens")) {  // wins over max_length (_prepare_generated_length)
+        TRY(opt_int(g, "max_new_tokens", path, &c->max_new_tokens, e));
+        c->max_length = 0;
+    } else if (json_has(g, "max_length")) {
+        int ml = 0;
+        TRY(opt_int(g, "max_length", path, &ml, e));
+        if (ml < 1) return err_set(e, ST_EINVAL, "%s: max_length %d: must be positive", path, ml);
+        // GenerationConfig's default 20 counts new tokens (generate() adds the input length)
+        if (ml == 20) c->max_new_tokens = 20, c->max_length = 0;
+        else c->max_length = ml;
+    }
     TRY(opt_int(g, "min_new_tokens", path, &c->min_new_tokens, e));
+    TRY(opt_int(g, "min_length", path, &c->min_length, e));
+    TRY(id_list(g, "suppress_tokens", path, c->suppress, &c->n_suppress, e));
+    TRY(id_list(g, "begin_suppress_tokens", path, c->begin_suppress, &c->n_begin_suppress, e));
+    TRY(word_list(g, path, c, e));
     int pad = c->pad_token_id;
     TRY(opt_int(g, "pad_token_id", path, &pad, e));
     c->pad_token_id = pad;
@@ -90,6 +146,23 @@ static Status load_generation_config(GenConfig *c, const cJSON *g, const char *p
     return ST_OK;
 }
 
+// The file's id lists against the model's vocabulary, naming the file.
+static Status check_lists(const GenConfig *c, const char *path, int V, Err *e) {
+    struct {
+        const char *key;
+        const int32_t *ids;
+        int n;
+    } lists[] = {{"bad_words_ids", c->cfg_bad_words, c->cfg_bad_words_off[c->n_cfg_bad_words]},
+                 {"suppress_tokens", c->suppress, c->n_suppress},
+                 {"begin_suppress_tokens", c->begin_suppress, c->n_begin_suppress}};
+    for (size_t l = 0; l < ARRAY_LEN(lists); l++)
+        for (int i = 0; i < lists[l].n; i++)
+            if (lists[l].ids[i] >= V)
+                return err_set(e, ST_EINVAL, "%s: %s: id %d is outside the vocabulary [0, %d)", path, lists[l].key,
+                               lists[l].ids[i], V);
+    return ST_OK;
+}
+
 Status gen_config_load(GenConfig *c, const char *model_dir, const ModelConfig *mc, Err *e) {
     if (mc) {
         for (int i = 0; i < mc->n_eos_token_ids; i++) TRY(gen_config_add_eos(c, mc->eos_token_ids[i], e));
@@ -103,15 +176,38 @@ Status gen_config_load(GenConfig *c, const char *model_dir, const ModelConfig *m
         st = json_parse_file(path, &g, e);
         if (st == ST_OK && !cJSON_IsObject(g)) st = err_set(e, ST_EINVAL, "%s: expected a JSON object", path);
         if (st == ST_OK) st = load_generation_config(c, g, path, e);
+        if (st == ST_OK && mc) st = check_lists(c, path, mc->vocab_size, e);
         cJSON_Delete(g);
     }
     free(path);
     return st;
 }
 
+Status gen_config_write_default(const ModelConfig *cfg, const char *dir, Err *e) {
+    cJSON *g = cJSON_CreateObject();
+    if (cfg->bos_token_id >= 0) cJSON_AddNumberToObject(g, "bos_token_id", cfg->bos_token_id);
+    if (cfg->n_eos_token_ids == 1) {
+        cJSON_AddNumberToObject(g, "eos_token_id", cfg->eos_token_ids[0]);
+    } else if (cfg->n_eos_token_ids > 1) {
+        cJSON *arr = cJSON_AddArrayToObject(g, "eos_token_id");
+        for (int i = 0; i < cfg->n_eos_token_ids; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(cfg->eos_token_ids[i]));
+    }
+    if (cfg->pad_token_id >= 0) cJSON_AddNumberToObject(g, "pad_token_id", cfg->pad_token_id);
+    cJSON_AddFalseToObject(g, "do_sample");
+    char *text = cJSON_Print(g);
+    cJSON_Delete(g);
+    char *path = path_join(dir, "generation_config.json");
+    Status st = file_write_atomic(path, text, strlen(text), e);
+    free(path);
+    free(text);
+    return st;
+}
+
 Status gen_config_check(const GenConfig *c, int V, Err *e) {
     if (c->max_new_tokens < 1) return err_set(e, ST_EINVAL, "max_new_tokens %d: must be at least 1", c->max_new_tokens);
     if (c->min_new_tokens < 0) return err_set(e, ST_EINVAL, "min_new_tokens %d: must be >= 0", c->min_new_tokens);
+    if (c->min_length < 0) return err_set(e, ST_EINVAL, "min_length %d: must be >= 0", c->min_length);
+    if (c->max_length < 0) return err_set(e, ST_EINVAL, "max_length %d: must be >= 0", c->max_length);
     if (c->num_return_sequences < 1)
         return err_set(e, ST_EINVAL, "num_return_sequences %d: must be at least 1", c->num_return_sequences);
     if (c->do_sample && !(c->temperature > 0))
@@ -142,6 +238,16 @@ Status gen_config_check(const GenConfig *c, int V, Err *e) {
             if (c->bad_words[i] < 0 || c->bad_words[i] >= V)
                 return err_set(e, ST_EINVAL, "bad word %d: id %d is outside the vocabulary [0, %d)", w,
                                c->bad_words[i], V);
+    for (int i = 0; i < c->cfg_bad_words_off[c->n_cfg_bad_words]; i++)
+        if (c->cfg_bad_words[i] >= V)
+            return err_set(e, ST_EINVAL, "bad_words_ids: id %d is outside the vocabulary [0, %d)", c->cfg_bad_words[i], V);
+    for (int i = 0; i < c->n_suppress; i++)
+        if (c->suppress[i] >= V)
+            return err_set(e, ST_EINVAL, "suppress_tokens: id %d is outside the vocabulary [0, %d)", c->suppress[i], V);
+    for (int i = 0; i < c->n_begin_suppress; i++)
+        if (c->begin_suppress[i] >= V)
+            return err_set(e, ST_EINVAL, "begin_suppress_tokens: id %d is outside the vocabulary [0, %d)",
+                           c->begin_suppress[i], V);
     return ST_OK;
 }
 
@@ -206,13 +312,22 @@ typedef struct Batch {
     double *h_u;       // (B)
 } Batch;
 
-// Bans of one row for this step (no_repeat_ngram, bad words, min_new_tokens) into out (cap).
+// Bans of one row for this step (no_repeat_ngram, bad words, min_length / min_new_tokens,
+// suppress_tokens, begin_suppress_tokens) into out (cap).
 static int row_bans(const Batch *bt, const Row *r, int32_t *out, int cap) {
     const GenConfig *c = bt->cfg;
     int n = 0, cur = r->len + r->out->n;
     bans_no_repeat_ngram(out, cap, &n, r->hist, cur, c->no_repeat_ngram_size);
-    if (c->n_bad_words) bans_bad_words(out, cap, &n, r->hist, cur, c->bad_words, c->bad_words_off, c->n_bad_words, c->eos, c->n_eos);
-    bans_min_tokens(out, cap, &n, cur, r->len, 0, c->min_new_tokens, c->eos, c->n_eos);
+    if (c->bad_words && c->n_bad_words)
+        bans_bad_words(out, cap, &n, r->hist, cur, c->bad_words, c->bad_words_off, c->n_bad_words, c->eos, c->n_eos);
+    else if (!c->bad_words && c->n_cfg_bad_words)
+        bans_bad_words(out, cap, &n, r->hist, cur, c->cfg_bad_words, c->cfg_bad_words_off, c->n_cfg_bad_words, c->eos,
+                       c->n_eos);
+    // min_new_tokens replaces min_length (generate() sets min_length = min_new_tokens + input length)
+    bans_min_tokens(out, cap, &n, cur, r->len, c->min_new_tokens > 0 ? 0 : c->min_length, c->min_new_tokens, c->eos,
+                    c->n_eos);
+    bans_suppress(out, cap, &n, c->suppress, c->n_suppress);
+    if (r->out->n == 0) bans_suppress(out, cap, &n, c->begin_suppress, c->n_begin_suppress);
     return n;
 }
 
@@ -271,7 +386,8 @@ static int step_record(Batch *bt) {
         int stop = c->on_token ? c->on_token(c->user, r->prompt_index, r->seq_index, id, lp) : 0;
         if (is_eos) s->finish = GEN_FINISH_EOS;
         else if (stop) s->finish = GEN_FINISH_STOP;
-        else if (s->n >= c->max_new_tokens) s->finish = GEN_FINISH_LENGTH;
+        else if (s->n >= c->max_new_tokens || (c->max_length > 0 && r->len + s->n >= c->max_length))
+            s->finish = GEN_FINISH_LENGTH;
         r->live = s->finish == GEN_FINISH_NONE;
         live += r->live;
     }

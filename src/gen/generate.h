@@ -39,6 +39,7 @@
 #include "../model/model.h"
 
 #define GEN_MAX_EOS 16
+#define GEN_MAX_LIST 512  // ids a generation_config.json list (suppress_tokens, bad_words_ids, ...) may hold
 
 typedef enum {
     GEN_FINISH_NONE = 0,  // still running (never in a returned sequence)
@@ -62,8 +63,12 @@ typedef int (*GenTokenFn)(void *user, int prompt_index, int seq_index, int32_t i
 
 typedef struct GenConfig {
     // length
-    int max_new_tokens;          // >= 1
+    int max_new_tokens;          // >= 1: the most tokens a row generates (and the buffers' size)
+    int max_length;              // > 0: a row also stops once prompt + generated tokens reach it (at least
+                                 // one token is generated); 0 = off
     int min_new_tokens;          // EOS ids banned until this many tokens exist; 0 = off
+    int min_length;              // EOS ids banned while prompt + generated tokens < min_length; 0 = off;
+                                 // ignored when min_new_tokens > 0 (generate() replaces it then)
     // decoding (transformers GenerationConfig names and meanings)
     int do_sample;               // 0 = greedy argmax (first index on ties)
     float temperature;           // > 0
@@ -72,9 +77,17 @@ typedef struct GenConfig {
     float min_p;                 // 0 = off
     float repetition_penalty;    // 1 = off
     int no_repeat_ngram_size;    // 0 = off
-    const int32_t *bad_words;    // ids of every bad word back to back (caller owns)
+    const int32_t *bad_words;    // ids of every bad word back to back (caller owns); NULL: cfg_bad_words
     const int *bad_words_off;    // (n_bad_words + 1) word w = bad_words[off[w] .. off[w+1])
     int n_bad_words;
+    // generation_config.json's lists, held here (the struct stays copyable)
+    int32_t cfg_bad_words[GEN_MAX_LIST];      // bad_words_ids back to back, used when bad_words is NULL
+    int cfg_bad_words_off[GEN_MAX_LIST + 1];
+    int n_cfg_bad_words;
+    int32_t suppress[GEN_MAX_LIST];           // suppress_tokens: -inf at every step
+    int n_suppress;
+    int32_t begin_suppress[GEN_MAX_LIST];     // begin_suppress_tokens: -inf at the first generated token
+    int n_begin_suppress;
     int32_t eos[GEN_MAX_EOS];    // EOS ids: any of them finishes a row
     int n_eos;
     int ignore_eos;              // keep going after EOS (until max_new_tokens)
@@ -122,10 +135,16 @@ typedef struct GenStats {
 // max_new_tokens 256, batch_size 8, pad_to_multiple_of 0 (prefill buckets), prefill_chunk_size 512.
 void gen_config_default(GenConfig *c);
 // Apply a model directory's generation_config.json (if present) over c: do_sample, temperature,
-// top_k, top_p, min_p, repetition_penalty, no_repeat_ngram_size, max_new_tokens,
-// min_new_tokens, eos_token_id (int or list), pad_token_id. Without one, config.json's eos and
-// pad ids are used. Errors name the file and field.
+// top_k, top_p, min_p, repetition_penalty, no_repeat_ngram_size, max_new_tokens, max_length (when
+// there is no max_new_tokens; transformers' default value 20 means 20 new tokens), min_length,
+// min_new_tokens, bad_words_ids, suppress_tokens, begin_suppress_tokens, eos_token_id (int or
+// list), pad_token_id. Without one, config.json's eos and pad ids are used. Errors name the file
+// and field (docs/sampling.md lists what is honoured).
 Status gen_config_load(GenConfig *c, const char *model_dir, const ModelConfig *mc, Err *e);
+// Write dir/generation_config.json as transformers' GenerationConfig.from_model_config would for
+// cfg: bos, eos (int or list) and pad ids, do_sample false (atomically). `still init` and checkpoints
+// of a model without one of its own use it.
+Status gen_config_write_default(const ModelConfig *cfg, const char *dir, Err *e);
 // Add an EOS id unless already present (tokenizer eos, say). Error when the list is full.
 Status gen_config_add_eos(GenConfig *c, int32_t id, Err *e);
 // Check ranges (temperature > 0, top_p in [0,1], chunk a multiple of the padding granule...).

@@ -5,6 +5,7 @@
 #include "../core/fileio.h"
 #include "../core/json.h"
 #include "../core/log.h"
+#include "../gen/generate.h"
 #include "../model/lora.h"
 #include "../model/safetensors.h"
 
@@ -18,30 +19,18 @@
 static const char *tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                         "chat_template.jinja", "vocab.json", "merges.txt", "added_tokens.json"};
 
+// The source model's generation_config.json, or the default one for the model's config.
 static Status write_generation_config(const char *dir, const Model *m, const char *src, Err *e) {
-    char *dst = path_join(dir, "generation_config.json");
     char *from = src ? path_join(src, "generation_config.json") : NULL;
     Status st;
     if (from && file_exists(from)) {
+        char *dst = path_join(dir, "generation_config.json");
         st = file_copy(from, dst, e);
+        free(dst);
     } else {
-        const ModelConfig *cfg = &m->cfg;
-        cJSON *g = cJSON_CreateObject();
-        if (cfg->bos_token_id >= 0) cJSON_AddNumberToObject(g, "bos_token_id", cfg->bos_token_id);
-        if (cfg->n_eos_token_ids == 1) {
-            cJSON_AddNumberToObject(g, "eos_token_id", cfg->eos_token_ids[0]);
-        } else if (cfg->n_eos_token_ids > 1) {
-            cJSON *arr = cJSON_AddArrayToObject(g, "eos_token_id");
-            for (int i = 0; i < cfg->n_eos_token_ids; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(cfg->eos_token_ids[i]));
-        }
-        if (cfg->pad_token_id >= 0) cJSON_AddNumberToObject(g, "pad_token_id", cfg->pad_token_id);
-        char *text = cJSON_Print(g);
-        cJSON_Delete(g);
-        st = file_write_atomic(dst, text, strlen(text), e);
-        free(text);
+        st = gen_config_write_default(&m->cfg, dir, e);
     }
     free(from);
-    free(dst);
     return st;
 }
 

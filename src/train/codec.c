@@ -17,11 +17,11 @@ static Status enc(void *ctx, const char *text, size_t len, int add_special, I32V
     return st;
 }
 
-static Status render(void *ctx, const cJSON *messages, int add_gen, const cJSON *kwargs, char **out, TextSpan **spans,
-                     int *n_spans, Err *e) {
+static Status render(void *ctx, const cJSON *messages, const cJSON *tools, int add_gen, const cJSON *kwargs, char **out,
+                     TextSpan **spans, int *n_spans, Err *e) {
     ModelCodec *mc = ctx;
     GenSpans gs = {0};
-    Status st = chat_template_render(mc->tmpl, messages, NULL, NULL, add_gen, kwargs, out, spans ? &gs : NULL, e);
+    Status st = chat_template_render(mc->tmpl, messages, tools, NULL, add_gen, kwargs, out, spans ? &gs : NULL, e);
     if (st == ST_OK && spans) {
         *spans = xcalloc(gs.n + 1, sizeof(TextSpan));
         for (size_t i = 0; i < gs.n; i++) (*spans)[i] = (TextSpan){gs.spans[i].start, gs.spans[i].end};

@@ -112,12 +112,48 @@ static Status check_messages(const cJSON *arr, const char *field, cJSON **out, E
     return ST_OK;
 }
 
-static Status render(const RowCtx *c, const cJSON *msgs, int add_gen, char **text, TextSpan **spans, int *n_spans,
-                     Err *e) {
+Status data_template_vars(const cJSON *row, const cJSON *kwargs, cJSON **tools, cJSON **vars, Err *e) {
+    *tools = *vars = NULL;
+    const cJSON *t = row ? cJSON_GetObjectItemCaseSensitive(row, "tools") : NULL;
+    if (t && cJSON_IsString(t)) {  // datasets often store the schemas as a JSON string (json.loads)
+        *tools = cJSON_Parse(t->valuestring);
+        if (!cJSON_IsArray(*tools)) {
+            cJSON_Delete(*tools);
+            *tools = NULL;
+            return err_set(e, ST_EINVAL, "\"tools\" is a string but not a JSON list of tool schemas");
+        }
+    } else if (t && cJSON_IsArray(t)) {
+        *tools = cJSON_Duplicate(t, 1);
+    } else if (t && !cJSON_IsNull(t)) {
+        return err_set(e, ST_EINVAL, "\"tools\" must be a list of tool schemas (or a JSON string of one)");
+    }
+    const cJSON *rk = row ? cJSON_GetObjectItemCaseSensitive(row, "chat_template_kwargs") : NULL;
+    if (rk && !cJSON_IsNull(rk) && !cJSON_IsObject(rk)) {
+        cJSON_Delete(*tools);
+        *tools = NULL;
+        return err_set(e, ST_EINVAL, "\"chat_template_kwargs\" must be an object of template variables");
+    }
+    if (kwargs || (rk && cJSON_IsObject(rk))) {
+        *vars = kwargs ? cJSON_Duplicate(kwargs, 1) : cJSON_CreateObject();
+        for (const cJSON *k = rk && cJSON_IsObject(rk) ? rk->child : NULL; k; k = k->next) {
+            cJSON_DeleteItemFromObjectCaseSensitive(*vars, k->string);
+            cJSON_AddItemToObject(*vars, k->string, cJSON_Duplicate(k, 1));
+        }
+    }
+    return ST_OK;
+}
+
+static Status render(const RowCtx *c, const cJSON *row, const cJSON *msgs, int add_gen, char **text, TextSpan **spans,
+                     int *n_spans, Err *e) {
     TRY(need_codec(c, e));
     if (!c->codec->render)
         return err_set(e, ST_EINVAL, "conversational rows need a chat template (the model has no chat_template)");
-    return c->codec->render(c->codec->ctx, msgs, add_gen, c->cfg->chat_template_kwargs, text, spans, n_spans, e);
+    cJSON *tools, *vars;
+    TRY(data_template_vars(row, c->cfg->chat_template_kwargs, &tools, &vars, e));
+    Status st = c->codec->render(c->codec->ctx, msgs, tools, add_gen, vars, text, spans, n_spans, e);
+    cJSON_Delete(tools);
+    cJSON_Delete(vars);
+    return st;
 }
 
 // Encode the rendered text and mark the tokens inside {% generation %} spans. The text is
@@ -248,7 +284,7 @@ static Status row_messages(const RowCtx *c, const cJSON *row, I32Vec *ids, I32Ve
     char *text = NULL;
     TextSpan *spans = NULL;
     int n_spans = 0;
-    Status st = render(c, msgs, 0, &text, &spans, &n_spans, e);
+    Status st = render(c, row, msgs, 0, &text, &spans, &n_spans, e);
     if (st == ST_OK && c->cfg->assistant_only_loss) {
         st = encode_with_spans(c, text, spans, n_spans, ids, mask, e);
     } else if (st == ST_OK) {
@@ -290,11 +326,11 @@ static Status row_prompt_completion(RowCtx *c, const cJSON *row, I32Vec *ids, I3
         char *ptext = NULL, *ftext = NULL;
         TextSpan *spans = NULL;
         int n_spans = 0;
-        if (st == ST_OK) st = render(c, pm, 1, &ptext, NULL, NULL, e);
+        if (st == ST_OK) st = render(c, row, pm, 1, &ptext, NULL, NULL, e);
         if (st == ST_OK) {
             cJSON *all = cJSON_Duplicate(pm, 1);
             for (cJSON *m = qm->child; m; m = m->next) cJSON_AddItemToArray(all, cJSON_Duplicate(m, 1));
-            st = render(c, all, 0, &ftext, &spans, &n_spans, e);
+            st = render(c, row, all, 0, &ftext, &spans, &n_spans, e);
             cJSON_Delete(all);
         }
         if (st == ST_OK) st = encode(c, ptext, 0, &pids, e);

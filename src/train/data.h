@@ -41,9 +41,11 @@ typedef struct TextCodec {
     // Append the ids of text to out. add_special: run the post-processor (BOS etc.).
     Status (*encode)(void *ctx, const char *text, size_t len, int add_special, I32Vec *out, Err *e);
     // Render messages (JSON array) through the chat template; NULL when the model has none.
-    // spans (may be NULL) receives the {% generation %} blocks; *n_spans their count.
-    Status (*render)(void *ctx, const cJSON *messages, int add_generation_prompt, const cJSON *kwargs, char **out,
-                     TextSpan **spans, int *n_spans, Err *e);
+    // tools (a list, or NULL = None) and kwargs (an object of extra variables, or NULL) as
+    // data_template_vars gives them. spans (may be NULL) receives the {% generation %} blocks;
+    // *n_spans their count.
+    Status (*render)(void *ctx, const cJSON *messages, const cJSON *tools, int add_generation_prompt,
+                     const cJSON *kwargs, char **out, TextSpan **spans, int *n_spans, Err *e);
     int has_generation_blocks;  // the template contains {% generation %} ... {% endgeneration %}
 } TextCodec;
 
@@ -97,6 +99,12 @@ Status data_foreach_row(const char *path, int skip_bad_rows, DataRowFn fn, void 
 // The format of a dataset file and the completion-only loss it gets, from the keys of its first
 // row (TRL decides both from the first example); no codec needed.
 Status data_detect(const char *path, const DataConfig *cfg, DataFormat *format, int *completion_only_loss, Err *e);
+// What a row passes to the chat template, as TRL's _prepare_dataset passes it: its "tools" column
+// (a list of tool schemas, or a JSON string of one, parsed; null or absent: None) and the extra
+// variables: kwargs (--chat_template_kwargs, may be NULL) overlaid with the row's own
+// "chat_template_kwargs" object (the row's keys win). *tools and *vars are new (NULL when
+// nothing); the caller deletes them. Errors name the column.
+Status data_template_vars(const cJSON *row, const cJSON *kwargs, cJSON **tools, cJSON **vars, Err *e);
 // A hub dataset id is an error with the export recipe.
 Status data_check_local(const char *path, Err *e);
 void data_free(Dataset *d);

@@ -111,10 +111,11 @@ Status distill_score(DistillScorer *s, const int32_t *const *sprompts, const int
     memset(out, 0, sizeof *out);
     CHECK(n >= 1 && n <= s->B);
     ScoreBatch sb = {0}, tb = {0};
-    TRY(score_batch_build(&sb, sprompts, slens, comps, clens, n, s->C, s->pad_to_multiple_of, s->eos, s->n_eos, e));
+    int n_eos = s->whole ? 0 : s->n_eos;  // no EOS: the mask covers the whole completion
+    TRY(score_batch_build(&sb, sprompts, slens, comps, clens, n, s->C, s->pad_to_multiple_of, s->eos, n_eos, e));
     Status st = ST_OK;
     if (tprompts)
-        st = score_batch_build(&tb, tprompts, tlens, comps, clens, n, s->C, s->pad_to_multiple_of, s->eos, s->n_eos, e);
+        st = score_batch_build(&tb, tprompts, tlens, comps, clens, n, s->C, s->pad_to_multiple_of, s->eos, n_eos, e);
     int P = tprompts ? MAX(sb.P, tb.P) : sb.P, B = s->B;
     int T = round_up(P + s->C, s->pad_to_multiple_of);
     if (st == ST_OK && T > s->Tmax)
@@ -307,8 +308,8 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
         s->sp[k] = s->ps->rows[i].ids, s->slen[k] = s->ps->rows[i].n;
         s->tpp[k] = s->tp ? s->tp[i].ids : s->sp[k];
         s->tlen[k] = s->tp ? s->tp[i].n : s->slen[k];
-        s->cp[k] = s->ps->rows[i].completion;
-        s->clen[k] = MIN(s->ps->rows[i].n_completion, s->sc.C);
+        s->cp[k] = s->ps->rows[i].completion;  // whole: --max_new_tokens limits generation only
+        s->clen[k] = s->ps->rows[i].n_completion;
     }
     // rollouts: one generation call per source model over all its rows of the step
     GenSeq *seqs[2] = {NULL, NULL};
@@ -343,7 +344,7 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
     // the step's normaliser: completion tokens (up to the first EOS) of every micro-batch
     double n_gen = 0, len_sum = 0, clipped = 0;
     for (int k = 0; k < R && st == ST_OK; k++) {
-        int len = rollout_mask_len(s->cp[k], s->clen[k], s->sc.eos, s->sc.n_eos);
+        int len = s->kind[k / B] == SRC_DATASET ? s->clen[k] : rollout_mask_len(s->cp[k], s->clen[k], s->sc.eos, s->sc.n_eos);
         n_gen += len;
         len_sum += len;
         clipped += !has_eos(s->cp[k], s->clen[k], s->sc.eos, s->sc.n_eos);
@@ -356,6 +357,7 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
     for (int g = 0; g < GA && st == ST_OK; g++) {
         int k = g * B;
         DistillRows dr;
+        s->sc.whole = s->kind[g] == SRC_DATASET;
         st = distill_score(&s->sc, s->sp + k, s->slen + k, s->tp ? s->tpp + k : NULL, s->tlen + k, s->cp + k,
                            s->clen + k, B, n_gen, 1, &dr, e);
         if (st != ST_OK) break;
@@ -406,6 +408,7 @@ static Status distill_evaluate(void *ctx, Model *m, cJSON *o, double *eval_loss,
             cp[i] = seqs[i].ids, cl[i] = seqs[i].n;
             n_gen += rollout_mask_len(cp[i], cl[i], s->sc.eos, s->sc.n_eos);
         }
+    s->sc.whole = 0;
     for (int i = 0; i < n && st == ST_OK; i += B) {
         DistillRows dr;
         int cnt = MIN(B, n - i);
@@ -503,6 +506,8 @@ static int longest(const PromptSet *ps, const PromptRow *tp) {
     return L;
 }
 
+static Status gkd_trim(PromptSet *ps, int max_length, const char *path, Err *e);
+
 static Status load_prompts(const DistillConfig *c, const char *path, const ModelCodec *mc, const char *tmpl,
                            PromptSet *ps, PromptRow **tp, Err *e) {
     TRY(prompts_load(path, &c->prompts, &mc->codec, ps, e));
@@ -516,6 +521,28 @@ static Status load_prompts(const DistillConfig *c, const char *path, const Model
                                              "message): --gkd with --lmbda %g trains on dataset completions a fraction "
                                              "of the time; use --lmbda 1 (always on-policy) or --seq_kd", path, i + 1,
                                c->lmbda);
+    if (c->gkd && c->max_length > 0) TRY(gkd_trim(ps, c->max_length, path, e));
+    return ST_OK;
+}
+
+// GKD (DataCollatorForChatML): a dataset prompt + completion longer than max_length keeps its last
+// max_length tokens, so the prompt loses its oldest tokens; the completion is kept whole. A
+// completion that fills max_length alone leaves no prompt: an error, as in TRL.
+static Status gkd_trim(PromptSet *ps, int max_length, const char *path, Err *e) {
+    int trimmed = 0;
+    for (int i = 0; i < ps->n; i++) {
+        PromptRow *r = &ps->rows[i];
+        if (!r->completion || r->n + r->n_completion <= max_length) continue;
+        int drop = r->n + r->n_completion - max_length;
+        if (drop >= r->n)
+            return err_set(e, ST_EINVAL, "%s: row %d: its completion (%d tokens) fills --max_length %d alone, leaving no "
+                                         "prompt token to generate from (TRL refuses it too); raise --max_length",
+                           path, i + 1, r->n_completion, max_length);
+        memmove(r->ids, r->ids + drop, (size_t)(r->n - drop) * sizeof(int32_t));
+        r->n -= drop;
+        trimmed++;
+    }
+    if (trimmed) log_info("%s: %d prompts lost their oldest tokens to --max_length %d", path, trimmed, max_length);
     return ST_OK;
 }
 
@@ -598,13 +625,16 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     // GKD's coin changes how many rows a step generates: batches of one micro-batch keep one shape
     g.batch_size = c->generation_batch_size > 0 ? c->generation_batch_size : c->gkd ? c->B : 0;
     int C = g.max_new_tokens, mult = MAX(1, c->pad_to_multiple_of);
+    // GKD trains on dataset completions whole: the completion region holds the longest of them
+    if (st == ST_OK && c->gkd && c->lmbda < 1 && !c->seq_kd)
+        for (int i = 0; i < ps.n; i++) C = MAX(C, ps.rows[i].n_completion);
     if (st == ST_OK && g.n_eos == 0)
         st = err_set(e, ST_EINVAL, "%s defines no EOS token (generation_config.json, config.json or the tokenizer): "
                                    "completions could never end", c->model_dir);
     if (st == ST_OK && g.prefill_chunk_size % mult) g.prefill_chunk_size = round_up(g.prefill_chunk_size, mult);
     int P = MAX(longest(&ps, tp), longest(c->eval_dataset ? &eps : NULL, etp));
     if (st == ST_OK) {
-        g.max_cache_len = round_up(round_up(P, mult) + C, 128);
+        g.max_cache_len = round_up(round_up(P, mult) + g.max_new_tokens, 128);
         st = gen_config_check(&g, m->cfg.vocab_size, e);
     }
     int B = c->B, GA = MAX(1, c->train.grad_accum);
@@ -635,7 +665,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         log_info("distillation: loss %s (beta %g, top_k %d, temperature %g), teacher %s, %s rollouts: temperature %g, "
                  "top_p %g, top_k %d, max_completion_length %d%s", c->loss.kind == DISTILL_LOSS_JSD ? "jsd" :
                  "reverse_kl_sampled", c->loss.beta, c->loss.top_k, c->loss.tau, distill_teacher_mode_name(s.mode),
-                 g.do_sample ? "sampled" : "greedy", g.temperature, g.top_p, g.top_k, C,
+                 g.do_sample ? "sampled" : "greedy", g.temperature, g.top_p, g.top_k, g.max_new_tokens,
                  c->gkd ? (c->seq_kd ? " (GKD, seq_kd)" : " (GKD)") : "");
         c->train.src_model_dir = c->model_dir;
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype : c->dtype >= 0 ? (DType)c->dtype : m->ckpt_dtype;

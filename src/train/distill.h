@@ -40,7 +40,10 @@ typedef struct DistillLoss {
 typedef struct DistillScorer {
     Model *student, *teacher;  // teacher may be the student (live self-distillation)
     DistillLoss loss;
-    int B, Tmax, C;            // rows, longest layout, completion region (max_completion_length)
+    int B, Tmax, C;            // rows, longest layout, completion region (max_completion_length, or
+                               // GKD's longest dataset completion when that is longer)
+    int whole;                 // set by the caller: every completion token is trained on (dataset
+                               // completions, as TRL's collator labels them), not up to the first EOS
     int pad_to_multiple_of;
     int32_t eos[GEN_MAX_EOS];
     int n_eos;
@@ -89,6 +92,8 @@ typedef struct DistillConfig {
     int gkd;                     // GKDTrainer behaviour: lmbda coin per micro-batch, seq_kd
     double lmbda;
     int seq_kd;
+    int max_length;              // GKD: a dataset prompt + completion longer than this loses its oldest
+                                 // tokens (prompt first; TRL's DataCollatorForChatML); 0: none
     TeacherMode teacher_mode;
     double teacher_ema_decay;
     const char *teacher_prompt_template;   // self-distillation; NULL: the default (OPSD's)

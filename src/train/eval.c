@@ -170,7 +170,7 @@ Status eval_model(Model *m, ModelCodec *codec, const char *model_dir, const Eval
     // gen_config_load re-applies the model's decoding settings: keep the caller's
     gc.do_sample = c->gen.do_sample, gc.temperature = c->gen.temperature, gc.top_k = c->gen.top_k;
     gc.top_p = c->gen.top_p, gc.min_p = c->gen.min_p, gc.repetition_penalty = c->gen.repetition_penalty;
-    gc.max_new_tokens = c->gen.max_new_tokens, gc.min_new_tokens = c->gen.min_new_tokens;
+    gc.max_new_tokens = c->gen.max_new_tokens, gc.max_length = 0, gc.min_new_tokens = c->gen.min_new_tokens;
     gc.no_repeat_ngram_size = c->gen.no_repeat_ngram_size;
     for (int k = 0; k < c->gen.n_eos; k++) TRY(gen_config_add_eos(&gc, c->gen.eos[k], e));
     int32_t teos = tokenizer_eos_id(codec->tok);

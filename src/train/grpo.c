@@ -608,7 +608,7 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     if (st == ST_OK && teos >= 0) st = gen_config_add_eos(gc, teos, e);
     if (st == ST_OK) {
         if (gc->pad_token_id < 0) gc->pad_token_id = tokenizer_pad_id(g->codec.tok);
-        gc->max_new_tokens = g->C, gc->min_new_tokens = 0;
+        gc->max_new_tokens = g->C, gc->max_length = 0, gc->min_new_tokens = 0;
         gc->do_sample = 1, gc->temperature = c->temperature, gc->top_k = c->top_k, gc->top_p = c->top_p;
         gc->min_p = c->min_p, gc->repetition_penalty = c->repetition_penalty, gc->no_repeat_ngram_size = 0;
         gc->num_return_sequences = g->G;

@@ -28,11 +28,17 @@ static Status encode_text(const TextCodec *codec, const char *text, int add_spec
     return codec->encode(codec->ctx, text, strlen(text), add_special, out, e);
 }
 
-static Status render_messages(const TextCodec *codec, const cJSON *msgs, int add_gen, const cJSON *kwargs, char **text,
-                              Err *e) {
+// The row's tools and template variables (data_template_vars) reach the template.
+static Status render_messages(const TextCodec *codec, const cJSON *row, const cJSON *msgs, int add_gen,
+                              const cJSON *kwargs, char **text, Err *e) {
     if (!codec || !codec->render)
         return err_set(e, ST_EINVAL, "message-list prompts need a chat template (the model has no chat_template)");
-    return codec->render(codec->ctx, msgs, add_gen, kwargs, text, NULL, NULL, e);
+    cJSON *tools, *vars;
+    TRY(data_template_vars(row, kwargs, &tools, &vars, e));
+    Status st = codec->render(codec->ctx, msgs, tools, add_gen, vars, text, NULL, NULL, e);
+    cJSON_Delete(tools);
+    cJSON_Delete(vars);
+    return st;
 }
 
 static Status check_ids(const I32Vec *v, int vocab, Err *e) {
@@ -50,15 +56,15 @@ static void keep_last(I32Vec *v, int max_len) {
 }
 
 // Encode a prompt value (string, or message list rendered with the generation prompt).
-static Status encode_prompt(const cJSON *prompt, const PromptConfig *cfg, const TextCodec *codec, I32Vec *ids,
-                            char **text, Err *e) {
+static Status encode_prompt(const cJSON *row, const cJSON *prompt, const PromptConfig *cfg, const TextCodec *codec,
+                            I32Vec *ids, char **text, Err *e) {
     if (cJSON_IsString(prompt)) {
         *text = xstrdup(prompt->valuestring);
         return encode_text(codec, prompt->valuestring, 1, ids, e);
     }
     if (!cJSON_IsArray(prompt) || cJSON_GetArraySize(prompt) == 0)
         return err_set(e, ST_EINVAL, "\"prompt\" must be a string or a non-empty list of messages");
-    TRY(render_messages(codec, prompt, 1, cfg->chat_template_kwargs, text, e));
+    TRY(render_messages(codec, row, prompt, 1, cfg->chat_template_kwargs, text, e));
     return encode_text(codec, *text, 0, ids, e);
 }
 
@@ -79,7 +85,7 @@ static Status build_row(LoadCtx *lc, const cJSON *row, PromptRow *out, Err *e) {
     Status st = ST_OK;
     memset(out, 0, sizeof *out);
     if (prompt) {
-        st = encode_prompt(prompt, lc->cfg, lc->codec, &ids, &text, e);
+        st = encode_prompt(row, prompt, lc->cfg, lc->codec, &ids, &text, e);
         lc->ps->conversational = cJSON_IsArray(prompt);
     } else if (cJSON_IsArray(msgs)) {
         // conversational rows: the prompt is every message before the last assistant one, which is
@@ -91,10 +97,10 @@ static Status build_row(LoadCtx *lc, const cJSON *row, PromptRow *out, Err *e) {
             return err_set(e, ST_EINVAL, "\"messages\" must end with an assistant message (the completion)");
         cJSON *head = cJSON_Duplicate(msgs, 1);
         cJSON_DeleteItemFromArray(head, n - 1);
-        st = render_messages(lc->codec, head, 1, lc->cfg->chat_template_kwargs, &text, e);
+        st = render_messages(lc->codec, row, head, 1, lc->cfg->chat_template_kwargs, &text, e);
         cJSON_Delete(head);
         char *full = NULL;
-        if (st == ST_OK) st = render_messages(lc->codec, msgs, 0, lc->cfg->chat_template_kwargs, &full, e);
+        if (st == ST_OK) st = render_messages(lc->codec, row, msgs, 0, lc->cfg->chat_template_kwargs, &full, e);
         if (st == ST_OK) st = encode_text(lc->codec, text, 0, &ids, e);
         I32Vec all = {0};
         if (st == ST_OK) st = encode_text(lc->codec, full, 0, &all, e);
@@ -243,7 +249,7 @@ Status prompts_render_template(const PromptSet *ps, int index, const char *tmpl,
     }
     I32Vec ids = {0};
     char *text = NULL;
-    st = encode_prompt(value, cfg, codec, &ids, &text, e);
+    st = encode_prompt(row, value, cfg, codec, &ids, &text, e);
     cJSON_Delete(value);
     free(filled);
     if (st == ST_OK) st = check_ids(&ids, cfg->vocab_size, e);

@@ -77,6 +77,21 @@ if $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/conv.jso
    && grep -q "lr 2e-05" "$tmp/gkd.err" && grep -q '"source":"dataset"' "$tmp/gkd.jsonl" \
    && ! grep -q '"source":"student"' "$tmp/gkd.jsonl"; then ok gkd_dataset_completions
 else fail gkd_dataset_completions "$(tail -3 "$tmp/gkd.err")"; fi
+# GKD dataset completions stay whole ("hello<|im_end|>\n": 7 tokens, more than --max_new_tokens 3, which
+# limits generation only); only prompt + completion over --max_length is trimmed, prompt first
+G="--threads 2 --pad_to_multiple_of 16 --per_device_train_batch_size 2 --save_strategy no --logging_steps 1 --gkd --lmbda 0"
+if $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/conv.jsonl" --output_dir "$tmp/gkdw" $G \
+     --max_new_tokens 3 --max_steps 1 --shuffle false --log_rollouts "$tmp/gkdw.jsonl" >/dev/null 2>"$tmp/gkdw.err" \
+   && grep -q '"completion":"hello<|im_end|>\\n","completion_ids":\[104,101,108,108,111,258,10\]' "$tmp/gkdw.jsonl" \
+   && grep -q '"completions/mean_length":5,' "$tmp/gkdw/metrics.jsonl"  # 7 and 3 tokens, "\n" after EOS included
+then ok gkd_dataset_completion_whole; else fail gkd_dataset_completion_whole "$(tail -2 "$tmp/gkdw.err"; head -c 300 "$tmp/gkdw.jsonl")"; fi
+if $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/conv.jsonl" --output_dir "$tmp/gkdt" $G \
+     --max_length 20 --max_steps 1 >/dev/null 2>"$tmp/gkdt.err" && grep -q "prompts lost their oldest tokens to --max_length 20" "$tmp/gkdt.err"
+then ok gkd_max_length_trims_prompt; else fail gkd_max_length_trims_prompt "$(tail -2 "$tmp/gkdt.err")"; fi
+expect_err gkd_completion_fills_max_length "row 1: its completion (7 tokens) fills --max_length 7 alone" \
+  $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/conv.jsonl" --output_dir "$tmp/x" $G --max_length 7
+expect_err max_length_needs_gkd "--max_length is a GKD flag" \
+  $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/conv.jsonl" --output_dir "$tmp/x" --max_length 7
 if $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/conv.jsonl" --output_dir "$tmp/gkds" --gkd \
      --lmbda 0 --seq_kd --max_steps 2 $C --log_rollouts "$tmp/gkds.jsonl" >/dev/null 2>"$tmp/gkds.err" \
    && grep -q '"source":"teacher"' "$tmp/gkds.jsonl"; then ok gkd_seq_kd

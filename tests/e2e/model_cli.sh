@@ -30,6 +30,13 @@ if [ -z "$missing" ]; then ok init_keeps_config_fields; else fail init_keeps_con
 if grep -q '"do_sample":[[:space:]]*false' "$tmp/m/generation_config.json"; then ok init_generation_config_greedy
 else fail init_generation_config_greedy "$(cat "$tmp/m/generation_config.json")"; fi
 
+# one generation_config.json writer: a model trained from a directory without one gets what init writes
+$BIN sft --model tests/data/models/qwen3_tied --dataset tests/data/sft/ids.jsonl --output_dir "$tmp/gc" --max_steps 1 \
+  --save_strategy no --threads 2 --pad_to_multiple_of 16 >/dev/null 2>"$tmp/err"
+$BIN init --model_config tests/data/models/qwen3_tied/config.json --output_dir "$tmp/gci" 2>/dev/null
+if cmp -s "$tmp/gc/generation_config.json" "$tmp/gci/generation_config.json"; then ok one_generation_config_writer
+else fail one_generation_config_writer "$(cat "$tmp/gc/generation_config.json" "$tmp/err")"; fi
+
 # same seed, same bytes; another seed, other bytes
 $BIN init --model_config $cfg --output_dir "$tmp/m2" --seed 3 2>/dev/null
 $BIN init --model_config $cfg --output_dir "$tmp/m3" --seed 4 2>/dev/null
