@@ -96,27 +96,10 @@ static void module_of(const char *tensor, char *out, size_t cap) {
     if (dot) *dot = 0;
 }
 
-static TensorInfo *add_entry(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
-                             int decay) {
-    TensorInfo *t = &tt->t[tt->n];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->kind = kind;
-    t->layer = layer;
-    t->ndim = d1 > 0 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1 > 0 ? d1 : 0;
-    t->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
-    t->is_matrix = t->ndim == 2;
-    t->decay = decay;
-    t->dtype = DT_F32;
-    tt->param_bytes = (tt->param_bytes + 63) / 64 * 64;
-    t->offset = tt->param_bytes;
-    tt->param_bytes += t->numel * sizeof(float);
-    t->goffset = tt->n_params;
-    tt->n_params += t->numel;
-    tt->n++;
-    return t;
+// An fp32 entry of the adapter's table with its own weight-decay flag.
+static void add_entry(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
+                      int decay) {
+    tensors_append(tt, name, kind, layer, d0, d1, DT_F32)->decay = decay;
 }
 
 // The adapter's table: a lora_A / lora_B pair per (layer, targeted module) for which has_pair

@@ -119,9 +119,13 @@ if mpi_available "$BIN"; then
   D="--model $M --dataset $IDS --max_steps 3 --save_strategy no --lora_dropout 0 --use_peft --lora_r 4 \
      --lora_target_modules all-linear --threads 1 --pad_to_multiple_of 16 --learning_rate 1e-2 --logging_steps 1"
   $BIN sft $D --per_device_train_batch_size 4 --output_dir "$tmp/r1" >/dev/null 2>&1
-  out=$(timeout -s KILL 120 mpirun $MPI_FLAGS -np 2 $BIN sft $D --per_device_train_batch_size 2 --output_dir "$tmp/r2" 2>&1)
-  d=$("$BUILD/tests/tools/st_diff" "$tmp/r1/adapter_model.safetensors" "$tmp/r2/adapter_model.safetensors" 1e-4 2>&1)
-  if [ $? -eq 0 ]; then ok "two_ranks_match_one_rank ($d)"; else fail two_ranks_match_one_rank "$d; $(tail -3 <<<"$out")"; fi
+  for z in 0 1; do
+    out=$(timeout -s KILL 120 mpirun $MPI_FLAGS -np 2 $BIN sft $D --per_device_train_batch_size 2 --zero_stage $z \
+      --output_dir "$tmp/r2z$z" 2>&1)
+    d=$("$BUILD/tests/tools/st_diff" "$tmp/r1/adapter_model.safetensors" "$tmp/r2z$z/adapter_model.safetensors" 1e-4 2>&1)
+    if [ $? -eq 0 ]; then ok "two_ranks_match_one_rank_zero$z ($d)"
+    else fail "two_ranks_match_one_rank_zero$z" "$d; $(tail -3 <<<"$out")"; fi
+  done
 else
   echo "skip two_ranks_match_one_rank: this build has no MPI"
 fi
