@@ -46,6 +46,17 @@ OPENBLAS_ROOTS := /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-lin
 OPENBLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/aarch64-linux-gnu/openblas-openmp
 endif
 
+# libedit (line editing and history in `still chat`): optional, on when pkg-config finds it.
+EDIT_CFLAGS := $(if $(DEPS_PREFIX),,$(shell pkg-config --cflags libedit 2>/dev/null))
+EDIT_LIBS := $(if $(DEPS_PREFIX),,$(shell pkg-config --libs libedit 2>/dev/null))
+ifneq ($(EDIT_LIBS),)
+PKG_CFLAGS += -DSTILL_LIBEDIT $(filter-out -I%editline,$(EDIT_CFLAGS))
+PKG_LIBS += $(EDIT_LIBS)
+$(info still: libedit on (line editing in still chat))
+else
+$(info still: libedit off (still chat reads plain lines))
+endif
+
 # OpenBLAS: the OpenMP build, so BLAS and our OpenMP loops share the cores.
 OPENBLAS_DIR := $(firstword $(wildcard $(OPENBLAS_ROOTS)))
 ifneq ($(OPENBLAS_DIR),)

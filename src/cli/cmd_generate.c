@@ -7,10 +7,13 @@
 #include "../core/log.h"
 #include "../gen/gen_text.h"
 #include "../gen/generate.h"
+#include "../core/interrupt.h"
+#include "../core/progress.h"
 #include "../tokenizer/chat.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "line_input.h"
 
 #include <math.h>
 #include <string.h>
@@ -59,6 +62,7 @@ static const ArgSpec generate_specs[] = {
 static const ArgSpec chat_specs[] = {
     GEN_COMMON_FLAGS,
     {"hide_thinking", ARG_BOOL, "false", "do not print the <think>...</think> part of replies"},
+    {"keep_cache", ARG_BOOL, "true", "keep the conversation's KV cache between turns (false: prefill it all every turn)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -401,7 +405,12 @@ static Status run_generate(const Args *a, Err *e) {
     if (stream) gt.sink = stdout_sink;
     s.cfg.on_token = gen_text_on_token;
     s.cfg.user = &gt;
+    Progress pr;  // unless the one completion streams to the terminal
+    progress_begin(&pr, "generate", "rows", 0);
+    if (!stream) s.cfg.on_progress = progress_gen_rows, s.cfg.progress_user = &pr;
     if (st == ST_OK) st = gen_generate(s.m, &s.cfg, (const int32_t *const *)p.ids, p.lens, p.n, &seqs, &stats, e);
+    if (!stream) progress_end(&pr, nrows, nrows, NULL);
+    s.cfg.on_progress = NULL;
     if (st == ST_OK) {
         if (jsonl) {
             st = write_generations(&s, &p, seqs, nrows, args_str(a, "output_dir"), e);
@@ -485,7 +494,23 @@ static cJSON *message(const char *role, const char *content) {
     return m;
 }
 
-static Status chat_turn(Session *s, const Args *a, cJSON *history, ChatPrinter *cp, Err *e) {
+// What a chat keeps between turns: the conversation's cache, the last turn's numbers.
+typedef struct ChatState {
+    GenSession gs;
+    GenStats last;
+    int turns, have_last;
+    const volatile sig_atomic_t *stop;  // Ctrl-C: stops the reply being generated
+    GenText *gt;
+} ChatState;
+
+// on_token: the text as before, and a stop when Ctrl-C was pressed.
+static int chat_on_token(void *user, int prompt_index, int seq_index, int32_t id, float logprob) {
+    ChatState *cs = user;
+    int stop = gen_text_on_token(cs->gt, prompt_index, seq_index, id, logprob);
+    return stop || (cs->stop && *cs->stop);
+}
+
+static Status chat_turn(Session *s, const Args *a, cJSON *history, ChatPrinter *cp, ChatState *cs, Err *e) {
     TokenIds ids = {0};
     TRY(encode_messages(s, a, history, &ids, e));
     GenText gt;
@@ -495,22 +520,25 @@ static Status chat_turn(Session *s, const Args *a, cJSON *history, ChatPrinter *
     cp->state = 0;
     cp->held.len = 0;
     if (cp->held.data) cp->held.data[0] = 0;
-    s->cfg.on_token = gen_text_on_token;
-    s->cfg.user = &gt;
+    cs->gt = &gt;
+    s->cfg.on_token = chat_on_token;
+    s->cfg.user = cs;
     s->cfg.num_return_sequences = 1;
     s->cfg.batch_size = 1;
     GenSeq *seqs = NULL;
     GenStats stats;
-    const int32_t *p = ids.ids;
-    int len = (int)ids.n;
-    Status st = gen_generate(s->m, &s->cfg, &p, &len, 1, &seqs, &stats, e);
+    if (!args_bool(a, "keep_cache")) cs->gs.n = 0, cs->gs.next = 0;  // nothing reused
+    Status st = gen_session_generate(s->m, &s->cfg, &cs->gs, ids.ids, (int)ids.n, &seqs, &stats, e);
     if (st == ST_OK) {
-        fputs("\n", stdout);
+        int stopped = cs->stop && *cs->stop;
+        fputs(stopped ? " [stopped]\n" : "\n", stdout);
         fflush(stdout);
+        if (stopped) interrupt_clear();
         char *text = tokenizer_decode(s->tok, seqs[0].ids, (size_t)seqs[0].n, 1);
-        cJSON_AddItemToArray(history, message("assistant", text));
+        cJSON_AddItemToArray(history, message("assistant", text));  // a stopped reply as far as it got
         free(text);
-        report_stats("chat", &stats);
+        cs->last = stats, cs->have_last = 1, cs->turns++;
+        log_debug("chat turn %d: %d tokens reused from the cache", cs->turns, cs->gs.reused);
     }
     gen_seqs_free(seqs, 1);
     gen_text_free(&gt);
@@ -524,48 +552,88 @@ static cJSON *new_history(const char *system) {
     return h;
 }
 
+static void chat_help(void) {
+    fprintf(stderr, "commands:\n"
+                    "  /help          this list\n"
+                    "  /stats         the last reply's numbers: tokens prefilled and reused, speeds, cache\n"
+                    "  /reset         start a new conversation\n"
+                    "  /exit, /quit   leave (so does Ctrl-D on an empty line)\n"
+                    "keys: Ctrl-C stops a reply and returns here; arrows, Ctrl-A / Ctrl-E edit the line, up / down "
+                    "recall earlier ones\n");
+}
+
+static void chat_stats(const ChatState *cs) {
+    if (!cs->have_last) {
+        fprintf(stderr, "no reply yet\n");
+        return;
+    }
+    report_stats("chat", &cs->last);
+    fprintf(stderr, "still chat: turn %d; %d tokens of the conversation reused from the cache, %d held\n", cs->turns,
+            cs->gs.reused, cs->gs.n);
+}
+
 static Status run_chat(const Args *a, Err *e) {
     Session s;
     Status st = session_open(&s, a, 1, e);
     if (st == ST_OK) st = session_template(&s, a, e);
-    // Each turn re-runs the whole conversation; a cache length in steps of 1024 keeps the number
-    // of decode plans small as the conversation grows.
+    // The conversation stays in the cache between turns (only the new turn is prefilled); the
+    // cache length grows in steps of 1024 (a longer one is a new plan, prefilled once).
     int fixed_cache = args_is_set(a, "max_cache_len");
     const char *system = args_str(a, "system");
     cJSON *history = new_history(system);
     ChatPrinter cp = {.hide = args_bool(a, "hide_thinking")};
-    int tty = isatty(STDIN_FILENO);
-    char *line = NULL;
-    size_t cap = 0;
+    ChatState cs = {0};
+    interrupt_install(INTERRUPT_REPEAT);  // Ctrl-C stops the reply, not the chat
+    cs.stop = interrupt_flag();
+    LineInput in;
+    line_input_open(&in, "> ");
+    if (st == ST_OK && in.tty) fprintf(stderr, "still chat: /help lists the commands; Ctrl-D leaves\n");
     while (st == ST_OK) {
-        if (tty) {
-            fputs("> ", stderr);
-            fflush(stderr);
+        char *line = NULL;
+        LineStatus ls = line_input_read(&in, &line);
+        if (ls == LINE_EOF) break;
+        if (ls == LINE_INTERRUPTED || *interrupt_flag()) {  // Ctrl-C at the prompt: a new line
+            interrupt_clear();
+            fputc('\n', stderr);
+            continue;
         }
-        ssize_t n = getline(&line, &cap, stdin);
-        if (n < 0) break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
-        if (n == 0) continue;
+        if (!line[0]) continue;
+        line_input_add_history(&in, line);
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/help") || !strcmp(line, "/?")) {
+            chat_help();
+            continue;
+        }
+        if (!strcmp(line, "/stats")) {
+            chat_stats(&cs);
+            continue;
+        }
         if (!strcmp(line, "/reset")) {
             cJSON_Delete(history);
             history = new_history(system);
             fprintf(stderr, "still chat: conversation reset\n");
             continue;
         }
-        cJSON_AddItemToArray(history, message("user", line));
+        if (line[0] == '/' && line[1] != '/' && line[1] != ' ' && line[1]) {
+            fprintf(stderr, "still chat: unknown command %s (/help lists them; start a message with // to send a /)\n",
+                    line);
+            continue;
+        }
+        cJSON_AddItemToArray(history, message("user", line[0] == '/' && line[1] == '/' ? line + 1 : line));
         if (!fixed_cache) {
             TokenIds ids = {0};
             st = encode_messages(&s, a, history, &ids, e);
-            int len = (int)ids.n;
+            int len = (int)ids.n, cur = s.cfg.max_cache_len;
             s.cfg.max_cache_len = 0;
-            int need = gen_cache_len(&s.cfg, s.be, &len, 1);
-            s.cfg.max_cache_len = (need + 1023) / 1024 * 1024;
+            int need = gen_cache_len(&s.cfg, s.be, &len, 1) + (cs.gs.n ? cs.gs.next - cs.gs.n : 0);
+            s.cfg.max_cache_len = MAX(cur, (need + 1023) / 1024 * 1024);
             tokenizer_ids_free(&ids);
         }
-        if (st == ST_OK) st = chat_turn(&s, a, history, &cp, e);
+        if (st == ST_OK) st = chat_turn(&s, a, history, &cp, &cs, e);
     }
-    free(line);
+    if (in.tty) fputc('\n', stderr);
+    line_input_close(&in);
+    gen_session_free(&cs.gs);
     sb_free(&cp.held);
     cJSON_Delete(history);
     session_free(&s);
@@ -573,5 +641,5 @@ static Status run_chat(const Args *a, Err *e) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    return cli_run("chat", "Chat through the model's chat template: one user message per stdin line; /reset, /exit.", chat_specs, argc, argv, run_chat);
+    return cli_run("chat", "Chat through the model's chat template: one user message per line; /help lists the commands.", chat_specs, argc, argv, run_chat);
 }

@@ -31,13 +31,16 @@ static Status run(const Args *a, Err *e) {
         return st;
     }
     Model *m = NULL;
-    st = model_create_random(&cfg, be, (uint64_t)args_int(a, "seed"), &m, e);
+    Progress pr;  // a 0.6B model takes about a minute: initialising, then writing
+    progress_begin(&pr, "init", "tensors", 0);
+    st = model_create_random_p(&cfg, be, (uint64_t)args_int(a, "seed"), &pr, &m, e);
     if (st == ST_OK) {
         DType save = cfg.torch_dtype;
         int forced;
         st = cli_dtype(a, &forced, e);
         if (forced >= 0) save = (DType)forced;
-        if (st == ST_OK) st = model_save(m, out, save, e);
+        progress_begin(&pr, "init: writing", "MiB", 0);
+        if (st == ST_OK) st = model_save_p(m, out, save, &pr, e);
         if (st == ST_OK) st = gen_config_write_default(&cfg, out, e);
         const char *tok = args_str(a, "tokenizer");
         for (size_t i = 0; st == ST_OK && tok && i < ARRAY_LEN(tokenizer_files); i++) {

@@ -105,3 +105,9 @@ void progress_end(Progress *p, long done, long total, const char *status) {
     progress_clear(p);
     if (!p->tty && progress_now() - p->t0 >= 2.0) draw(p, done, total, status, 1);
 }
+
+void progress_gen_rows(void *user, int rows_done, int rows_total, int step) {
+    char st[48] = "";
+    if (step >= 0) snprintf(st, sizeof st, "decode step %d", step + 1);
+    progress_update(user, rows_done, rows_total, st, 0);
+}

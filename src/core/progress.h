@@ -24,6 +24,8 @@ void progress_update(Progress *p, long done, long total, const char *status, int
 void progress_clear(Progress *p);
 // The last line: on a terminal the bar is cleared; elsewhere one plain line with the totals.
 void progress_end(Progress *p, long done, long total, const char *status);
+// GenConfig.on_progress for a Progress (user): rows done of the call, the decode step in the status.
+void progress_gen_rows(void *user, int rows_done, int rows_total, int step);
 // Three significant digits without an exponent for 0.001 <= |x| < 1e6 ("1.23", "45.6", "78900").
 void fmt_sig3(char *buf, unsigned n, double x);
 

@@ -306,6 +306,7 @@ typedef struct Batch {
     Plan *dp;         // the decode plan: KV cache, logits, sampler buffers
     int sampling, rep, want_lp;
     int32_t pad;
+    int rows_done, rows_total;  // of the call, before this batch (progress)
     // host scratch
     int32_t *h_ids, *h_pos, *h_seen, *h_mask, *h_ban, *h_next;  // (B*P) x3, (B*S), (B*ban_cap), (B)
     float *h_lp;       // (B)
@@ -465,6 +466,7 @@ static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
         be->download(be, bt->h_next, dp->ids, (size_t)B * sizeof(int32_t));
         if (bt->want_lp) be->download(be, bt->h_lp, lp ? lp : lpr, (size_t)B * sizeof(float));
         int live = step_record(bt);
+        if (bt->cfg->on_progress) bt->cfg->on_progress(bt->cfg->progress_user, bt->rows_done, bt->rows_total, step);
         if (live == 0) break;
         for (int b = 0; b < B; b++) {
             Row *r = &bt->rows[b];
@@ -566,7 +568,7 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
         seqs[r].ids = xmalloc((size_t)cfg->max_new_tokens * sizeof(int32_t));
         if (cfg->logprobs != GEN_LOGPROBS_NONE) seqs[r].logprobs = xmalloc((size_t)cfg->max_new_tokens * sizeof(float));
     }
-    Batch bt = {.m = m, .cfg = cfg, .B = B, .S = S, .V = V, .dp = dp};
+    Batch bt = {.m = m, .cfg = cfg, .B = B, .S = S, .V = V, .dp = dp, .rows_total = nrows};
     bt.sampling = cfg->do_sample;
     bt.rep = cfg->repetition_penalty != 1.0f;
     bt.want_lp = cfg->logprobs != GEN_LOGPROBS_NONE;
@@ -603,8 +605,10 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
                 row->live = 0;
             }
         }
+        bt.rows_done = r0;
         status = run_batch(&bt, st, e);
         st->batches++;
+        if (status == ST_OK && cfg->on_progress) cfg->on_progress(cfg->progress_user, MIN(r0 + B, nrows), nrows, -1);
     }
     for (int b = 0; b < B; b++) free(bt.rows[b].hist);
     free(bt.rows);
@@ -626,4 +630,144 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
     for (int r = 0; r < nrows; r++) st->generated_tokens += seqs[r].n;
     *out = seqs;
     return ST_OK;
+}
+
+// ---- a conversation kept in the cache (still chat) ------------------------------------------
+
+void gen_session_free(GenSession *s) {
+    free(s->ids);
+    free(s->slot);
+    free(s->mask);
+    memset(s, 0, sizeof *s);
+}
+
+static void session_reserve(GenSession *s, int n) {
+    if (n <= s->cap) return;
+    s->cap = MAX(n, 2 * s->cap);
+    s->ids = xrealloc(s->ids, (size_t)s->cap * sizeof(int32_t));
+    s->slot = xrealloc(s->slot, (size_t)s->cap * sizeof(int));
+}
+
+// Prefill prompt[common, len) into slots [base, base + P) of the session's cache: the first P - L
+// slots padding (masked), then the tokens at positions common, common + 1, ...; chunked as a
+// fresh prompt of L tokens would be.
+static Status session_prefill(Batch *bt, GenSession *s, const int32_t *prompt, int len, int common, int base, int P,
+                              int first, GenStats *st, Err *e) {
+    Model *m = bt->m;
+    Backend *be = m->be;
+    const GenConfig *c = bt->cfg;
+    int L = len - common, pad = P - L;
+    for (int k = 0; k < pad; k++) s->mask[base + k] = 0;
+    for (int k = base + pad; k < bt->S; k++) s->mask[k] = 1;
+    be->upload(be, bt->dp->kmask, s->mask, (size_t)bt->S * sizeof(int32_t));
+    int32_t *cids = xmalloc((size_t)MAX(first, c->prefill_chunk_size) * 2 * sizeof(int32_t));
+    int32_t *cpos = cids + MAX(first, c->prefill_chunk_size);
+    Status status = ST_OK;
+    for (int c0 = 0; c0 < P && status == ST_OK; c0 += c0 ? c->prefill_chunk_size : first) {
+        int Tc = c0 ? c->prefill_chunk_size : first;
+        Plan *p;
+        status = plan_get_shape(m, PLAN_PREFILL, 1, Tc, 0, &p, e);
+        if (status != ST_OK) break;
+        for (int k = 0; k < Tc; k++) {
+            int slot = c0 + k, real = slot >= pad, t = common + slot - pad;  // t: index in prompt
+            cids[k] = real ? prompt[t] : bt->pad;
+            cpos[k] = real ? t : 0;
+        }
+        be->upload(be, p->ids, cids, (size_t)Tc * sizeof(int32_t));
+        be->upload(be, p->pos, cpos, (size_t)Tc * sizeof(int32_t));
+        qwen3_cache_seek(m, bt->dp, base + c0, Tc);
+        qwen3_forward_cached(m, p, bt->dp);
+        if (c0 + Tc == P) qwen3_last_logits(m, p, bt->dp);
+        st->prefill_slots += Tc;
+    }
+    free(cids);
+    st->prompt_tokens += L;
+    return status;
+}
+
+Status gen_session_generate(Model *m, const GenConfig *cfg0, GenSession *s, const int32_t *prompt, int len,
+                            GenSeq **out, GenStats *stats, Err *e) {
+    *out = NULL;
+    GenConfig cfg = *cfg0;
+    cfg.num_return_sequences = 1, cfg.batch_size = 1, cfg.prompt_keys = NULL;
+    if (cfg.repetition_penalty != 1.0f) {  // no reuse: the whole conversation, and the cache is not kept
+        s->n = 0, s->next = 0, s->dp = NULL, s->reused = 0;
+        return gen_generate(m, &cfg, &prompt, &len, 1, out, stats, e);
+    }
+    GenStats local;
+    GenStats *st = stats ? stats : &local;
+    memset(st, 0, sizeof *st);
+    int V = m->cfg.vocab_size;
+    TRY(gen_config_check(&cfg, V, e));
+    if (len < 1) return err_set(e, ST_EINVAL, "prompt 0 is empty");
+    for (int t = 0; t < len; t++)
+        if (prompt[t] < 0 || prompt[t] >= V)
+            return err_set(e, ST_EINVAL, "prompt 0: token id %d at position %d is outside the vocabulary [0, %d)",
+                           prompt[t], t, V);
+    int S = gen_cache_len(&cfg, m->be, &len, 1), plans_before = m->plans.n;
+    Plan *dp;
+    TRY(plan_get_shape(m, PLAN_DECODE, 1, 1, S, &dp, e));
+    // What of the conversation is in the cache: the longest common prefix (at least one token is
+    // prefilled: its logits start the reply). Another plan starts over.
+    if (s->dp != dp) {
+        s->n = 0, s->next = 0;
+        free(s->mask);
+        s->mask = xcalloc((size_t)S, sizeof(int32_t));
+        s->dp = dp;
+    }
+    int common = 0;
+    while (common < s->n && common < len - 1 && s->ids[common] == prompt[common]) common++;
+    int first, P = prefill_schedule(&cfg, m->be->prefill_bucket, len - common, &first);
+    int base = common ? s->next : 0;
+    if (common && base + P + cfg.max_new_tokens - 1 > S) {  // the cache is full: lay it out afresh
+        common = 0, base = 0;
+        P = prefill_schedule(&cfg, m->be->prefill_bucket, len, &first);
+    }
+    if (base + P + cfg.max_new_tokens - 1 > S)
+        return err_set(e, ST_EINVAL, "the conversation needs %d cache slots (%d prompt slots + max_new_tokens %d - 1) "
+                                     "but max_cache_len is %d", P + cfg.max_new_tokens - 1, P, cfg.max_new_tokens, S);
+    for (int k = common; k < s->n; k++) s->mask[s->slot[k]] = 0;  // cached tokens the prompt no longer has
+    if (!common) memset(s->mask, 0, (size_t)S * sizeof(int32_t));
+    GenSeq *seq = xcalloc(1, sizeof(GenSeq));
+    seq->ids = xmalloc((size_t)cfg.max_new_tokens * sizeof(int32_t));
+    if (cfg.logprobs != GEN_LOGPROBS_NONE) seq->logprobs = xmalloc((size_t)cfg.max_new_tokens * sizeof(float));
+    Row row = {.prompt_index = 0, .seq_index = 0, .len = len, .out = seq, .live = 1};
+    row.hist = xmalloc((size_t)(len + cfg.max_new_tokens) * sizeof(int32_t));
+    memcpy(row.hist, prompt, (size_t)len * sizeof(int32_t));
+    Batch bt = {.m = m, .cfg = &cfg, .B = 1, .S = S, .V = V, .dp = dp, .rows = &row, .rows_total = 1};
+    bt.sampling = cfg.do_sample;
+    bt.rep = 0;
+    bt.want_lp = cfg.logprobs != GEN_LOGPROBS_NONE;
+    bt.pad = cfg.pad_token_id >= 0 ? cfg.pad_token_id : (cfg.n_eos ? cfg.eos[0] : 0);
+    int32_t ban[dp->ban_cap > 0 ? dp->ban_cap : 1], next[1];
+    float lp[1];
+    double u[1];
+    bt.h_ban = ban, bt.h_next = next, bt.h_lp = lp, bt.h_u = u;
+    batch_params(&bt);
+    double t0 = now_s();
+    Status status = session_prefill(&bt, s, prompt, len, common, base, P, first, st, e);
+    double t1 = now_s();
+    st->prefill_seconds = t1 - t0;
+    if (status == ST_OK) status = batch_decode(&bt, base + P, st, e);
+    st->decode_seconds = now_s() - t1;
+    st->batches = 1, st->batch_size = 1, st->max_cache_len = S;
+    st->plans_built = m->plans.n - plans_before, st->plans_total = m->plans.n;
+    st->graphs = m->plans.graphs, st->plan_bytes = m->plans.bytes;
+    s->reused = common;
+    if (status == ST_OK) {
+        // the cache now holds the prompt and every generated token but the last (never fed back)
+        int n = len + MAX(0, seq->n - 1), pad = P - (len - common);
+        session_reserve(s, n);
+        for (int t = common; t < len; t++) s->ids[t] = prompt[t], s->slot[t] = base + pad + (t - common);
+        for (int k = 0; k + 1 < seq->n; k++) s->ids[len + k] = seq->ids[k], s->slot[len + k] = base + P + k;
+        s->n = n;
+        s->next = base + P + MAX(0, seq->n - 1);
+        st->generated_tokens = seq->n;
+        *out = seq;
+    } else {
+        s->n = 0, s->next = 0;  // what the cache holds is unknown now
+        gen_seqs_free(seq, 1);
+    }
+    free(row.hist);
+    return status;
 }

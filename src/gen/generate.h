@@ -106,6 +106,10 @@ typedef struct GenConfig {
     // host callback (may be NULL)
     GenTokenFn on_token;
     void *user;
+    // progress (may be NULL): rows finished of every row of the call, after each batch and each
+    // decode step (step: the batch's decode step, -1 after a batch)
+    void (*on_progress)(void *user, int rows_done, int rows_total, int step);
+    void *progress_user;
 } GenConfig;
 
 // One completion.
@@ -157,6 +161,27 @@ Status gen_config_check(const GenConfig *c, int vocab_size, Err *e);
 Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompts, const int *lens, int n_prompts,
                     GenSeq **out, GenStats *stats, Err *e);
 void gen_seqs_free(GenSeq *s, int n);
+
+// A conversation whose keys and values stay in one decode plan's cache between calls (still
+// chat): a call prefills only what the prompt adds to the longest prefix it shares with the
+// tokens already cached (at least its last token), then decodes as gen_generate does with one
+// row. The cache length is cfg->max_cache_len (fixed by the caller: another length is another
+// plan, and the conversation is prefilled again); when the new turn does not fit behind what is
+// cached, the whole prompt is laid out afresh. A repetition penalty turns the reuse off (its
+// counts are built during prefill). Sampling draws as gen_generate's prompt 0.
+typedef struct GenSession {
+    int32_t *ids;     // (n) tokens whose keys and values are in the cache, in order
+    int *slot;        // (n) the cache slot of each
+    int n, cap;
+    int next;         // the first slot after everything written
+    int32_t *mask;    // (S) host copy of the cache's key mask
+    const void *dp;   // the plan holding them (NULL: nothing cached)
+    int reused;       // tokens the last call did not prefill again
+} GenSession;
+
+Status gen_session_generate(Model *m, const GenConfig *cfg, GenSession *s, const int32_t *prompt, int len,
+                            GenSeq **out, GenStats *stats, Err *e);
+void gen_session_free(GenSession *s);
 
 // The padded prompt length P of a batch whose longest prompt has n tokens on backend be.
 int gen_padded_len(const GenConfig *cfg, const Backend *be, int n);

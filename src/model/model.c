@@ -248,6 +248,10 @@ Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model *
 }
 
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e) {
+    return model_create_random_p(cfg, be, seed, NULL, out, e);
+}
+
+Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed, Progress *pr, Model **out, Err *e) {
     Model *m = model_new(cfg, be, DT_F32);
     Rng rng;
     rng_init(&rng, seed, 0);
@@ -264,7 +268,9 @@ Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, M
         int is_norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_QN || t->kind == TK_KN;
         for (size_t j = 0; j < t->numel; j++) host[j] = t->is_matrix ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
         be->upload(be, m->data[i], host, t->numel * sizeof(float));
+        if (pr) progress_update(pr, i + 1, m->tt.n, t->name, 0);
     }
+    if (pr) progress_clear(pr);
     free(host);
     UNUSED(e);
     *out = m;
@@ -277,6 +283,8 @@ typedef struct SaveFill {
     DType save_dtype;
     void *stage;  // (count) elements in the tensor's own dtype
     size_t stage_cap;
+    Progress *pr;             // may be NULL
+    double done, total;       // bytes written, to write
 } SaveFill;
 
 static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
@@ -284,6 +292,10 @@ static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst,
     const TensorInfo *t = &f->m->tt.t[i];
     size_t es = dtype_size(t->dtype);
     const char *src = (const char *)f->m->data[i] + begin * es;
+    if (f->pr) {
+        f->done += (double)count * dtype_size(f->save_dtype);
+        progress_update(f->pr, (long)(f->done / 1048576), (long)(f->total / 1048576), t->name, 0);
+    }
     if (t->dtype == f->save_dtype) {
         f->m->be->download(f->m->be, dst, src, count * es);
         return ST_OK;
@@ -298,6 +310,10 @@ static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst,
 }
 
 Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e) {
+    return model_save_p(m, dir, save_dtype, NULL, e);
+}
+
+Status model_save_p(const Model *m, const char *dir, DType save_dtype, Progress *pr, Err *e) {
     TRY(dir_create(dir, e));
     StWriteTensor *wt = xcalloc((size_t)m->tt.n, sizeof(StWriteTensor));
     for (int i = 0; i < m->tt.n; i++) {
@@ -308,12 +324,14 @@ Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e) {
         wt[i].shape[0] = t->shape[0];
         wt[i].shape[1] = t->shape[1];
     }
-    SaveFill fill = {.m = m, .save_dtype = save_dtype};
+    SaveFill fill = {.m = m, .save_dtype = save_dtype, .pr = pr,
+                     .total = (double)m->tt.n_params * dtype_size(save_dtype)};
     char *path = path_join(dir, "model.safetensors");
     Status st = st_write_stream(path, wt, m->tt.n, save_fill, &fill, NULL, 0, e);
     free(path);
     free(fill.stage);
     free(wt);
+    if (pr) progress_clear(pr);
     if (st != ST_OK) return st;
     // config.json: the fields as given, with the saved dtype.
     ModelConfig tmp = m->cfg;

@@ -4,6 +4,7 @@
 #define STILL_MODEL_H
 
 #include "../backend/backend.h"
+#include "../core/progress.h"
 #include "config.h"
 #include "plan.h"
 #include "tensors.h"
@@ -51,8 +52,12 @@ Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, E
 Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
 // A fresh model from a config: normal(0, initializer_range) matrices, norm weights 1, biases 0.
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e);
-// Write model.safetensors (in save_dtype) and config.json into dir (created if needed).
+// Write model.safetensors (in save_dtype) and config.json into dir (created if needed), tensor
+// data streamed piece by piece (no second copy of the weights).
 Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e);
+// The same two with progress drawn on pr (tensors initialised; MiB written).
+Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed, Progress *pr, Model **out, Err *e);
+Status model_save_p(const Model *m, const char *dir, DType save_dtype, Progress *pr, Err *e);
 // Gradients of what trains: the adapter's when there is one, else every parameter's.
 void model_alloc_grads(Model *m);
 // A model sharing m's weights (no copy) without its adapter or gradients: the base model a LoRA

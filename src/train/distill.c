@@ -328,6 +328,7 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
             s->gidx[cnt++] = k;
         }
         if (!cnt) continue;
+        step_report_tick(r, who == SRC_STUDENT ? "generating (student)" : "generating (teacher)", 0, 0);
         GenStats gs;
         st = rollout(s, who == SRC_STUDENT ? m : s->teacher, cnt, step_seed(c->train.seed, (uint64_t)step) + who,
                      &seqs[who], &gs, e);
@@ -363,6 +364,7 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
         if (st != ST_OK) break;
         loss += dr.loss, kl += dr.kl_sum, ntok += dr.n_tokens, ntgt += dr.n_targets, t_teacher += dr.teacher_seconds;
         log_rollouts(s, step, g, B);
+        step_report_tick(r, "teacher scoring and student micro-batch", g + 1, GA);
     }
     double t_train = metrics_now() - t1;
     for (int who = 0; who < 2; who++) gen_seqs_free(seqs[who], nseq[who]);

@@ -8,6 +8,7 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
+#include "../core/progress.h"
 #include "../tokenizer/chat.h"
 #include "../model/qwen3.h"
 #include "../tokenizer/tokenizer.h"
@@ -199,7 +200,11 @@ Status eval_model(Model *m, ModelCodec *codec, const char *model_dir, const Eval
         for (int i = 0; i < ps.n; i++) pp[i] = ps.rows[i].ids, pl[i] = ps.rows[i].n;
         GenStats gs;
         double tg = metrics_now();
+        Progress pr;  // a bar (or a line every 10 s) while the rows generate
+        progress_begin(&pr, "eval", "rows", 0);
+        gc.on_progress = progress_gen_rows, gc.progress_user = &pr;
         st = gen_generate(m, &gc, pp, pl, ps.n, &seqs, &gs, e);
+        progress_end(&pr, ps.n * MAX(1, gc.num_return_sequences), ps.n * MAX(1, gc.num_return_sequences), NULL);
         r->gen_seconds = metrics_now() - tg;
         nseq = ps.n * MAX(1, gc.num_return_sequences);
         free(pp), free(pl);

@@ -393,6 +393,7 @@ static Status generate_round(Grpo *g, int round, StepReport *r, Err *e) {
         memcpy(g->ids + (size_t)i * g->C, s->ids, (size_t)g->len[i] * sizeof(int32_t));
     }
     gen_seqs_free(seqs, g->n_local);
+    step_report_tick(r, "scoring rewards", 0, 0);
     if (g->W > 1) {  // equal shares: gather in place
         size_t nl = (size_t)g->n_local;
         TRY(dist_allgather_host(g->dist, g->prompt, g->prompt + lo, nl * sizeof(int), e));
@@ -432,6 +433,7 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
             return err_set(e, ST_EINVAL, "step %d is iteration %d of generation round %d: a run can only resume at the "
                                          "start of a round (save_steps a multiple of num_iterations %d)", step + 1,
                            it + 1, round + 1, g->mu);
+        step_report_tick(r, "generating completions", 0, 0);
         TRY(generate_round(g, round, r, e));
     }
     double t1 = metrics_now();
@@ -506,6 +508,7 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         double *x = mb + (size_t)s * 8;
         x[0] = ls.loss, x[1] = hs, x[2] = msum, x[3] = ls.kl_sum, x[4] = ls.mask_sum;
         x[5] = ls.clip_low_sum, x[6] = ls.clip_high_sum, x[7] = ls.clip_region_sum;
+        step_report_tick(r, "micro-batch", s + 1, g->GA);
     }
     TRY(dist_allreduce_sum_host_d(g->dist, mb, (size_t)g->GA * 8, e));
     for (int s = 0; s < g->GA; s++) {

@@ -80,8 +80,9 @@ void metrics_progress(Metrics *mt, int step, int total, const char *status, int 
 void metrics_tick(Metrics *mt, const char *what, int done, int total) {
     if (!mt->open) return;
     char st[160];
-    snprintf(st, sizeof st, "%s%s%s %d/%d", mt->status, mt->status[0] ? "  " : "", what, done, total);
-    progress_update(&mt->bar, mt->step, mt->total, st, 0);
+    if (total > 0) snprintf(st, sizeof st, "%s%s%s %d/%d", mt->status, mt->status[0] ? "  " : "", what, done, total);
+    else snprintf(st, sizeof st, "%s%s%s", mt->status, mt->status[0] ? "  " : "", what);
+    progress_update(&mt->bar, mt->step, mt->total, st, total <= 0);  // a new phase shows at once
 }
 
 void metrics_clear_bar(Metrics *mt) {

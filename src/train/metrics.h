@@ -29,7 +29,8 @@ void metrics_write(Metrics *mt, const cJSON *obj);
 // Progress after an optimizer step: a redrawn bar on a TTY; on other streams a plain line every
 // ten seconds. status: what follows the numbers (the loss of metrics.jsonl's window...).
 void metrics_progress(Metrics *mt, int step, int total, const char *status, int log_line);
-// Progress inside a step: "what done/total" (micro-batches, generation rounds...).
+// Progress inside a step: "what done/total" (micro-batches...), or the phase alone (total <= 0:
+// "generating", "saving checkpoint-N"), drawn at once.
 void metrics_tick(Metrics *mt, const char *what, int done, int total);
 void metrics_clear_bar(Metrics *mt);
 // Draw the "loss" (and "eval_loss") of a metrics.jsonl against "step" into an SVG file: round

@@ -261,7 +261,7 @@ static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int lead,
 // buffers (with ZeRO-1 on several ranks they are gathered to rank 0 first); all ranks learn
 // whether it worked. *secs accumulates the time spent.
 static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg,
-                              const TrainState *ts, double *secs, Err *e) {
+                              const TrainState *ts, Metrics *mt, double *secs, Err *e) {
     double t0 = metrics_now();
     float *mh = NULL, *vh = NULL;
     CkptMoments mo = {opt->m, opt->v, 1}, *mop = cfg->save_only_model ? NULL : &mo;
@@ -275,6 +275,11 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
         mo = (CkptMoments){mh, vh, 0};
     }
     if (st == ST_OK && d->rank == 0) {
+        if (mt) {
+            char what[64];
+            snprintf(what, sizeof what, "saving checkpoint-%d", ts->step);
+            metrics_tick(mt, what, 0, 0);
+        }
         st = checkpoint_save_ex(cfg->output_dir, m, mop, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
                                 src->ctx, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
@@ -516,7 +521,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (src->evaluate && cfg->eval_steps > 0 && ts.step % cfg->eval_steps == 0)
             st = run_eval_and_log(m, src, &mt, lead, ts.step, (double)ts.step / spe, &res->eval_loss, e);
         if (st == ST_OK && save_every > 0 && ts.step % save_every == 0 && ts.step < total) {
-            st = save_checkpoint(m, &opt, d, src, cfg, &ts, &save_secs, e);
+            st = save_checkpoint(m, &opt, d, src, cfg, &ts, lead ? &mt : NULL, &save_secs, e);
             saved_at = ts.step;
         }
         if (st == ST_OK) st = stop_requested(cfg, d, &stop, e);
@@ -534,7 +539,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (win.steps && lead)
             log_window(&mt, &win, &ts, spe, gnorm, lr, tokens_run, secs - save_secs, m->plans.n);
         if (lead) metrics_clear_bar(&mt);
-        if (saved_at != ts.step && ts.step > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, &save_secs, e);
+        if (saved_at != ts.step && ts.step > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, lead ? &mt : NULL, &save_secs, e);
         metrics_close(&mt);
         if (st == ST_OK && lead && ts.step > step0) st = write_plots(cfg->output_dir, e);
         st = dist_agree(d, st, e);
@@ -549,7 +554,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         return st;
     }
     // no evaluation after the last step unless it falls on eval_steps (as Trainer's DefaultFlowCallback)
-    if (finished && st == ST_OK && save_every > 0) st = save_checkpoint(m, &opt, d, src, cfg, &ts, &save_secs, e);
+    if (finished && st == ST_OK && save_every > 0)
+        st = save_checkpoint(m, &opt, d, src, cfg, &ts, lead ? &mt : NULL, &save_secs, e);
     if (finished && st == ST_OK && lead) {  // the final model: once on disk
         double t0 = metrics_now();
         char name[64];

@@ -70,7 +70,8 @@ typedef struct StepReport {
 
 // Add a value to a report (sum += value, count += weight).
 void step_report_add(StepReport *r, const char *name, double value, double weight);
-// Report progress inside a step: "what done/total" on the bar (no-op without a tick).
+// Report progress inside a step: "what done/total" on the bar, total <= 0: the phase alone
+// (no-op without a tick).
 void step_report_tick(const StepReport *r, const char *what, int done, int total);
 
 // A trainer plugs into the loop with one function per optimizer step: fill m->grads (zeroed by

@@ -94,7 +94,7 @@ else fail stop_strings "stop '$stop' n=$n full='$full'"; fi
 expect_err max_plans_trips "max_plans is 1" $G --ids "1 2 3" --max_new_tokens 4 --max_plans 1
 
 # chat: piped stdin, two turns, /reset, /exit
-printf 'hello\n/reset\nhi there\n/exit\nnever read\n' | $BIN chat --model "$M" --threads 1 --max_new_tokens 5 --ignore_eos >"$tmp/chat.out" 2>"$tmp/chat.err"
+printf 'hello\n/stats\n/reset\nhi there\n/stats\n/exit\nnever read\n' | $BIN chat --model "$M" --threads 1 --max_new_tokens 5 --ignore_eos >"$tmp/chat.out" 2>"$tmp/chat.err"
 rc=$?
 if [ $rc = 0 ] && [ "$(wc -l <"$tmp/chat.out")" -ge 2 ] && grep -q "conversation reset" "$tmp/chat.err" \
    && [ "$(grep -c 'still chat: prefill' "$tmp/chat.err")" = 2 ]; then ok chat_piped
