@@ -76,6 +76,7 @@ Status cli_apply_adapter(const Args *a, Model *m, Err *e) {
     const char *dir = args_str(a, "adapter");
     if (!dir) return ST_OK;
     TRY(lora_load(m, dir, e));
+    m->lora->cfg.dropout = 0;  // applied, never trained: no dropout (PEFT in eval mode), even for --grads
     log_info("adapter %s: LoRA r %d, alpha %g%s, %d tensors", dir, m->lora->cfg.r, m->lora->cfg.alpha,
              m->lora->cfg.use_rslora ? " (rslora)" : "", m->lora->tt.n);
     return ST_OK;
