@@ -7,13 +7,18 @@
 # nothing installed), `make CUDA=1 NO_DEPS=1 DEPS_PREFIX=...`, stop with status 3 when no GPU is
 # present, op parity against the reference (tests/ops/test_backend_parity: every op forward and
 # backward, fp32 and bf16 GEMMs, the sampling ops; test_kv and test_heads_parity: the KV cache
-# ops and the distillation / RL heads; FULL_TESTS=1 adds the whole suite on the CUDA build), a
-# small model on cpu and cuda (logits, 8 AdamW steps' losses, 3 of them replayed from a captured
-# graph; the CLI's logits; 5 steps of still sft), greedy generation, and benchmarks: Qwen3-0.6B-
-# shaped training step at 4 x 1024 (MFU) and decode through the generation engine at batch 1
-# and 64 (bandwidth; the captured decode step against the eager one). A table goes to stdout and
-# rows are appended to bench/RESULTS.md (copied to $OUT: bring it back into the repository).
-# Budget: about 6 minutes of GPU time. SKIP_BENCH=1 skips the benchmarks. Exit status: 0 all passed, 1 a check failed, 2 build failed, 3 no GPU.
+# ops and the distillation / RL heads; FULL_TESTS=1 adds the whole suite on the CUDA build), the
+# NCCL collectives against MPI's (tests/gpu/test_nccl under mpirun, one rank per GPU: only with
+# two or more GPUs and an MPI on the machine, else a line says why not), a small model on cpu and
+# cuda (logits, 8 AdamW steps' losses, 3 of them replayed from a captured graph; the CLI's
+# logits; 5 steps of still sft), greedy generation, and benchmarks: Qwen3-0.6B-shaped training
+# step at 4 x 1024 (MFU) with the tensor-core attention (the default) and with the fp32 one
+# (STILL_CUDA_ATTN=fp32), and decode through the generation engine at batch 1 and 64 (bandwidth;
+# the captured decode step against the eager one). The parity stage holds both attention kernels
+# to ref (the fp32 ones in the fp32-GEMM run, the tensor-core ones at 3e-2 in the bf16 run) and the
+# bf16 weight copies after every kind of write. A table goes to stdout and rows are appended to
+# bench/RESULTS.md (copied to $OUT: bring it back into the repository).
+# Budget: about 7 minutes of GPU time. SKIP_BENCH=1 skips the benchmarks. Exit status: 0 all passed, 1 a check failed, 2 build failed, 3 no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -81,6 +86,16 @@ if [ $rc -ne 0 ] || grep -q '^FAIL' "$out/parity.log" || ! grep -q '^# backend c
 else
   note "op parity: $(grep -c '^ok' "$out/parity.log") ok (cuda fp32 and bf16 GEMMs, sampling)"
 fi
+# both attention kernels and the weight copies ran (and passed: no FAIL above)
+natt=$(grep -c '^ok test_attention' "$out/parity.log"); ncopy=$(grep -c '^ok test_weight_copies' "$out/parity.log")
+attn_err=$(awk '/^# backend cuda gemm bf16/ { on = 1 } on && /attention .* rel err/ { for (i = 1; i < NF; i++) if ($i == "err") { e = $(i + 1) + 0; if (e > m) m = e } }
+  END { printf "%.2e", m }' "$out/parity.log")
+if [ "$natt" -ge 3 ] && [ "$ncopy" -ge 1 ]; then
+  note "attention parity: fp32 kernels and tensor cores (bf16 mma) ok, worst tensor-core rel err $attn_err (tol 3e-2); bf16 weight copies ok"
+else
+  note "attention parity: FAILED or missing (ok test_attention x$natt of 3, test_weight_copies x$ncopy of 1)"
+  fail=1
+fi
 grep -E 'rel err|^#|adamw' "$out/parity.log" | grep -A200 '^# backend cuda' >"$out/parity_cuda_errors.txt" || true
 
 # ---- 5. the other tests that hold cuda to ref (KV cache ops, distillation / RL heads) ----------
@@ -98,6 +113,31 @@ if [ "${FULL_TESTS:-0}" = 1 ]; then
   last=$(tail -1 "$out/tests.log")
   note "test suite (CUDA build): $last"
   case "$last" in *" 0 failed"*) ;; *) fail=1; grep -E 'FAIL' "$out/tests.log" | head -10 >&2 ;; esac
+fi
+
+# ---- 5b. NCCL collectives against MPI's (more than one GPU) -------------------------------------
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$ngpu" -lt 2 ]; then
+  note "NCCL vs MPI collectives: not run: $ngpu GPU on this machine (needs 2 or more)"
+elif ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
+  note "NCCL vs MPI collectives: not run: no mpicc / mpirun on this machine ($ngpu GPUs)"
+elif ! $MAKE CUDA=1 NO_DEPS=1 MPI=1 BUILD=build-cuda-mpi DEPS_PREFIX="$prefix" -j"$jobs" build-cuda-mpi/tests/gpu/test_nccl \
+       >"$out/build_nccl.log" 2>&1; then
+  grep -E 'error|nccl|mpi' "$out/build_nccl.log" | head -5 >&2
+  note "NCCL vs MPI collectives: FAILED to build with MPI=1 (log: $out/build_nccl.log)"
+  fail=1
+else
+  root_flag=$([ "$(id -u)" = 0 ] && echo --allow-run-as-root)
+  timeout 180 mpirun $root_flag --oversubscribe -np "$ngpu" build-cuda-mpi/tests/gpu/test_nccl >"$out/nccl.log" 2>&1
+  rc=$?
+  nok=$(grep -c '^ok test_collectives' "$out/nccl.log"); nfail=$(grep -c '^FAIL' "$out/nccl.log")
+  if [ $rc -eq 0 ] && [ "$nfail" -eq 0 ] && [ "$nok" -eq "$ngpu" ]; then
+    note "NCCL vs MPI collectives ($ngpu ranks): all-reduce, reduce-scatter, all-gather ok on every rank"
+  else
+    grep -E '^(FAIL|skip)' "$out/nccl.log" | head -5 >&2
+    note "NCCL vs MPI collectives ($ngpu ranks): FAILED ($nok of $ngpu ranks ok, status $rc; log: $out/nccl.log)"
+    fail=1
+  fi
 fi
 
 # ---- 6. a small model end to end ----------------------------------------------------------------
@@ -158,6 +198,10 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   cfg=bench/configs/qwen3_0.6b.json
   timeout 200 build-cuda/bench/cuda_bench train $cfg 4 1024 5 >"$out/bench_train.json" 2>"$out/bench_train.err"
   [ $? -eq 0 ] || { fail=1; tail -5 "$out/bench_train.err" >&2; }
+  # the same step with the fp32 CUDA-core attention: what the tensor cores bring
+  STILL_CUDA_ATTN=fp32 timeout 200 build-cuda/bench/cuda_bench train $cfg 4 1024 5 >"$out/bench_train_attn_fp32.json" \
+    2>"$out/bench_train_attn_fp32.err"
+  [ $? -eq 0 ] || { fail=1; tail -5 "$out/bench_train_attn_fp32.err" >&2; }
   for b in 1 64; do
     timeout 150 build-cuda/bench/cuda_bench decode $cfg $b 128 >"$out/bench_decode_$b.json" 2>"$out/bench_decode_$b.err"
     [ $? -eq 0 ] || { fail=1; tail -5 "$out/bench_decode_$b.err" >&2; }
@@ -188,14 +232,16 @@ def append(section, header, row):
             i += 1
         lines.insert(last + 1, row)
     open(res, "w").write("\n".join(lines) + "\n")
-t = load("bench_train.json")
-if t:
-    row = (f"| {date} | {gpu} | `cuda_bench train qwen3_0.6b.json 4 1024` | {t['step_s']*1e3:.1f} ms | {t['tok_s']:.0f} | "
+for name, env, attn in (("bench_train.json", "", "tensor-core (bf16 mma)"),
+                        ("bench_train_attn_fp32.json", "STILL_CUDA_ATTN=fp32 ", "fp32 CUDA-core")):
+    t = load(name)
+    if not t: continue
+    row = (f"| {date} | {gpu} | `{env}cuda_bench train qwen3_0.6b.json 4 1024` | {t['step_s']*1e3:.1f} ms | {t['tok_s']:.0f} | "
            f"{t['model_tflops']:.1f} | MFU {t['mfu_pct']:.1f}% | {t['of_gemm_pct']:.1f}% of {t['gemm_tflops_8192']:.0f} "
-           f"(mlp shape {t['gemm_tflops_mlp_shape']:.0f}) | gemm {t['gemm_dtype']}, graphs {t['graphs']}, fwd {t['forward_s']*1e3:.1f} ms |")
+           f"(mlp shape {t['gemm_tflops_mlp_shape']:.0f}) | gemm {t['gemm_dtype']}, {attn} attention, graphs {t['graphs']}, fwd {t['forward_s']*1e3:.1f} ms |")
     append("cuda: SFT step, Qwen3-0.6B shape (hidden 1024, 28 layers, 16/8 heads, HD 128, MLP 3072, V 151936 tied)",
            "| date | GPU | command | step | tok/s | model TFLOP/s | MFU (of 989 dense bf16) | of cuBLAS bf16 GEMM TFLOP/s | notes |\n|---|---|---|---|---|---|---|---|---|", row)
-    rows.append(f"train 4x1024       step {t['step_s']*1e3:8.1f} ms  {t['tok_s']:9.0f} tok/s  {t['model_tflops']:6.1f} TFLOP/s  MFU {t['mfu_pct']:.1f}%  ({t['of_gemm_pct']:.1f}% of cuBLAS {t['gemm_tflops_8192']:.0f})")
+    rows.append(f"train 4x1024 {'mma ' if not env else 'fp32'}  step {t['step_s']*1e3:8.1f} ms  {t['tok_s']:9.0f} tok/s  {t['model_tflops']:6.1f} TFLOP/s  MFU {t['mfu_pct']:.1f}%  ({t['of_gemm_pct']:.1f}% of cuBLAS {t['gemm_tflops_8192']:.0f}; {attn} attention)")
 for b in (1, 64):
     d = load(f"bench_decode_{b}.json")
     if not d: continue

@@ -81,6 +81,9 @@ struct Backend {
 
     // ---- linear layer ------------------------------------------------------------------
     // inp (N,C), w (OC,C) row-major as in HF, bias (OC) or NULL -> out (N,OC) = inp w^T + bias
+    // w (here, in matmul_backward and the heads' W) is a weight: cuda reads an fp32 w from a bf16
+    // copy that only the writes of upload, copy, zero, add, scale, adamw and gradient outputs
+    // refresh (docs/backends.md), so w is never an activation that another op computes.
     void (*matmul_forward)(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                            int C, int OC);
     // dinp (N,C) += dout w ; dw (OC,C) += dout^T inp ; dbias (OC) += colsum(dout). Any may be NULL.
