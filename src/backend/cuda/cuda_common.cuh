@@ -81,6 +81,7 @@ typedef struct CudaCtx {
     CuGraph *graphs;
     int n_graphs;
     int num_sms;
+    size_t smem_optin;      // shared memory a block may opt in to (cudaDeviceProp)
     CuWeights *weights;     // bf16 copies of fp32 weights (cuda_weights.cu)
 } CudaCtx;
 
@@ -199,10 +200,10 @@ void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, c
 void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
                            int T, int NH, int NKV, int HD);
-void cu_attention_init(void);
+void cu_attention_init(size_t smem_optin);  // the device's shared memory per block (opt-in)
 // cuda_attention_mma.cu: the same ops with bf16 mma.sync (selected by ctx->attn_mma); D (B,NH,T)
 // = dout . out comes from the caller
-void cu_attention_mma_init(void);
+void cu_attention_mma_init(size_t smem_optin);
 void cu_attention_mma_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                               const int32_t *seg, int B, int T, int NH, int NKV, int HD);
 void cu_attention_mma_backward(Backend *be, float *dq, float *dk, float *dv, const float *D, const float *dout,
