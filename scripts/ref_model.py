@@ -157,8 +157,9 @@ def rope(x, pos, inv_freq):
     return x * cos + rot * sin
 
 
-def forward(cfg, w, ids):
-    """Logits (T, V) for one unpadded sequence."""
+def forward(cfg, w, ids, adapter=None):
+    """Logits (T, V) for one unpadded sequence. adapter(x, module) -> a term added to the output of
+    linear layer `module` (e.g. "model.layers.0.self_attn.q_proj"), or None (scripts/ref_lora.py)."""
     T = len(ids)
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
     eps = cfg["rms_norm_eps"]
@@ -170,7 +171,8 @@ def forward(cfg, w, ids):
         p = f"model.layers.{i}."
         g = lambda n: w.get(p + n)
         x = rmsnorm(h, g("input_layernorm.weight"), eps)
-        lin = lambda x, n: torch.nn.functional.linear(x, g(n + ".weight"), g(n + ".bias"))
+        lin = lambda x, n: torch.nn.functional.linear(x, g(n + ".weight"), g(n + ".bias")) + \
+            (adapter(x, p + n) if adapter else 0)
         q = lin(x, "self_attn.q_proj").view(T, nh, hd)
         k = lin(x, "self_attn.k_proj").view(T, nkv, hd)
         v = lin(x, "self_attn.v_proj").view(T, nkv, hd)

@@ -127,6 +127,11 @@ struct Backend {
     void (*scale)(Backend *be, float *x, float s, size_t n);
     // sum of x^2 with a double accumulator, returned to the host
     double (*sumsq)(Backend *be, const float *x, size_t n);
+    // Inverted dropout with a counter-based mask (dropout_math.h): out (n) = inp * keep_i / (1 - p),
+    // keep_i = dropout_keep(*key, salt, i, p). key is a device scalar (so a recorded step replays
+    // with the next key after one upload); the same (key, salt) gives the same mask on every
+    // backend, which is how a backward pass applies the forward's mask. out may alias inp.
+    void (*dropout)(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt);
 
     // ---- loss heads: fused with the LM head, run in chunks of rows (ARCHITECTURE §5) -------
     // Cross-entropy. h (N,C) final hidden states, W (V,C) LM head, targets (N) (IGNORE_INDEX =

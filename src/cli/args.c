@@ -44,7 +44,7 @@ static const struct {
     const char *neutral;  // value accepted silently for REFUSE flags (NULL: none)
     const char *why;
 } unsupported[] = {
-    {"gradient_checkpointing", UNSUP_IGNORE, NULL, "activations are planned per shape; recomputation is not needed at these sizes"},
+    {"gradient_checkpointing", UNSUP_IGNORE, NULL, "a training flag: nothing is recomputed outside training"},
     {"report_to", UNSUP_IGNORE, NULL, "metrics go to output_dir/metrics.jsonl"},
     {"logging_dir", UNSUP_IGNORE, NULL, "metrics go to output_dir/metrics.jsonl"},
     {"run_name", UNSUP_IGNORE, NULL, "runs are named by their output_dir"},
@@ -64,11 +64,11 @@ static const struct {
     {"overwrite_output_dir", UNSUP_IGNORE, NULL, "files in output_dir are replaced atomically"},
     {"push_to_hub", UNSUP_REFUSE, "false", "still never uploads; copy output_dir yourself"},
     {"hub_model_id", UNSUP_REFUSE, NULL, "still never uploads; copy output_dir yourself"},
-    {"use_peft", UNSUP_REFUSE, "false", "LoRA / PEFT training"},
-    {"lora_r", UNSUP_REFUSE, NULL, "LoRA / PEFT training"},
-    {"lora_alpha", UNSUP_REFUSE, NULL, "LoRA / PEFT training"},
-    {"lora_dropout", UNSUP_REFUSE, NULL, "LoRA / PEFT training"},
-    {"lora_target_modules", UNSUP_REFUSE, NULL, "LoRA / PEFT training"},
+    {"use_peft", UNSUP_REFUSE, "false", "a training flag; --adapter DIR applies a trained adapter"},
+    {"lora_r", UNSUP_REFUSE, NULL, "a training flag; --adapter DIR applies a trained adapter"},
+    {"lora_alpha", UNSUP_REFUSE, NULL, "a training flag; --adapter DIR applies a trained adapter"},
+    {"lora_dropout", UNSUP_REFUSE, NULL, "a training flag; --adapter DIR applies a trained adapter"},
+    {"lora_target_modules", UNSUP_REFUSE, NULL, "a training flag; --adapter DIR applies a trained adapter"},
     {"load_in_4bit", UNSUP_REFUSE, "false", "quantised loading"},
     {"load_in_8bit", UNSUP_REFUSE, "false", "quantised loading"},
     {"deepspeed", UNSUP_REFUSE, NULL, "DeepSpeed; use mpirun with --zero_stage 1"},
@@ -419,6 +419,9 @@ Status args_parse(Args *a, const char *command, const ArgSpec *specs, int argc, 
             }
         }
         TRY(apply(a, name, value, 1, "", e));
+        // a list flag takes every following word up to the next flag (argparse's nargs="+")
+        while (!eq && v && v->spec->type == ARG_LIST && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+            TRY(apply(a, name, argv[++i], 1, "", e));
     }
     return ST_OK;
 }

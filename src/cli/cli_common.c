@@ -1,6 +1,8 @@
 // cli_common.c: shared command plumbing.
 #include "cli_common.h"
 
+#include "../model/lora.h"
+
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/hf_cache.h"
@@ -67,6 +69,16 @@ Status cli_max_memory(const Args *a, size_t *out, Err *e) {
     const char *mm = args_str(a, "max_memory");
     if (mm && mem_parse_size(mm, out) != 0)
         return err_set(e, ST_EINVAL, "--max_memory %s: expected a size such as 8GiB, 512MiB or a number of bytes", mm);
+    return ST_OK;
+}
+
+Status cli_apply_adapter(const Args *a, Model *m, Err *e) {
+    const char *dir = args_str(a, "adapter");
+    if (!dir) return ST_OK;
+    TRY(lora_load(m, dir, e));
+    m->lora->cfg.dropout = 0;  // applied, never trained: no dropout (PEFT in eval mode), even for --grads
+    log_info("adapter %s: LoRA r %d, alpha %g%s, %d tensors", dir, m->lora->cfg.r, m->lora->cfg.alpha,
+             m->lora->cfg.use_rslora ? " (rslora)" : "", m->lora->tt.n);
     return ST_OK;
 }
 

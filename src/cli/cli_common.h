@@ -40,6 +40,10 @@ Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e);
 // The end of such a command: on failure print the error and, with several ranks, abort the job
 // (the other ranks wait in a collective); MPI finalised. Returns the exit code.
 int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e);
+// --adapter DIR: a PEFT LoRA adapter applied to a loaded model (docs/lora.md).
+#define CLI_ADAPTER_FLAG {"adapter", ARG_STR, NULL, "PEFT LoRA adapter directory to apply to the model"}
+// Load --adapter (when given) into m.
+Status cli_apply_adapter(const Args *a, Model *m, Err *e);
 // A command's result: one compact JSON line, numbers at 9 significant digits at most (rounded in
 // place). cli_json_line returns the text (caller frees); cli_print_json prints it to stdout.
 char *cli_json_line(cJSON *o);

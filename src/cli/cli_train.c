@@ -34,6 +34,18 @@ static const ArgSpec train_specs[] = {
     {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints (older ones are removed after each save)"},
     {"save_only_model", ARG_BOOL, "false", "checkpoints without optimizer state (cannot be resumed)"},
     {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},
+    {"gradient_checkpointing", ARG_BOOL, "false", "recompute each layer's forward in the backward pass (less memory)"},
+    // TRL's ModelConfig PEFT flags (docs/lora.md)
+    {"use_peft", ARG_BOOL, "false", "train a LoRA adapter on the frozen model (PEFT format)"},
+    {"lora_r", ARG_INT, "16", "LoRA rank"},
+    {"lora_alpha", ARG_FLOAT, "32", "LoRA alpha (scale alpha / r, or alpha / sqrt(r) with --use_rslora)"},
+    {"lora_dropout", ARG_FLOAT, "0.05", "dropout on the adapter's input while training"},
+    {"lora_target_modules", ARG_LIST, NULL, "modules with adapters: names (q_proj v_proj ...) or all-linear "
+                                            "(default: PEFT's for the architecture, q_proj v_proj)"},
+    {"lora_modules_to_save", ARG_LIST, NULL, "modules trained in full and saved with the adapter (e.g. lm_head)"},
+    {"use_rslora", ARG_BOOL, "false", "rank-stabilised scale alpha / sqrt(r)"},
+    {"lora_task_type", ARG_STR, "CAUSAL_LM", "CAUSAL_LM (the only task type)"},
+    {"adapter", ARG_STR, NULL, "with --use_peft: continue training this PEFT adapter directory"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -117,6 +129,41 @@ static Status read_strategy(const Args *a, const char *flag, int *steps, Err *e)
     return ST_OK;
 }
 
+// A list flag's values joined by spaces (NULL when not given). Caller frees.
+static char *list_text(const Args *a, const char *name) {
+    char **vals;
+    int n = args_list(a, name, &vals);
+    if (n <= 0) return NULL;
+    StrBuf sb = {0};
+    for (int i = 0; i < n; i++) {
+        if (i) sb_putc(&sb, ' ');
+        sb_puts(&sb, vals[i]);
+    }
+    return sb_take(&sb);
+}
+
+static Status read_peft(const Args *a, PeftConfig *p, Err *e) {
+    memset(p, 0, sizeof *p);
+    p->use_peft = args_bool(a, "use_peft");
+    p->adapter = args_str(a, "adapter");
+    LoraConfig *c = &p->lora;
+    c->r = (int)args_int(a, "lora_r");
+    c->alpha = args_float(a, "lora_alpha");
+    c->dropout = args_float(a, "lora_dropout");
+    c->use_rslora = args_bool(a, "use_rslora");
+    if (c->r <= 0) return err_set(e, ST_EINVAL, "--lora_r must be positive (got %d)", c->r);
+    if (!(c->dropout >= 0 && c->dropout < 1)) return err_set(e, ST_EINVAL, "--lora_dropout must be in [0, 1)");
+    if (strcmp(args_str(a, "lora_task_type"), "CAUSAL_LM"))
+        return err_set(e, ST_EUNSUPPORTED, "--lora_task_type %s is not supported (CAUSAL_LM only)",
+                       args_str(a, "lora_task_type"));
+    char *t = list_text(a, "lora_target_modules"), *s = list_text(a, "lora_modules_to_save");
+    Status st = lora_parse_targets(t, c, e);
+    if (st == ST_OK) st = lora_parse_modules_to_save(s, c, e);
+    free(t);
+    free(s);
+    return st;
+}
+
 Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, Err *e) {
     t->output_dir = args_str(a, "output_dir");
     if (!t->output_dir) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
@@ -156,6 +203,8 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
     t->seed = (uint64_t)args_int(a, "seed");
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
     t->skip_nonfinite = args_bool(a, "skip_nonfinite");
+    t->gradient_checkpointing = args_bool(a, "gradient_checkpointing");
+    TRY(read_peft(a, &t->peft, e));
     // SIGINT / SIGTERM: the first ends the run after its step with a checkpoint, the second at once
     interrupt_install(INTERRUPT_ESCALATE);
     t->stop = interrupt_flag();

@@ -12,6 +12,7 @@ static const ArgSpec specs[] = {
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"teacher", ARG_STR, NULL, ARG_REQUIRED "teacher model directory or hub id, or self (self-distillation, OPSD)"},
     {"teacher_dtype", ARG_STR, NULL, "storage of the frozen teacher's weights: float32 | bfloat16 (default: its checkpoint's)"},
+    {"teacher_adapter", ARG_STR, NULL, "PEFT LoRA adapter directory applied to the teacher (--teacher DIR)"},
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "prompts: a local JSONL or JSON file (prompt-only or conversational rows)"},
     {"eval_dataset", ARG_STR, NULL, "held-out prompts: eval_loss and eval_kl_student_teacher on student rollouts"},
     {"gkd", ARG_BOOL, "false", "GKDTrainer's defaults and behaviour (lmbda, seq_kd, beta 0.5, temperature 0.9 for sampling only)"},
@@ -82,6 +83,9 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
     int teacher_dtype;
     TRY(cli_dtype_flag(a, "teacher_dtype", &teacher_dtype, e));
     c->teacher_dtype = (DType)teacher_dtype;
+    c->teacher_adapter = args_str(a, "teacher_adapter");
+    if (c->teacher_adapter && !c->teacher_dir)
+        return err_set(e, ST_EINVAL, "--teacher_adapter applies to a --teacher DIR model, not to --teacher self");
     // TRL's defaults: DistillationTrainer, or GKDTrainer with --gkd
     int gkd = c->gkd = args_bool(a, "gkd");
     DistillLoss *L = &c->loss;

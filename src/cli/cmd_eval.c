@@ -8,6 +8,7 @@
 
 static const ArgSpec specs[] = {
     {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},
+    CLI_ADAPTER_FLAG,
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "a local JSONL or JSON file with a \"prompt\" column (text or messages) or \"messages\""},
     {"metric", ARG_LIST, NULL, "metric (repeatable): exact_match:COLUMN | regex:PATTERN | length:TARGET | format | "
@@ -43,6 +44,7 @@ int cmd_eval(int argc, char **argv) {
     int dtype = -1;
     Status st = cli_model_dir(&a, "model", &dir, &e);
     c.dataset = args_str(&a, "dataset");
+    c.adapter = args_str(&a, "adapter");
     if (st == ST_OK && !c.dataset) st = err_set(&e, ST_EINVAL, "--dataset FILE.jsonl is required");
     if (st == ST_OK) st = cli_dtype(&a, &dtype, &e);
     char **metrics = NULL;

@@ -22,6 +22,7 @@
 // Flags shared by both commands: model, decoding, static shapes.
 #define GEN_COMMON_FLAGS                                                                                               \
     {"model", ARG_STR, NULL, ARG_REQUIRED "model directory or hub id in the local Hugging Face cache"},                             \
+    CLI_ADAPTER_FLAG,                                                                                                  \
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},                                      \
     {"system", ARG_STR, NULL, "system message (chat template)"},                                                       \
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra template variables, e.g. {\"enable_thinking\": false}"}, \
@@ -179,6 +180,7 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
     TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
+    TRY(cli_apply_adapter(a, s->m, e));
     char *tj = path_join(s->dir, "tokenizer.json");
     int have_tok = file_exists(tj);
     free(tj);
@@ -447,14 +449,32 @@ int cmd_generate(int argc, char **argv) {
 // Printing a reply, optionally without its <think>...</think> part.
 typedef struct ChatPrinter {
     int hide;
+    int tty;       // stdout is a terminal: control characters escaped
     int state;     // 0: deciding whether the reply opens with <think>, 1: inside it, 2: showing
     StrBuf held;   // text not yet shown while deciding / inside the thinking part
 } ChatPrinter;
 
+// Reply text for a terminal: control characters other than newline and tab shown as ^X, so a
+// reply cannot move the cursor, clear the screen or change the terminal's modes.
+static void put_text(const ChatPrinter *cp, const char *s) {
+    if (!cp->tty) {
+        fputs(s, stdout);
+        return;
+    }
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if ((*c < 0x20 && *c != '\n' && *c != '\t') || *c == 0x7f) {
+            putchar('^');
+            putchar(*c == 0x7f ? '?' : *c + 0x40);
+        } else {
+            putchar(*c);
+        }
+    }
+}
+
 static void chat_sink(void *user, int prompt_index, int seq_index, const char *piece) {
     ChatPrinter *cp = user;
     if (!cp->hide || cp->state == 2) {
-        fputs(piece, stdout);
+        put_text(cp, piece);
         fflush(stdout);
         return;
     }
@@ -466,7 +486,7 @@ static void chat_sink(void *user, int prompt_index, int seq_index, const char *p
         size_t m = MIN(n - skip, strlen(open));
         if (strncmp(h + skip, open, m)) {  // no thinking part: show everything
             cp->state = 2;
-            fputs(h, stdout);
+            put_text(cp, h);
             fflush(stdout);
             cp->held.len = 0;
             return;
@@ -479,7 +499,7 @@ static void chat_sink(void *user, int prompt_index, int seq_index, const char *p
         end += strlen("</think>");
         while (*end == '\n') end++;
         cp->state = 2;
-        fputs(end, stdout);
+        put_text(cp, end);
         fflush(stdout);
         cp->held.len = 0;
     }
@@ -579,7 +599,7 @@ static Status run_chat(const Args *a, Err *e) {
     int fixed_cache = args_is_set(a, "max_cache_len");
     const char *system = args_str(a, "system");
     cJSON *history = new_history(system);
-    ChatPrinter cp = {.hide = args_bool(a, "hide_thinking")};
+    ChatPrinter cp = {.hide = args_bool(a, "hide_thinking"), .tty = isatty(STDOUT_FILENO)};
     ChatState cs = {0};
     interrupt_install(INTERRUPT_REPEAT);  // Ctrl-C stops the reply, not the chat
     cs.stop = interrupt_flag();

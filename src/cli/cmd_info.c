@@ -1,6 +1,7 @@
 // cmd_info.c: still info — architecture, parameter count, and the plans and memory a shape needs.
 #include "../core/alloc.h"
 #include "../core/fileio.h"
+#include "../model/lora.h"
 #include "../model/tensors.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -16,10 +17,40 @@ static const ArgSpec specs[] = {
     {"seq", ARG_INT, "128", "sequence length T of the shape to plan"},
     {"teacher", ARG_STR, NULL, "also the memory of distillation: student training + this teacher's inference (or self)"},
     {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 (default: its checkpoint's)"},
+    {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)"},
     {NULL, 0, NULL, NULL},
 };
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
+
+// LoRA training at a shape: frozen base weights in wdt, fp32 all-linear adapters of rank r with
+// their gradients and AdamW moments, and one train plan (checkpointed or not).
+static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T) {
+    Lora lo;
+    memset(&lo, 0, sizeof lo);
+    lo.cfg.r = r;
+    lo.cfg.dropout = 0.05;
+    int C = c->hidden_size, FF = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
+    int KD = c->num_key_value_heads * c->head_dim;
+    int ins[LORA_N_MODULES] = {C, C, C, QD, C, C, FF}, outs[LORA_N_MODULES] = {QD, KD, KD, C, FF, FF, C};
+    size_t n = 0;
+    for (int i = 0; i < LORA_N_MODULES; i++) {
+        n += (size_t)r * (ins[i] + outs[i]) * c->num_hidden_layers;
+        lo.max_in = MAX(lo.max_in, ins[i]);
+        lo.max_out = MAX(lo.max_out, outs[i]);
+    }
+    TensorTable tt;
+    tensors_build(&tt, c, wdt);
+    int chunk = plan_head_chunk(c->vocab_size);
+    size_t state = 4 * n * sizeof(float);  // adapter, gradients, AdamW m and v
+    for (int ck = 0; ck <= 1; ck++) {
+        size_t plan = plan_bytes_opts(c, PLAN_TRAIN, B, T, chunk, ck, &lo);
+        printf("lora r=%-3d %s  base %.1f MiB (%s, frozen) + adapter, grads, AdamW %.1f MiB (%zu params) + plan train "
+               "%.1f MiB = %.1f MiB\n", r, ck ? "ckpt" : "    ", mib(tt.param_bytes), dtype_torch_name(wdt), mib(state),
+               n, mib(plan), mib(tt.param_bytes + state + plan));
+    }
+    tensors_free(&tt);
+}
 
 // still distill's memory at one scoring shape: student training + the teacher's weights and score plan.
 static Status distill_memory(const Args *a, const ModelConfig *scfg, int B, int T, size_t student, Err *e) {
@@ -80,6 +111,7 @@ static Status run(const Args *a, Err *e) {
         tensors_build(&ttinf, &cfg, infer_dt);
         int chunk = plan_head_chunk(cfg.vocab_size);
         size_t score = plan_bytes(&cfg, PLAN_SCORE, B, T, chunk), train = plan_bytes(&cfg, PLAN_TRAIN, B, T, chunk);
+        size_t train_ck = plan_bytes_opts(&cfg, PLAN_TRAIN, B, T, chunk, 1, NULL);
         size_t p32 = tt32.param_bytes, g = tt32.n_params * 4, adam = 2 * tt32.n_params * 4;
         printf("model           %s\n", dir);
         printf("architecture    %s: %d layers, hidden %d, heads %d (kv %d), head_dim %d, mlp %d, vocab %d\n",
@@ -98,6 +130,9 @@ static Status run(const Args *a, Err *e) {
         printf("training        weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB + plan train B=%d T=%d %.1f MiB "
                "= %.1f MiB, 1 plan\n",
                mib(p32), mib(g), mib(adam), B, T, mib(train), mib(p32 + g + adam + train));
+        printf("training ckpt   the same with --gradient_checkpointing: plan train %.1f MiB = %.1f MiB\n", mib(train_ck),
+               mib(p32 + g + adam + train_ck));
+        if (args_int(a, "lora_r") > 0) lora_memory(&cfg, infer_dt, (int)args_int(a, "lora_r"), B, T);
         printf("loss head       chunks of %d rows: %.1f MiB of logits at a time (never B x T x V = %.1f MiB)\n", chunk,
                mib((size_t)chunk * cfg.vocab_size * 4), mib((size_t)B * T * cfg.vocab_size * 4));
         const char *wait = getenv("OMP_WAIT_POLICY");

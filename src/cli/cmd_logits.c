@@ -14,6 +14,7 @@ static const ArgSpec logits_specs[] = {
     {"ids", ARG_STR, NULL, ARG_REQUIRED "token ids, space-separated"},
     {"all", ARG_BOOL, "false", "print every position (default: the last)"},
     {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)"},
+    CLI_ADAPTER_FLAG,
     {NULL, 0, NULL, NULL},
 };
 
@@ -23,6 +24,7 @@ static const ArgSpec loss_specs[] = {
     {"ids", ARG_STR, NULL, ARG_REQUIRED "token ids, space-separated"},
     {"grads", ARG_STR, NULL, "write every parameter's gradient (fp32, HF names) to this .safetensors file"},
     {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)"},
+    CLI_ADAPTER_FLAG,
     {NULL, 0, NULL, NULL},
 };
 
@@ -47,9 +49,12 @@ static Status session_forward(Session *s, const Args *a, PlanMode mode, Err *e) 
     TRY(cli_model_dir(a, "model", &dir, e));
     int dt;
     Status st = cli_dtype(a, &dt, e);
-    if (st == ST_OK && mode == PLAN_TRAIN) dt = DT_F32;  // gradients need fp32 weights
+    if (st == ST_OK && mode == PLAN_TRAIN && !args_str(a, "adapter")) dt = DT_F32;  // gradients need fp32 weights
     if (st == ST_OK) st = cli_backend(a, &s->be, e);
-    if (st == ST_OK) st = (mode == PLAN_TRAIN ? model_load : model_load_frozen)(dir, s->be, dt, &s->m, e);
+    // gradients of every weight need fp32 ones; an adapter's base is frozen
+    int full = mode == PLAN_TRAIN && !args_str(a, "adapter");
+    if (st == ST_OK) st = (full ? model_load : model_load_frozen)(dir, s->be, dt, &s->m, e);
+    if (st == ST_OK) st = cli_apply_adapter(a, s->m, e);
     free(dir);
     if (st != ST_OK) return st;
     const char *ids = args_str(a, "ids");
@@ -94,13 +99,15 @@ static Status run_logits(const Args *a, Err *e) {
     return st;
 }
 
+// Every trainable tensor's gradient: the adapter's with --adapter (PEFT names), else the model's.
 static Status write_grads(const Model *m, const char *path, Err *e) {
-    int n = m->tt.n;
+    Trainable tr = model_trainable(m);
+    int n = tr.tt->n;
     StWriteTensor *wt = xcalloc((size_t)n, sizeof(StWriteTensor));
-    float *host = xmalloc(m->tt.n_params * sizeof(float));
-    m->be->download(m->be, host, m->grads, m->tt.n_params * sizeof(float));
+    float *host = xmalloc(tr.tt->n_params * sizeof(float));
+    m->be->download(m->be, host, tr.grads, tr.tt->n_params * sizeof(float));
     for (int i = 0; i < n; i++) {
-        const TensorInfo *t = &m->tt.t[i];
+        const TensorInfo *t = &tr.tt->t[i];
         wt[i] = (StWriteTensor){.name = t->name, .dtype = DT_F32, .ndim = t->ndim, .data = host + t->goffset};
         wt[i].shape[0] = t->shape[0];
         wt[i].shape[1] = t->shape[1];

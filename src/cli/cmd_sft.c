@@ -38,6 +38,7 @@ static const ArgSpec specs[] = {
 // Shared training flags with SFTConfig's own default.
 static const ArgSpec train_defaults[] = {
     {"learning_rate", ARG_FLOAT, "2e-5", "peak learning rate"},
+    {"gradient_checkpointing", ARG_BOOL, "true", "recompute each layer's forward in the backward pass (SFTConfig: on)"},
     {NULL, 0, NULL, NULL},
 };
 

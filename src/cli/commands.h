@@ -25,5 +25,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_grpo(int argc, char **argv);
 int cmd_rloo(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 #endif

@@ -6,6 +6,7 @@
 #include "../core/log.h"
 #include "../core/meminfo.h"
 #include "../core/rng.h"
+#include "lora.h"
 #include "safetensors.h"
 
 #include <string.h>
@@ -66,21 +67,51 @@ static Model *model_new(const ModelConfig *cfg, Backend *be, DType matrix_dtype)
 }
 
 void model_alloc_grads(Model *m) {
+    if (m->lora) {  // only the adapter trains (the base may be frozen)
+        lora_alloc_grads(m->lora, m->be);
+        return;
+    }
     CHECK_MSG(!m->frozen, "model_alloc_grads on a frozen model (loaded by model_load_frozen)");
     if (!m->grads) m->grads = m->be->alloc(m->be, m->tt.n_params * sizeof(float));
+}
+
+Trainable model_trainable(const Model *m) {
+    if (m->lora) return (Trainable){&m->lora->tt, m->lora->params, m->lora->grads};
+    return (Trainable){&m->tt, m->params, m->grads};
+}
+
+Model *model_share(const Model *m) {
+    Model *s = xcalloc(1, sizeof(Model));
+    s->cfg = m->cfg;
+    s->cfg.raw = m->cfg.raw ? cJSON_Duplicate(m->cfg.raw, 1) : NULL;
+    s->be = m->be;
+    s->dir = m->dir ? xstrdup(m->dir) : NULL;
+    s->matrix_dtype = m->matrix_dtype;
+    s->ckpt_dtype = m->ckpt_dtype;
+    tensors_build(&s->tt, &m->cfg, m->matrix_dtype);
+    s->data = xmalloc((size_t)m->tt.n * sizeof(void *));
+    memcpy(s->data, m->data, (size_t)m->tt.n * sizeof(void *));
+    s->params = m->params;
+    s->inv_freq = m->inv_freq;
+    s->rope_mscale = m->rope_mscale;
+    s->plans.max_plans = m->plans.max_plans;
+    s->frozen = 1;
+    s->shared = 1;
+    return s;
 }
 
 void model_free(Model *m) {
     if (!m) return;
     plan_cache_free(m);
-    if (m->params) m->be->free(m->be, m->params);
-    if (m->mapping) {
+    lora_detach(m);
+    if (m->params && !m->shared) m->be->free(m->be, m->params);
+    if (m->mapping && !m->shared) {
         st_close(m->mapping);
         free(m->mapping);
     }
     free(m->data);
     if (m->grads) m->be->free(m->be, m->grads);
-    m->be->free(m->be, m->inv_freq);
+    if (!m->shared) m->be->free(m->be, m->inv_freq);
     tensors_free(&m->tt);
     config_free(&m->cfg);
     free(m->dir);

@@ -26,7 +26,19 @@ typedef struct Model {
     float *inv_freq;      // device (HD/2) RoPE inverse frequencies
     float rope_mscale;    // attention scaling applied to cos and sin (yarn), else 1
     PlanCache plans;
+    struct Lora *lora;    // LoRA adapter (model/lora.h) or NULL; with one, only the adapter trains
+    int grad_ckpt;        // TRAIN plans recompute each layer's forward in the backward pass
+    int shared;           // params and inv_freq belong to another model (model_share)
 } Model;
+
+// The tensors a trainer updates: the adapter's when the model has one, else the model's own
+// (table, fp32 parameter buffer, gradient buffer or NULL).
+typedef struct Trainable {
+    const TensorTable *tt;
+    void *params;
+    float *grads;
+} Trainable;
+Trainable model_trainable(const Model *m);
 
 // Load config.json and safetensors (single or sharded) from a directory. matrix_dtype < 0:
 // keep the checkpoint's dtype for 2-D weights when it is BF16, else F32. Missing, extra or
@@ -46,7 +58,11 @@ Status model_save(const Model *m, const char *dir, DType save_dtype, Err *e);
 // The same two with progress drawn on pr (tensors initialised; MiB written).
 Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed, Progress *pr, Model **out, Err *e);
 Status model_save_p(const Model *m, const char *dir, DType save_dtype, Progress *pr, Err *e);
+// Gradients of what trains: the adapter's when there is one, else every parameter's.
 void model_alloc_grads(Model *m);
+// A model sharing m's weights (no copy) without its adapter or gradients: the base model a LoRA
+// run uses as its frozen reference or teacher. Free it before m.
+Model *model_share(const Model *m);
 void model_free(Model *m);
 
 // Device pointers of a tensor (NULL when the model has none of that kind).

@@ -4,6 +4,7 @@
 #include "../core/alloc.h"
 #include "../core/log.h"
 #include "../core/meminfo.h"
+#include "lora.h"
 #include "model.h"
 
 #include <string.h>
@@ -65,7 +66,8 @@ static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t
 
 // PREFILL / DECODE: one layer of activations shared by every layer; DECODE adds the cache, the
 // last-position head and the sampler's buffers.
-static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int S) {
+static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int S,
+                               const Lora *lo) {
     size_t N = (size_t)B * T, C = cfg->hidden_size, V = cfg->vocab_size;
     int L = cfg->num_hidden_layers;
     p->ids = TAKE_I(N);
@@ -74,6 +76,8 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     layer_layout(a, &p->layers[0], cfg, N, B, T);
     for (int l = 1; l < L; l++) p->layers[l] = p->layers[0];
     p->res_out = TAKE_F(N * C);
+    p->mode = mode, p->B = B, p->T = T;
+    lora_plan_layout(lo, L, p, a);
     if (mode != PLAN_DECODE) return;
     size_t cache = (size_t)L * B * cfg->num_key_value_heads * S * cfg->head_dim;
     p->kcache = TAKE_F(cache);
@@ -94,8 +98,9 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->banned = TAKE_I((size_t)B * p->ban_cap);
 }
 
-// Lay out every buffer; with a->base == NULL this only measures.
-static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int chunk) {
+// Lay out every buffer; with a->base == NULL this only measures. p->ckpt is set.
+static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int chunk,
+                        const Lora *lo) {
     size_t N = (size_t)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size, V = cfg->vocab_size;
     size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
     int L = cfg->num_hidden_layers;
@@ -104,8 +109,14 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
     p->seg = TAKE_I(N);
     p->targets = TAKE_I(N);
     p->weights = TAKE_F(N);
-    if (mode == PLAN_TRAIN) {
+    if (mode == PLAN_TRAIN && !p->ckpt) {
         for (int l = 0; l < L; l++) layer_layout(a, &p->layers[l], cfg, N, B, T);
+    } else if (mode == PLAN_TRAIN) {  // one layer's activations, and every layer's input
+        layer_layout(a, &p->layers[0], cfg, N, B, T);
+        for (int l = 1; l < L; l++) {
+            p->layers[l] = p->layers[0];
+            p->layers[l].res_in = TAKE_F(N * C);
+        }
     } else {
         layer_layout(a, &p->layers[0], cfg, N, B, T);
         for (int l = 1; l < L; l++) p->layers[l] = p->layers[0];
@@ -131,28 +142,40 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
         p->dgate = TAKE_F(N * FF);
         p->dup = TAKE_F(N * FF);
     }
+    p->mode = mode, p->B = B, p->T = T;
+    lora_plan_layout(lo, L, p, a);
 }
 
 size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk) {
+    return plan_bytes_opts(cfg, mode, B, T, head_chunk, 0, NULL);
+}
+
+size_t plan_bytes_opts(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk, int ckpt,
+                       const struct Lora *lo) {
+    Plan p;
+    memset(&p, 0, sizeof p);
+    LayerActs *layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
+    p.layers = layers;
+    p.ckpt = mode == PLAN_TRAIN && ckpt;
+    Arena a = {0};
+    plan_layout(&a, &p, cfg, mode, B, T, head_chunk, lo);
+    free(layers);
+    return (a.size + 63) / 64 * 64;
+}
+
+static size_t cached_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int S, const Lora *lo) {
     Plan p;
     memset(&p, 0, sizeof p);
     LayerActs *layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
     p.layers = layers;
     Arena a = {0};
-    plan_layout(&a, &p, cfg, mode, B, T, head_chunk);
+    plan_layout_cached(&a, &p, cfg, mode, B, T, S, lo);
     free(layers);
     return (a.size + 63) / 64 * 64;
 }
 
 size_t plan_bytes_cached(const ModelConfig *cfg, PlanMode mode, int B, int T, int S) {
-    Plan p;
-    memset(&p, 0, sizeof p);
-    LayerActs *layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
-    p.layers = layers;
-    Arena a = {0};
-    plan_layout_cached(&a, &p, cfg, mode, B, T, S);
-    free(layers);
-    return (a.size + 63) / 64 * 64;
+    return cached_bytes(cfg, mode, B, T, S, NULL);
 }
 
 Status plan_get(Model *m, PlanMode mode, int B, int T, Plan **out, Err *e) {
@@ -168,9 +191,10 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
     PlanCache *pc = &m->plans;
     int cached = mode == PLAN_PREFILL || mode == PLAN_DECODE;
     if (mode != PLAN_DECODE) S = 0;
+    int ckpt = mode == PLAN_TRAIN && m->grad_ckpt;
     for (int i = 0; i < pc->n; i++) {
         Plan *p = pc->plans[i];
-        if (p->mode == mode && p->B == B && p->T == T && p->S == S) {
+        if (p->mode == mode && p->B == B && p->T == T && p->S == S && p->ckpt == ckpt) {
             *out = p;
             return ST_OK;
         }
@@ -191,9 +215,10 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
     p->B = B;
     p->T = T;
     p->S = S;
+    p->ckpt = ckpt;
     p->layers = xcalloc((size_t)cfg->num_hidden_layers, sizeof(LayerActs));
     int chunk = plan_head_chunk(cfg->vocab_size);
-    size_t bytes = cached ? plan_bytes_cached(cfg, mode, B, T, S) : plan_bytes(cfg, mode, B, T, chunk);
+    size_t bytes = cached ? cached_bytes(cfg, mode, B, T, S, m->lora) : plan_bytes_opts(cfg, mode, B, T, chunk, ckpt, m->lora);
     char what[96];
     snprintf(what, sizeof what, "plan %s B=%d T=%d", plan_mode_name(mode), B, T);
     Status st = mem_check(bytes, m->be->max_memory, what, e);
@@ -205,8 +230,8 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
     p->bytes = bytes;
     p->base = m->be->alloc(m->be, bytes);
     Arena a = {.base = p->base, .size = 0, .cap = bytes};
-    if (cached) plan_layout_cached(&a, p, cfg, mode, B, T, S);
-    else plan_layout(&a, p, cfg, mode, B, T, chunk);
+    if (cached) plan_layout_cached(&a, p, cfg, mode, B, T, S, m->lora);
+    else plan_layout(&a, p, cfg, mode, B, T, chunk, m->lora);
     pc->plans = xrealloc(pc->plans, (size_t)(pc->n + 1) * sizeof(Plan *));
     pc->plans[pc->n++] = p;
     pc->bytes += bytes;

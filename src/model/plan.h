@@ -10,6 +10,7 @@
 #include "config.h"
 
 struct Model;
+struct Lora;
 
 typedef enum {
     PLAN_TRAIN = 0,  // forward keeping every layer's activations, loss head, backward
@@ -85,6 +86,15 @@ typedef struct Plan {
     uint8_t *seen;         // (B,V) ids seen so far, for the repetition penalty
     int32_t *banned;       // (B,ban_cap) ids set to -inf this step, -1 = unused
     int ban_cap;
+    // TRAIN with gradient checkpointing: only res_in is kept per layer; every other activation
+    // aliases one layer's set, recomputed layer by layer in the backward pass
+    int ckpt;
+    // LoRA adapter (model/lora.h), when the model has one: r = its rank, M = 7 modules
+    float *lora_u;         // TRAIN: (L, M, N, r) scaled inner activations (one layer's (M, N, r) with ckpt); else (M, N, r)
+    float *lora_t;         // (N, max_out) the adapter's output before it is added
+    float *lora_du;        // TRAIN: (N, r)
+    float *lora_x, *lora_dx;  // TRAIN with dropout: (N, max_in) the dropped input and its gradient
+    uint64_t *lora_key;    // (1) dropout key of the current forward pass
     // On backends with graph hooks a plan's step (DECODE: qwen3_decode_step; TRAIN: the SFT
     // micro-batch, qwen3_train_micro) is recorded once, after one eager run has sized every
     // scratch buffer, and replayed. Key: the plan's address, dropped when the plan is freed.
@@ -102,6 +112,9 @@ typedef struct PlanCache {
 
 // Bytes a plan of this shape needs (the estimator `still info` and memory checks use).
 size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk);
+// The same with gradient checkpointing (TRAIN only) and an adapter's buffers (lo may be NULL).
+size_t plan_bytes_opts(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk, int ckpt,
+                       const struct Lora *lo);
 // Bytes of a PREFILL (S = 0) or DECODE (T = 1, S = max_cache_len) plan.
 size_t plan_bytes_cached(const ModelConfig *cfg, PlanMode mode, int B, int T, int S);
 // Get (building on first use) the plan for a shape (TRAIN / SCORE).

@@ -4,6 +4,7 @@
 #include "qwen3.h"
 
 #include "../core/alloc.h"
+#include "lora.h"
 
 #include <string.h>
 
@@ -30,10 +31,59 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
         be->upload(be, p->weights, w, N * sizeof(float));
         free(w);
     }
+    lora_set_inputs(m, p);
 }
 
-#define W(kind, l) model_param(m, (kind), (l))
-#define F(kind, l) ((const float *)model_param(m, (kind), (l)))
+// A tensor as the forward pass uses it: an adapter's saved copy (fp32) replaces the base tensor
+// while the adapter is active.
+static const void *weight(const Model *m, TensorKind kind, int l, DType *dt) {
+    const float *s = lora_saved_param(m, kind, l);
+    if (dt) *dt = s ? DT_F32 : m->matrix_dtype;
+    return s ? (const void *)s : model_param(m, kind, l);
+}
+
+// Its gradient: NULL for a frozen tensor (the base of a model with an adapter).
+static float *grad(const Model *m, TensorKind kind, int l) {
+    return m->lora ? lora_saved_grad(m, kind, l) : model_grad(m, kind, l);
+}
+
+// Whether a backward pass has anything to accumulate into.
+static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : m->grads != NULL; }
+
+// The LM head (tied: the embedding), or an adapter's saved lm_head, and its gradient.
+static const void *head_weight(const Model *m, DType *dt) {
+    const float *s = lora_saved_param(m, TK_LM_HEAD, -1);
+    *dt = s ? DT_F32 : m->matrix_dtype;
+    return s ? (const void *)s : (const void *)model_data(m, model_lm_head(m));
+}
+
+static float *head_grad(const Model *m) {
+    if (m->lora) return lora_saved_grad(m, TK_LM_HEAD, -1);
+    return m->grads ? m->grads + model_lm_head(m)->goffset : NULL;
+}
+
+#define W(kind, l) weight(m, (kind), (l), NULL)
+#define F(kind, l) ((const float *)weight(m, (kind), (l), NULL))
+
+// out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias is kind wk + 1), plus the
+// adapter's share when it has one.
+static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C,
+                           int OC) {
+    DType dt;
+    const void *w = weight(m, wk, l, &dt);
+    m->be->matmul_forward(m->be, out, inp, w, dt, F(wk + 1, l), N, C, OC);
+    lora_forward(m, p, l, wk, out, inp, N, C, OC);
+}
+
+// dinp (N,C) += dout W (and the adapter's share); the weight and bias gradients accumulate
+// unless frozen.
+static void linear_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp, const float *dout, const float *inp,
+                            int N, int C, int OC) {
+    DType dt;
+    const void *w = weight(m, wk, l, &dt);
+    m->be->matmul_backward(m->be, dinp, grad(m, wk, l), grad(m, wk + 1, l), dout, inp, w, dt, N, C, OC);
+    lora_backward(m, p, l, wk, dinp, dout, inp, N, C, OC);
+}
 
 // Layer l up to attention: ln1, q/k/v projections, q/k norm, RoPE (a->qr, a->kr, a->v).
 static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
@@ -42,11 +92,10 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
     int N = p->B * p->T, C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
     int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
     float eps = (float)cfg->rms_norm_eps;
-    DType wdt = m->matrix_dtype;
     be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
-    be->matmul_forward(be, a->q, a->ln1, W(TK_WQ, l), wdt, F(TK_BQ, l), N, C, QD);
-    be->matmul_forward(be, a->k, a->ln1, W(TK_WK, l), wdt, F(TK_BK, l), N, C, KD);
-    be->matmul_forward(be, a->v, a->ln1, W(TK_WV, l), wdt, F(TK_BV, l), N, C, KD);
+    linear_forward(m, p, l, TK_WQ, a->q, a->ln1, N, C, QD);
+    linear_forward(m, p, l, TK_WK, a->k, a->ln1, N, C, KD);
+    linear_forward(m, p, l, TK_WV, a->v, a->ln1, N, C, KD);
     if (cfg->qk_norm) {
         be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
         be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
@@ -62,14 +111,13 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
     int N = p->B * p->T, C = cfg->hidden_size, FF = cfg->intermediate_size;
     int QD = cfg->num_attention_heads * cfg->head_dim;
     float eps = (float)cfg->rms_norm_eps;
-    DType wdt = m->matrix_dtype;
-    be->matmul_forward(be, a->res_mid, a->att, W(TK_WO, l), wdt, F(TK_BO, l), N, QD, C);
+    linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
     be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
     be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
-    be->matmul_forward(be, a->gate, a->ln2, W(TK_WG, l), wdt, F(TK_BG, l), N, C, FF);
-    be->matmul_forward(be, a->up, a->ln2, W(TK_WU, l), wdt, F(TK_BU, l), N, C, FF);
+    linear_forward(m, p, l, TK_WG, a->gate, a->ln2, N, C, FF);
+    linear_forward(m, p, l, TK_WU, a->up, a->ln2, N, C, FF);
     be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
-    be->matmul_forward(be, next, a->act, W(TK_WD, l), wdt, F(TK_BD, l), N, FF, C);
+    linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
     be->add(be, next, next, a->res_mid, (size_t)N * C);
 }
 
@@ -79,7 +127,9 @@ void qwen3_forward(Model *m, Plan *p) {
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
 
-    be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), m->matrix_dtype, N, C);
+    DType edt;
+    const void *emb = weight(m, TK_EMBED, -1, &edt);
+    be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, N, C);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
@@ -107,7 +157,9 @@ void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
     size_t layer_cache = (size_t)B * NKV * S * HD;
     CHECK(dp->mode == PLAN_DECODE && dp->B == B && T <= S);
 
-    be->embedding_forward(be, p->layers[0].res_in, p->ids, W(TK_EMBED, -1), m->matrix_dtype, N, C);
+    DType edt;
+    const void *emb = weight(m, TK_EMBED, -1, &edt);
+    be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, N, C);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
@@ -129,9 +181,9 @@ void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
         h = dp->hlast;
     }
     be->rmsnorm_forward(be, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C, (float)m->cfg.rms_norm_eps);
-    const TensorInfo *head = model_lm_head(m);
-    be->matmul_forward(be, dp->logits, dp->lnlast, model_data(m, head), m->matrix_dtype, NULL, B, C,
-                       m->cfg.vocab_size);
+    DType hdt;
+    const void *head = head_weight(m, &hdt);
+    be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, m->cfg.vocab_size);
 }
 
 // Run a plan's step: eagerly where the backend has no graph hooks and the first time; recorded
@@ -169,29 +221,42 @@ static void train_micro(Model *m, Plan *p) {
 }
 
 void qwen3_train_micro(Model *m, Plan *p) {
-    CHECK(p->mode == PLAN_TRAIN && m->grads);
+    CHECK(p->mode == PLAN_TRAIN && trains(m));
     run_recorded(m, p, train_micro);
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
-    const TensorInfo *head = model_lm_head(m);
-    m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, model_data(m, head),
-                          m->matrix_dtype, NULL, nrows, m->cfg.hidden_size, m->cfg.vocab_size);
+    DType hdt;
+    const void *head = head_weight(m, &hdt);
+    m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, head, hdt, NULL, nrows,
+                          m->cfg.hidden_size, m->cfg.vocab_size);
 }
 
 void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
     Backend *be = m->be;
     int N = p->B * p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    const TensorInfo *head = model_lm_head(m);
-    int bw = backward && p->mode == PLAN_TRAIN && m->grads;
+    DType hdt;
+    const void *head = head_weight(m, &hdt);
+    int bw = backward && p->mode == PLAN_TRAIN && trains(m);
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->ce_head(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL,
-                p->lnf, model_data(m, head), m->matrix_dtype, p->targets, p->weights, grad_scale,
-                p->head_scratch, p->head_chunk, N, C, V);
+    be->ce_head(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf,
+                head, hdt, p->targets, p->weights, grad_scale, p->head_scratch, p->head_chunk, N, C, V);
     if (bw) qwen3_backward_from_lnf(m, p);
 }
 
-#define G(kind, l) model_grad(m, (kind), (l))
+#define G(kind, l) grad(m, (kind), (l))
+
+// Gradient checkpointing: layer l's activations again, from its kept input (bit for bit the
+// forward's, the same ops in the same order). The last layer's are still in place.
+static void recompute_layer(Model *m, Plan *p, int l) {
+    const ModelConfig *cfg = &m->cfg;
+    if (!p->ckpt || l == cfg->num_hidden_layers - 1) return;
+    LayerActs *a = &p->layers[l];
+    layer_qkv(m, p, a, l);
+    m->be->attention_forward(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T, cfg->num_attention_heads,
+                             cfg->num_key_value_heads, cfg->head_dim);
+    layer_out(m, p, a, l, p->layers[l + 1].res_in);  // rewrites the same values
+}
 
 void qwen3_backward_from_lnf(Model *m, Plan *p) {
     Backend *be = m->be;
@@ -199,7 +264,6 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, FF = cfg->intermediate_size;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim;
     int QD = NH * HD, KD = NKV * HD, L = cfg->num_hidden_layers;
-    DType wdt = m->matrix_dtype;
     size_t fs = sizeof(float);
 
     // final norm: d(res_out) from d(lnf)
@@ -207,15 +271,16 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     be->rmsnorm_backward(be, p->dres, G(TK_NORM, -1), p->dln, p->res_out, F(TK_NORM, -1), p->rstdf, N, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &p->layers[l];
+        recompute_layer(m, p, l);
         // MLP block: out = res_mid + down(silu(gate(ln2)) * up(ln2)); dres holds d(out).
         be->zero(be, p->dact, (size_t)N * FF * fs);
         be->zero(be, p->dgate, (size_t)N * FF * fs);
         be->zero(be, p->dup, (size_t)N * FF * fs);
         be->zero(be, p->dln, (size_t)N * C * fs);
-        be->matmul_backward(be, p->dact, G(TK_WD, l), G(TK_BD, l), p->dres, a->act, W(TK_WD, l), wdt, N, FF, C);
+        linear_backward(m, p, l, TK_WD, p->dact, p->dres, a->act, N, FF, C);
         be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
-        be->matmul_backward(be, p->dln, G(TK_WG, l), G(TK_BG, l), p->dgate, a->ln2, W(TK_WG, l), wdt, N, C, FF);
-        be->matmul_backward(be, p->dln, G(TK_WU, l), G(TK_BU, l), p->dup, a->ln2, W(TK_WU, l), wdt, N, C, FF);
+        linear_backward(m, p, l, TK_WG, p->dln, p->dgate, a->ln2, N, C, FF);
+        linear_backward(m, p, l, TK_WU, p->dln, p->dup, a->ln2, N, C, FF);
         be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         // attention block: res_mid = res_in + o(attn(rope(norm(q)), rope(norm(k)), v)); dres = d(res_mid).
         be->zero(be, p->datt, (size_t)N * QD * fs);
@@ -223,7 +288,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         be->zero(be, p->dkr, (size_t)N * KD * fs);
         be->zero(be, p->dv, (size_t)N * KD * fs);
         be->zero(be, p->dln, (size_t)N * C * fs);
-        be->matmul_backward(be, p->datt, G(TK_WO, l), G(TK_BO, l), p->dres, a->att, W(TK_WO, l), wdt, N, QD, C);
+        linear_backward(m, p, l, TK_WO, p->datt, p->dres, a->att, N, QD, C);
         be->attention_backward(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH,
                                NKV, HD);
         be->rope_backward(be, p->dqr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
@@ -234,12 +299,13 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             be->rmsnorm_backward(be, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, N * NH, HD);
             be->rmsnorm_backward(be, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, N * NKV, HD);
         }
-        be->matmul_backward(be, p->dln, G(TK_WQ, l), G(TK_BQ, l), p->dq, a->ln1, W(TK_WQ, l), wdt, N, C, QD);
-        be->matmul_backward(be, p->dln, G(TK_WK, l), G(TK_BK, l), p->dk, a->ln1, W(TK_WK, l), wdt, N, C, KD);
-        be->matmul_backward(be, p->dln, G(TK_WV, l), G(TK_BV, l), p->dv, a->ln1, W(TK_WV, l), wdt, N, C, KD);
+        linear_backward(m, p, l, TK_WQ, p->dln, p->dq, a->ln1, N, C, QD);
+        linear_backward(m, p, l, TK_WK, p->dln, p->dk, a->ln1, N, C, KD);
+        linear_backward(m, p, l, TK_WV, p->dln, p->dv, a->ln1, N, C, KD);
         be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
     }
-    be->embedding_backward(be, G(TK_EMBED, -1), p->dres, p->ids, N, C);
+    float *demb = G(TK_EMBED, -1);
+    if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
 }
 
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
@@ -255,13 +321,13 @@ double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
 void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp) {
     Backend *be = m->be;
     int N = p->B * p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    const TensorInfo *head = model_lm_head(m);
-    CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && m->grads), "qwen3_logprob: a backward pass needs a train plan and "
-                                                             "gradients");
+    DType hdt;
+    const void *head = head_weight(m, &hdt);
+    CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && trains(m)), "qwen3_logprob: a backward pass needs a train plan and "
+                                                              "gradients");
     if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->logprob_head(be, out_logp, p->row_entropy, coef ? p->dln : NULL, coef ? m->grads + head->goffset : NULL, p->lnf,
-                     model_data(m, head), m->matrix_dtype, p->targets, coef, tau, p->head_scratch,
-                     p->head_chunk, N, C, V);
+    be->logprob_head(be, out_logp, p->row_entropy, coef ? p->dln : NULL, coef ? head_grad(m) : NULL, p->lnf, head, hdt,
+                     p->targets, coef, tau, p->head_scratch, p->head_chunk, N, C, V);
     if (coef) qwen3_backward_from_lnf(m, p);
 }
 
@@ -274,12 +340,12 @@ void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float
               pt->T, p->B, p->T);
     CHECK_MSG(mt->cfg.vocab_size == V, "qwen3_distill_loss: teacher vocabulary %d, student %d", mt->cfg.vocab_size, V);
     CHECK(pt->head_chunk == p->head_chunk);  // the same V gives the same chunk
-    const TensorInfo *head = model_lm_head(m), *thead = model_lm_head(mt);
-    int bw = backward && p->mode == PLAN_TRAIN && m->grads;
+    DType hdt, thdt;
+    const void *head = head_weight(m, &hdt), *thead = head_weight(mt, &thdt);
+    int bw = backward && p->mode == PLAN_TRAIN && trains(m);
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->distill_head(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? m->grads + head->goffset : NULL, p->lnf,
-                     model_data(m, head), m->matrix_dtype, pt->lnf, model_data(mt, thead),
-                     mt->matrix_dtype, p->targets, p->weights, tau, beta, top_k, grad_scale, p->head_scratch,
+    be->distill_head(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf, head, hdt, pt->lnf,
+                     thead, thdt, p->targets, p->weights, tau, beta, top_k, grad_scale, p->head_scratch,
                      pt->head_scratch, p->head_chunk, N, C, Ct, V);
     if (bw) qwen3_backward_from_lnf(m, p);
 }

@@ -18,8 +18,8 @@ static const char *layer_suffix[TK_COUNT] = {
     [TK_WD] = "mlp.down_proj.weight", [TK_BD] = "mlp.down_proj.bias",
 };
 
-static void add(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
-                DType matrix_dtype) {
+TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
+                           DType matrix_dtype) {
     TensorInfo *t = &tt->t[tt->n];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -37,9 +37,15 @@ static void add(TensorTable *tt, const char *name, TensorKind kind, int layer, i
     tt->param_bytes += t->numel * dtype_size(t->dtype);
     t->goffset = tt->n_params;
     tt->n_params += t->numel;
+    tt->n++;
+    return t;
+}
+
+static void add(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
+                DType matrix_dtype) {
     int row = layer < 0 ? tt->n_layers : layer;
     tt->index[(size_t)row * TK_COUNT + kind] = tt->n;
-    tt->n++;
+    tensors_append(tt, name, kind, layer, d0, d1, matrix_dtype);
 }
 
 void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) {

@@ -54,6 +54,11 @@ typedef struct TensorTable {
 // BF16 allowed for inference); norms and biases are always F32.
 void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype);
 void tensors_free(TensorTable *tt);
+// Append an entry to a table with room for it (tt->t): the next 64-byte aligned byte offset and
+// element offset; 2-D entries stored as matrix_dtype and decayed, 1-D ones fp32 and not. The
+// caller sets tt->index when the entry is to be found by (kind, layer).
+TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
+                           DType matrix_dtype);
 // Entry for (kind, layer) or NULL if the model has no such tensor. layer is ignored for
 // non-layer kinds.
 const TensorInfo *tensors_get(const TensorTable *tt, TensorKind kind, int layer);

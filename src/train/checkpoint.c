@@ -6,6 +6,7 @@
 #include "../core/json.h"
 #include "../core/log.h"
 #include "../gen/generate.h"
+#include "../model/lora.h"
 #include "../model/safetensors.h"
 
 #include <dirent.h>
@@ -34,8 +35,12 @@ static Status write_generation_config(const char *dir, const Model *m, const cha
 }
 
 Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype, const char *src, Err *e) {
-    TRY(model_save(m, dir, save_dtype, e));
-    TRY(write_generation_config(dir, m, src, e));
+    if (m->lora) {  // the adapter alone, in PEFT's format (fp32, whatever save_dtype says)
+        TRY(lora_save(m, dir, src, e));
+    } else {
+        TRY(model_save(m, dir, save_dtype, e));
+        TRY(write_generation_config(dir, m, src, e));
+    }
     for (size_t i = 0; src && i < ARRAY_LEN(tokenizer_files); i++) {
         char *a = path_join(src, tokenizer_files[i]), *b = path_join(dir, tokenizer_files[i]);
         Status st = file_exists(a) ? file_copy(a, b, e) : ST_OK;
@@ -46,8 +51,9 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
     return ST_OK;
 }
 
-// Where the optimizer file's tensors come from: table entry i of the model, one of the moments
-// (host or device) or the fp32 master weights (device).
+// Where the optimizer file's tensors come from: entry i of the trained table (the model's, or its
+// adapter's), one of the moments (host or device) or the fp32 master weights (device; full
+// training only).
 typedef struct OptFill {
     const Model *m;
     const CkptMoments *mo;
@@ -56,7 +62,7 @@ typedef struct OptFill {
 
 static Status opt_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
     OptFill *f = ctx;
-    const TensorInfo *t = &f->m->tt.t[f->tensor[i]];
+    const TensorInfo *t = &model_trainable(f->m).tt->t[f->tensor[i]];
     int w = f->which[i];
     size_t bytes = count * sizeof(float);
     if (w == 2) {
@@ -70,17 +76,18 @@ static Status opt_fill(void *ctx, int i, size_t begin, size_t count, void *dst, 
 }
 
 static Status write_optimizer(const char *path, const Model *m, const CkptMoments *mo, int with_master, Err *e) {
-    int nt = m->tt.n, k = 0;
+    const TensorTable *tt = model_trainable(m).tt;
+    int nt = tt->n, k = 0;
     StWriteTensor *wt = xcalloc((size_t)nt * 3, sizeof(StWriteTensor));
-    char (*names)[128] = xcalloc((size_t)nt * 3, 128);
+    char (*names)[160] = xcalloc((size_t)nt * 3, 160);
     OptFill f = {.m = m, .mo = mo, .tensor = xcalloc((size_t)nt * 3, sizeof(int)),
                  .which = xcalloc((size_t)nt * 3, sizeof(int))};
     static const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
     for (int i = 0; i < nt; i++) {
-        const TensorInfo *t = &m->tt.t[i];
+        const TensorInfo *t = &tt->t[i];
         for (int j = 0; j < 3; j++) {
             if (j == 2 && !with_master) continue;
-            snprintf(names[k], 128, "%s.%s", prefix[j], t->name);
+            snprintf(names[k], 160, "%s.%s", prefix[j], t->name);
             wt[k] = (StWriteTensor){.name = names[k], .dtype = DT_F32, .ndim = t->ndim};
             wt[k].shape[0] = t->shape[0];
             wt[k].shape[1] = t->shape[1];
@@ -163,6 +170,7 @@ static cJSON *trainer_state_json(const TrainState *s, int with_opt) {
 static uint64_t checkpoint_bytes(const Model *m, DType save_dtype, int with_opt, const char *src) {
     uint64_t b = (uint64_t)m->tt.n_params * dtype_size(save_dtype);
     if (with_opt) b += (uint64_t)m->tt.n_params * sizeof(float) * (save_dtype != DT_F32 ? 3 : 2);
+    if (m->lora) b = (uint64_t)m->lora->tt.n_params * sizeof(float) * (with_opt ? 3 : 1);  // the adapter alone
     b += (uint64_t)m->tt.n * 3 * 256 + (1u << 20);  // headers, config and state files
     for (size_t i = 0; src && i < ARRAY_LEN(tokenizer_files); i++) {
         char *a = path_join(src, tokenizer_files[i]);
@@ -203,7 +211,7 @@ Status checkpoint_save_ex(const char *output_dir, const Model *m, const CkptMome
     st = checkpoint_write_model(dir, m, save_dtype, src, e);
     if (st == ST_OK && with_opt) {
         char *p = path_join(dir, "optimizer.safetensors");
-        st = write_optimizer(p, m, mo, save_dtype != DT_F32, e);
+        st = write_optimizer(p, m, mo, save_dtype != DT_F32 && !m->lora, e);
         free(p);
     }
     if (st == ST_OK) {
@@ -260,7 +268,8 @@ done:
 }
 
 Status checkpoint_publish(const char *ckpt_dir, const char *output_dir, Err *e) {
-    static const char *model_files[] = {"model.safetensors", "config.json", "generation_config.json"};
+    static const char *model_files[] = {"model.safetensors", "config.json", "generation_config.json",
+                                        "adapter_model.safetensors", "adapter_config.json"};
     for (size_t i = 0; i < ARRAY_LEN(model_files); i++) TRY(link_or_copy(ckpt_dir, output_dir, model_files[i], e));
     for (size_t i = 0; i < ARRAY_LEN(tokenizer_files); i++) TRY(link_or_copy(ckpt_dir, output_dir, tokenizer_files[i], e));
     return dir_sync(output_dir, e);
@@ -396,23 +405,25 @@ Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, Tr
     StSet set;
     st = st_open(op, &set, e);
     if (st == ST_OK) {
+        Trainable tr = model_trainable(m);
         int with_master = st_find(&set, "master.model.norm.weight") != NULL;
+        const char *weights = m->lora ? "adapter_model.safetensors" : "model.safetensors";
         StSet model_set = {0};
         if (!with_master) {
-            char *mp = path_join(dir, "model.safetensors");
+            char *mp = path_join(dir, weights);
             st = st_open(mp, &model_set, e);
             free(mp);
         }
-        for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
-            const TensorInfo *t = &m->tt.t[i];
+        for (int i = 0; i < tr.tt->n && st == ST_OK; i++) {
+            const TensorInfo *t = &tr.tt->t[i];
             st = upload_tensor(NULL, &set, "exp_avg", t, opt_m + t->goffset, op, e);
             if (st == ST_OK) st = upload_tensor(NULL, &set, "exp_avg_sq", t, opt_v + t->goffset, op, e);
-            float *p = (float *)((char *)m->params + t->offset);
+            float *p = (float *)((char *)tr.params + t->offset);
             if (st == ST_OK && with_master) st = upload_tensor(m, &set, "master", t, p, op, e);
             if (st == ST_OK && !with_master) {
                 const StTensor *x = st_find(&model_set, t->name);
                 if (!x || x->numel != t->numel || x->dtype != DT_F32)
-                    st = err_set(e, ST_EINVAL, "%s/model.safetensors: %s must be F32 with %zu elements", dir, t->name,
+                    st = err_set(e, ST_EINVAL, "%s/%s: %s must be F32 with %zu elements", dir, weights, t->name,
                                  t->numel);
                 else
                     m->be->upload(m->be, p, x->data, t->numel * sizeof(float));

@@ -576,22 +576,33 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
-    if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);
+    // trained weights: fp32 masters (an adapter's base keeps its dtype)
+    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK && m->cfg.vocab_size != c->prompts.vocab_size)
         st = err_set(e, ST_EINVAL, "%s: config.json says vocab_size %d, the loaded model has %d", c->model_dir,
                      c->prompts.vocab_size, m->cfg.vocab_size);
+    if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
+    if (st == ST_OK && m->lora && self && c->teacher_mode == TEACHER_EMA)
+        st = err_set(e, ST_EUNSUPPORTED, "--teacher_mode ema with --use_peft is not supported yet (fixed or live)");
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         TeacherMode mode = self ? c->teacher_mode : TEACHER_MODEL;
         if (mode == TEACHER_LIVE) t = m;
+        else if (self && m->lora) t = peft_base_model(m);  // the base with the adapter off: no second copy
         else if (mode == TEACHER_EMA) st = model_load(c->model_dir, be, DT_F32, &t, e);
         else st = model_load_frozen(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype, &t, e);
+        if (st == ST_OK && c->teacher_adapter && t != m) {
+            st = lora_load(t, c->teacher_adapter, e);
+            if (st == ST_OK) log_info("teacher adapter %s: LoRA r %d", c->teacher_adapter, t->lora->cfg.r);
+        }
         if (st == ST_OK && t != m) {
             if (c->max_plans > 0) t->plans.max_plans = c->max_plans;
             if (t->cfg.vocab_size != m->cfg.vocab_size)
                 st = err_set(e, ST_EINVAL, "the teacher (%s) has vocab_size %d, the student %d: distillation needs the "
                                            "same vocabulary (different tokenizers: TRL's GOLD trainer, not supported)",
                              c->teacher_dir, t->cfg.vocab_size, m->cfg.vocab_size);
+            else if (t->shared)
+                log_info("teacher: the student's frozen base with the adapter off (the same weights, no copy)");
             else
                 log_info("teacher: %s (%s), %.1f M parameters, weights %.1f MiB in %s", self ? c->model_dir : c->teacher_dir,
                          self ? (mode == TEACHER_EMA ? "EMA of the student, fp32" : "frozen copy of the initial weights")

@@ -86,6 +86,7 @@ typedef struct DistillConfig {
     int dtype;                   // --dtype (-1: not given): saved dtype unless --save_dtype
     int save_dtype;              // -1: --dtype, else the input checkpoint's dtype
     DType teacher_dtype;         // storage of the frozen teacher's 2-D weights
+    const char *teacher_adapter; // PEFT LoRA adapter applied to the teacher (NULL: none)
     DistillLoss loss;
     GenConfig gen;               // sampling (temperature, top_p, top_k, do_sample, max_new_tokens) over defaults
     int gkd;                     // GKDTrainer behaviour: lmbda coin per micro-batch, seq_kd

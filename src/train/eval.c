@@ -3,6 +3,8 @@
 #include "eval.h"
 #include "preflight.h"
 
+#include "../model/lora.h"
+
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/log.h"
@@ -269,6 +271,7 @@ Status eval_run(const char *model_dir, const char *backend, int threads, int dty
     if (st == ST_OK) st = preflight_rewards(c->metrics, c->n_metrics, NULL, 0, c->reward_timeout, e);
     if (st == ST_OK) st = backend_create(backend, threads, &be, e);
     if (st == ST_OK) st = model_load_frozen(model_dir, be, dtype, &m, e);
+    if (st == ST_OK && c->adapter) st = lora_load(m, c->adapter, e);
     if (st == ST_OK) st = eval_model(m, &mc, model_dir, c, r, e);
     model_free(m);
     if (be) backend_destroy(be);

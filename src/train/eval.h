@@ -14,6 +14,7 @@
 
 typedef struct EvalConfig {
     const char *dataset;
+    const char *adapter;                  // PEFT LoRA adapter applied by eval_run (NULL: none)
     const char *output_dir;               // NULL: no files (eval.json, generations.jsonl)
     const char *const *metrics;           // (n_metrics) reward specs
     int n_metrics;

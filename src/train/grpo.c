@@ -583,7 +583,10 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     if (st == ST_OK) st = rewards_init(&g->rs, c->reward_specs, c->n_rewards, c->reward_weights, c->n_reward_weights,
                                        c->reward_timeout, e);
     if (st == ST_OK) st = prompts_check_rewards(&g->ps, &g->rs, c->dataset, e);
-    if (st == ST_OK && c->beta != 0) {
+    if (st == ST_OK && c->beta != 0 && m->lora) {  // PEFT: the reference is the base with the adapter off
+        g->ref = peft_base_model(m);
+        log_info("reference model: the base weights with the adapter off (no copy)");
+    } else if (st == ST_OK && c->beta != 0) {
         st = model_load_frozen(c->model_dir, m->be, c->dtype, &g->ref, e);
         if (st == ST_OK) log_info("reference model: %s (frozen, %s weights)", c->model_dir, dtype_torch_name(g->ref->matrix_dtype));
     }
@@ -698,7 +701,9 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) st = backend_create(c->backend, c->threads, &be, e);
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
-    if (st == ST_OK) st = model_load(c->model_dir, be, DT_F32, &m, e);  // trained weights: fp32 masters
+    // trained weights: fp32 masters (an adapter's base keeps its dtype)
+    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
+    if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         st = grpo_create(c, m, &g, e);

@@ -41,10 +41,10 @@ double optim_lr_at(const OptimConfig *c, int done) {
 }
 
 // Where flat element x (inside the tensor table) lives in the parameter buffer, in floats.
-static size_t param_float_index(const Model *m, size_t x) {
-    if (x >= m->tt.n_params) return m->tt.param_bytes / sizeof(float);
-    for (int i = 0; i < m->tt.n; i++) {
-        const TensorInfo *t = &m->tt.t[i];
+static size_t param_float_index(const TensorTable *tt, size_t x) {
+    if (x >= tt->n_params) return tt->param_bytes / sizeof(float);
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
         if (x >= t->goffset && x < t->goffset + t->numel) return t->offset / sizeof(float) + (x - t->goffset);
     }
     CHECK_MSG(0, "flat element %zu is in no tensor", x);
@@ -56,12 +56,14 @@ void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero
     CHECK(dist && (zero_stage == 0 || zero_stage == 1));
     o->cfg = *cfg;
     o->dist = dist;
-    o->n = m->tt.n_params;
+    Trainable tr = model_trainable(m);
+    const TensorTable *tt = tr.tt;
+    o->n = tt->n_params;
     o->zero_stage = dist->world > 1 ? zero_stage : 0;
     o->hi = o->n;
     if (o->zero_stage == 1) {
         int W = dist->world;
-        CHECK_MSG(m->tt.param_bytes % sizeof(float) == 0, "parameter buffer of %zu bytes", m->tt.param_bytes);
+        CHECK_MSG(tt->param_bytes % sizeof(float) == 0, "parameter buffer of %zu bytes", tt->param_bytes);
         dist_shard_range(dist, dist->rank, o->n, &o->lo, &o->hi);
         o->gcounts = xmalloc((size_t)W * sizeof(size_t));
         o->pcounts = xmalloc((size_t)W * sizeof(size_t));
@@ -72,7 +74,7 @@ void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero
         for (int r = 0; r < W; r++) {
             size_t lo, hi;
             dist_shard_range(dist, r + 1 < W ? r + 1 : r, o->n, &lo, &hi);
-            size_t end = r + 1 < W ? param_float_index(m, lo) : m->tt.param_bytes / sizeof(float);
+            size_t end = r + 1 < W ? param_float_index(tt, lo) : tt->param_bytes / sizeof(float);
             o->pcounts[r] = end - start;
             start = end;
         }
@@ -97,25 +99,27 @@ size_t optim_state_bytes(const Optim *o) { return 2 * (o->hi - o->lo) * sizeof(f
 
 Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     Backend *be = m->be;
+    float *grads = model_trainable(m).grads;
     Dist *d = o->dist;
     if (o->zero_stage == 1) {
         size_t k = o->hi - o->lo;
-        TRY(dist_reduce_scatter_sum(d, be, o->gshard, m->grads, o->gcounts, e));
+        TRY(dist_reduce_scatter_sum(d, be, o->gshard, grads, o->gcounts, e));
         double ss = k ? be->sumsq(be, o->gshard, k) : 0.0;
         TRY(dist_allreduce_sum_host_d(d, &ss, 1, e));
         *grad_norm = sqrt(ss);
     } else {
-        TRY(dist_allreduce_sum(d, be, m->grads, o->n, e));
-        *grad_norm = sqrt(be->sumsq(be, m->grads, o->n));
+        TRY(dist_allreduce_sum(d, be, grads, o->n, e));
+        *grad_norm = sqrt(be->sumsq(be, grads, o->n));
     }
     return ST_OK;
 }
 
 Status optim_apply(Optim *o, Model *m, double norm, double *lr, Err *e) {
     Backend *be = m->be;
-    CHECK_MSG(m->matrix_dtype == DT_F32, "training needs fp32 master weights");
+    CHECK_MSG(m->lora || m->matrix_dtype == DT_F32, "training needs fp32 master weights");
+    Trainable tr = model_trainable(m);
     // the summed gradient of [lo, hi) starts at g[lo]
-    const float *g = o->zero_stage == 1 ? o->gshard - o->lo : m->grads;
+    const float *g = o->zero_stage == 1 ? o->gshard - o->lo : tr.grads;
     float clip = 1.0f;
     if (o->cfg.max_grad_norm > 0) {
         // torch.nn.utils.clip_grad_norm_: coef = max_norm / (total + 1e-6), clamped to 1 (fp32)
@@ -124,15 +128,15 @@ Status optim_apply(Optim *o, Model *m, double norm, double *lr, Err *e) {
     }
     double rate = optim_lr_at(&o->cfg, o->t);
     o->t++;
-    for (int i = 0; i < m->tt.n; i++) {  // every tensor's part inside [lo, hi)
-        const TensorInfo *ti = &m->tt.t[i];
+    for (int i = 0; i < tr.tt->n; i++) {  // every tensor's part inside [lo, hi)
+        const TensorInfo *ti = &tr.tt->t[i];
         size_t a = MAX(ti->goffset, o->lo), b = MIN(ti->goffset + ti->numel, o->hi);
         if (a >= b) continue;
-        float *p = (float *)((char *)m->params + ti->offset) + (a - ti->goffset);
+        float *p = (float *)((char *)tr.params + ti->offset) + (a - ti->goffset);
         be->adamw(be, p, o->m + (a - o->lo), o->v + (a - o->lo), g + a, b - a, rate, o->cfg.beta1, o->cfg.beta2,
                   o->cfg.eps, ti->decay ? o->cfg.weight_decay : 0.0, o->t, clip);
     }
-    if (o->zero_stage == 1) TRY(dist_allgather(o->dist, be, (float *)m->params, o->pcounts, e));
+    if (o->zero_stage == 1) TRY(dist_allgather(o->dist, be, (float *)tr.params, o->pcounts, e));
     if (lr) *lr = rate;
     return ST_OK;
 }

@@ -5,6 +5,7 @@
 #include "../core/fileio.h"
 #include "../core/log.h"
 #include "../core/meminfo.h"
+#include "../model/lora.h"
 #include "../model/qwen3.h"
 
 #include <math.h>
@@ -170,7 +171,10 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         x[3] = hb->n_targets;
         step_report_tick(r, "micro-batch", g + 1, n_micro);
     }
-    if (recorded) m->be->scale(m->be, m->grads, scale, m->tt.n_params);
+    if (recorded) {
+        Trainable tr = model_trainable(m);
+        m->be->scale(m->be, tr.grads, scale, tr.tt->n_params);
+    }
     TRY(dist_allreduce_sum_host_d(s->dist, s->sums, 4 * (size_t)n_micro, e));
     for (int g = 0; g < n_micro; g++) {
         const double *x = &s->sums[4 * g];
@@ -264,8 +268,8 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
     Status st = ST_OK;
     if (mop && opt->zero_stage == 1 && d->world > 1) {
         if (d->rank == 0) {
-            mh = xmalloc(m->tt.n_params * sizeof(float));
-            vh = xmalloc(m->tt.n_params * sizeof(float));
+            mh = xmalloc(model_trainable(m).tt->n_params * sizeof(float));
+            vh = xmalloc(model_trainable(m).tt->n_params * sizeof(float));
         }
         st = optim_gather_state(opt, m->be, mh, vh, e);
         mo = (CkptMoments){mh, vh, 0};
@@ -341,7 +345,8 @@ static Status write_plots(const char *output_dir, Err *e) {
 // nodes, a filesystem they share).
 static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const TrainConfig *cfg, TrainState *ts,
                           Err *e) {
-    size_t n = m->tt.n_params;
+    Trainable tr = model_trainable(m);
+    size_t n = tr.tt->n_params;
     float *mh = xmalloc(n * sizeof(float)), *vh = xmalloc(n * sizeof(float));
     char *dir = NULL;
     TrainState saved = {0};
@@ -371,10 +376,10 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     st = dist_agree(d, st, e);
     if (st == ST_OK && d->world > 1) {
         // weights through host memory (any backend), then the moments and the state
-        void *ph = xmalloc(m->tt.param_bytes);
-        if (d->rank == 0) m->be->download(m->be, ph, m->params, m->tt.param_bytes);
-        st = dist_bcast_host(d, ph, m->tt.param_bytes, e);
-        if (st == ST_OK && d->rank != 0) m->be->upload(m->be, m->params, ph, m->tt.param_bytes);
+        void *ph = xmalloc(tr.tt->param_bytes);
+        if (d->rank == 0) m->be->download(m->be, ph, tr.params, tr.tt->param_bytes);
+        st = dist_bcast_host(d, ph, tr.tt->param_bytes, e);
+        if (st == ST_OK && d->rank != 0) m->be->upload(m->be, tr.params, ph, tr.tt->param_bytes);
         free(ph);
         if (st == ST_OK) st = dist_bcast_host(d, mh, n * sizeof(float), e);
         if (st == ST_OK) st = dist_bcast_host(d, vh, n * sizeof(float), e);
@@ -403,7 +408,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     memset(res, 0, sizeof *res);
     res->eval_loss = NAN;
     res->train_loss = NAN;
-    CHECK(m->matrix_dtype == DT_F32);
+    CHECK(m->lora || m->matrix_dtype == DT_F32);  // trained weights: fp32 (an adapter always is)
     Dist one, *d = src->dist;
     if (!d) dist_single(&one), d = &one;
     int lead = d->rank == 0;  // rank 0 logs and writes files
@@ -416,8 +421,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
-    if (!m->grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
-        size_t n = m->tt.n_params, w = (size_t)d->world, k = cfg->zero_stage == 1 && w > 1 ? (n + w - 1) / w : n;
+    if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
+        size_t n = model_trainable(m).tt->n_params, w = (size_t)d->world, k = cfg->zero_stage == 1 && w > 1 ? (n + w - 1) / w : n;
         TRY(mem_check((n + (cfg->zero_stage == 1 && w > 1 ? 3 : 2) * k) * sizeof(float), m->be->max_memory,
                       "training state (fp32 gradients and AdamW moments)", e));
     }
@@ -471,7 +476,9 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         StepReport rep;
         memset(&rep, 0, sizeof rep);
         if (lead) rep.tick = tick, rep.tick_ctx = &mt;
-        m->be->zero(m->be, m->grads, m->tt.n_params * sizeof(float));
+        Trainable tr = model_trainable(m);
+        m->be->zero(m->be, tr.grads, tr.tt->n_params * sizeof(float));
+        if (m->lora) m->lora->step = ts.step, m->lora->calls = 0;  // dropout masks keyed by the step
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
@@ -571,7 +578,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                  "%d plans, %.1f MiB, %d steps recorded as graphs; wrote %s (%s)",
                  res->steps_run, step0 + 1, ts.step, secs, secs - save_secs, save_secs, rate, res->train_loss,
                  m->plans.n, m->plans.bytes / 1048576.0, m->plans.graphs, cfg->output_dir,
-                 dtype_torch_name(cfg->save_dtype));
+                 m->lora ? "LoRA adapter, float32" : dtype_torch_name(cfg->save_dtype));
     }
     if (finished) st = dist_agree(d, st, e);
     optim_free(&opt, m->be);

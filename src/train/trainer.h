@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "metrics.h"
 #include "optim.h"
+#include "peft.h"
 
 #include <signal.h>
 
@@ -34,6 +35,8 @@ typedef struct TrainConfig {
     int stop_after_steps;        // > 0: stop (as if killed) after this many steps (tests)
     int skip_nonfinite;          // a NaN/Inf loss or gradient skips the update (logged) instead of stopping
     int zero_stage;              // 0: moments replicated; 1: sharded over the ranks (optim.h)
+    PeftConfig peft;             // --use_peft, --lora_*, --adapter (peft.h)
+    int gradient_checkpointing;  // recompute each layer's forward in the backward pass
     // Polled after every optimizer step (NULL: never): non-zero stops the run there with a complete
     // checkpoint, metrics and plots, returning ST_EINTR (the CLI passes interrupt_flag()).
     const volatile sig_atomic_t *stop;

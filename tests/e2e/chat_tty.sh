@@ -63,9 +63,9 @@ wait_for "Ctrl-C stops a reply" 5 && ok chat_help || fail chat_help "$(screen | 
 tmux -S "$sock" send-keys -t chat "tell me a very long story" Enter
 sleep 1.5
 tmux -S "$sock" send-keys -t chat C-c
-if wait_for "\[stopped\]" 10; then
+if wait_for "\[stopped\]" 20; then
   tmux -S "$sock" send-keys -t chat "/stats" Enter
   if wait_for "turn 1;" 10; then ok chat_ctrl_c_stops_reply; else fail chat_ctrl_c_stops_reply "no /stats after: $(screen | tail -3)"; fi
-else fail chat_ctrl_c_stops_reply "$(screen | tail -5)"; fi
+else fail chat_ctrl_c_stops_reply "$(tmux -S "$sock" list-sessions 2>&1 | head -1); screen: $(screen | tail -5)"; fi
 tmux -S "$sock" send-keys -t chat C-d
 if wait_for "^EXIT=0" 10; then ok chat_ctrl_d_exits; else fail chat_ctrl_d_exits "$(screen | tail -3)"; fi

@@ -289,6 +289,21 @@ static void check_elementwise(size_t n) {
     expect_close(what, d_a, a, n, 0);
     double want = R->sumsq(R, a, n), got = X->sumsq(X, d_a, n);
     EXPECT_MSG(test_rel_err(got, want, 1e-300) < 1e-12, "sumsq n%zu: %s %.17g vs ref %.17g", n, X->name, got, want);
+    // dropout: the same mask bit for bit (out of place, then in place), about 1 - p kept
+    uint64_t key = 0x1234567890abcdefull + n;
+    uint64_t *d_key = dev_from(&key, sizeof key);
+    R->dropout(R, out, b, n, 0.25f, &key, 7);
+    X->dropout(X, d_out, d_b, n, 0.25f, d_key, 7);
+    snprintf(what, sizeof what, "dropout n%zu", n);
+    expect_close(what, d_out, out, n, 0);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) kept += out[i] != 0.0f;
+    EXPECT_MSG(n < 1000 || fabs((double)kept / n - 0.75) < 0.02, "dropout n%zu kept %zu", n, kept);
+    R->dropout(R, a, a, n, 0.25f, &key, 8);
+    X->dropout(X, d_a, d_a, n, 0.25f, d_key, 8);
+    snprintf(what, sizeof what, "dropout aliased n%zu", n);
+    expect_close(what, d_a, a, n, 0);
+    X->free(X, d_key);
     float *chk = dev_fetch("elementwise guards", d_b, n);
     free(chk);
     X->free(X, d_a), X->free(X, d_b), X->free(X, d_out);

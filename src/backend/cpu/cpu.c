@@ -128,6 +128,7 @@ Backend *backend_cpu_create(int threads) {
     be->swiglu_backward = cpu_swiglu_backward;
     be->add = cpu_add;
     be->scale = cpu_scale;
+    be->dropout = cpu_dropout;
     be->sumsq = cpu_sumsq;
     be->ce_head = cpu_ce_head;
     be->adamw = cpu_adamw;

@@ -2,6 +2,8 @@
 // rows (or fixed blocks), inner loops written to vectorise.
 #include "cpu.h"
 
+#include "../dropout_math.h"
+
 #include <math.h>
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -160,6 +162,13 @@ void cpu_add(Backend *be, float *out, const float *a, const float *b, size_t n) 
 void cpu_scale(Backend *be, float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(be->threads) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void cpu_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt) {
+    float s = dropout_scale(p);
+    uint64_t k = *key;
+#pragma omp parallel for schedule(static) num_threads(be->threads) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = dropout_keep(k, salt, i, p) ? inp[i] * s : 0.0f;
 }
 
 // Fixed blocks of SUMSQ_BLOCK elements, each summed in double, then the block sums in order:

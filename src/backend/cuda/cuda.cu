@@ -189,6 +189,7 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
                        prop.name, prop.major, prop.minor);
     }
     ctx->num_sms = prop.multiProcessorCount;
+    ctx->smem_optin = prop.sharedMemPerBlockOptin;
     const char *graphs = getenv("STILL_CUDA_GRAPHS");
     if (graphs && strcmp(graphs, "0") && strcmp(graphs, "1")) {
         free(ctx), free(be);
@@ -219,7 +220,7 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     CUBLAS_CHECK(cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH));  // no TF32 behind our back
     CUDA_CHECK(cudaMallocHost(&ctx->host_d, sizeof(double)));
     CUDA_CHECK(cudaMalloc(&ctx->dev_d, sizeof(double)));
-    cu_attention_init();
+    cu_attention_init(ctx->smem_optin);
 
     be->name = "cuda";
     be->prefill_bucket = 128;
@@ -248,6 +249,7 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     be->swiglu_backward = cu_swiglu_backward;
     be->add = cu_add;
     be->scale = cu_scale;
+    be->dropout = cu_dropout;
     be->sumsq = cu_sumsq;
     be->ce_head = cu_ce_head;
     be->adamw = cu_adamw;

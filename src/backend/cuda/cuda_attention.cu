@@ -305,8 +305,8 @@ static size_t dkv_smem(int HD) { return ((size_t)2 * ATT_BQ * HD + 2 * ATT_TILE 
 
 #define ATT_FOR_EACH_DPL(X) X(1) X(2) X(4) X(8)
 
-void cu_attention_init(void) {
-    cu_attention_mma_init();
+void cu_attention_init(size_t smem_optin) {
+    cu_attention_mma_init(smem_optin);
 #define ATT_ATTR(D)                                                                                              \
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_MAX_SMEM)); \
     CUDA_CHECK(cudaFuncSetAttribute(attn_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_MAX_SMEM));  \

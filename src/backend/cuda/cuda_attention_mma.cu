@@ -11,7 +11,9 @@
 // Layouts: q (B,T,NH,HD), k v (B,T,NKV,HD), seg (B,T), out (B,T,NH,HD), lse D (B,NH,T).
 // Shared tiles hold rows of bf16 pairs (uint32 words; row stride HDP/2 + 4 words, HDP = HD
 // rounded up to 16 and zero-filled, so any HD up to 256 works and fragment loads of a warp hit
-// distinct banks). Forward and dq: a block owns 64 queries of one (b, h), 16 per warp, and keys
+// distinct banks). A tile that is also the B operand of a product over its rows (V in P V, K in
+// dS K, q and dout in dS^T q and P^T dout) is kept transposed too, (HDP, 64 rows / 2 + 4 words):
+// every fragment is then one 32-bit shared load per register. Forward and dq: a block owns 64 queries of one (b, h), 16 per warp, and keys
 // stream through in tiles of 64. dk/dv: a block owns 64 keys of one (b, kv head) and the queries
 // of every head of the group stream through. Output dims are split in chunks of 128 per block
 // (two blocks per row tile at HD 256) to bound the accumulators per lane. Every output element
@@ -23,24 +25,29 @@
 #define TC_BM 64   // rows (queries, or keys for dk/dv) per block: 16 per warp
 #define TC_BN 64   // columns (keys, or queries) per shared-memory tile: 8 n-tiles of the mma
 #define TC_DCH 16  // output dims per block, in 8-wide n-tiles (128 dims)
+#define TC_WT (TC_BN / 2 + 4)  // row stride (words) of a transposed tile: dims as rows
 
 static int tc_hdp(int HD) { return (HD + 15) / 16 * 16; }
 static int tc_words(int HD) { return tc_hdp(HD) / 2 + 4; }  // row stride of a shared tile
 
-// dst (rows, W words) = bf16 pairs of rows [0, rows) of src (row i at src + i * stride floats,
-// `valid` of them exist); dims past HD and rows past valid are zero.
-__device__ inline void tile_load(uint32_t *dst, int W, const float *src, size_t stride, int valid, int rows, int HD,
-                                 int HDP) {
+// Rows [0, rows) of src (row i at src + i * stride floats, `valid` of them exist; dims past HD
+// and rows past valid are zero) as bf16 pairs: dst (rows, W words) by rows when not NULL, dt
+// (HDP, TC_WT words: dt[d][j / 2] holds rows j, j + 1 of dim d) transposed when not NULL.
+// rows is even; each thread reads a 2 x 2 block (two dims of two rows).
+__device__ inline void tile_load(uint32_t *dst, int W, uint32_t *dt, const float *src, size_t stride, int valid,
+                                 int rows, int HD, int HDP) {
     const int half = HDP / 2;
-    for (int i = threadIdx.x; i < rows * half; i += blockDim.x) {
-        int r = i / half, c = (i % half) * 2;
-        float lo = 0.0f, hi = 0.0f;
-        if (r < valid) {
-            const float *row = src + (size_t)r * stride;
-            if (c < HD) lo = row[c];
-            if (c + 1 < HD) hi = row[c + 1];
-        }
-        dst[r * W + c / 2] = pack_bf16x2(lo, hi);
+    for (int i = threadIdx.x; i < rows / 2 * half; i += blockDim.x) {
+        int rp = i / half, c = (i % half) * 2, r = 2 * rp;
+        float x[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [row][dim]
+        for (int a = 0; a < 2; a++)
+            if (r + a < valid) {
+                const float *row = src + (size_t)(r + a) * stride;
+                if (c < HD) x[a][0] = row[c];
+                if (c + 1 < HD) x[a][1] = row[c + 1];
+            }
+        if (dst) dst[r * W + c / 2] = pack_bf16x2(x[0][0], x[0][1]), dst[(r + 1) * W + c / 2] = pack_bf16x2(x[1][0], x[1][1]);
+        if (dt) dt[c * TC_WT + rp] = pack_bf16x2(x[0][0], x[1][0]), dt[(c + 1) * TC_WT + rp] = pack_bf16x2(x[0][1], x[1][1]);
     }
 }
 
@@ -53,16 +60,6 @@ __device__ inline void frag_a(uint32_t a[4], const uint32_t *t, int W, int m0, i
 __device__ inline void frag_b_rows(uint32_t b[2], const uint32_t *t, int W, int n0, int k0, int g, int q) {
     const uint32_t *r = t + (n0 + g) * W + (k0 >> 1) + q;
     b[0] = r[0], b[1] = r[4];
-}
-// bf16 at (row, col) of a tile, in the lower 16 bits
-__device__ inline uint32_t tile_half(const uint32_t *t, int W, int row, int col) {
-    return t[row * W + (col >> 1)] >> ((col & 1) * 16) & 0xffffu;
-}
-// B fragment whose rows are tile rows: B[k][n] = tile[k0 + k][n0 + n]
-__device__ inline void frag_b_cols(uint32_t b[2], const uint32_t *t, int W, int k0, int n0, int g, int q) {
-    int k = k0 + 2 * q, n = n0 + g;
-    b[0] = pack_halves(tile_half(t, W, k, n), tile_half(t, W, k + 1, n));
-    b[1] = pack_halves(tile_half(t, W, k + 8, n), tile_half(t, W, k + 9, n));
 }
 // The A fragment of the 16 columns [16 j, 16 j + 16) of a 16 x 64 fp32 accumulator tile.
 __device__ inline void acc_to_a(uint32_t a[4], const float s[8][4], int j) {
@@ -89,9 +86,10 @@ __device__ inline void tile_product(float s[8][4], const uint32_t *A, const uint
         }
     }
 }
-// acc (16 x NTO*8, dims d0..) += P (16 x 64, accumulator layout) times tile rows (64 x dims)
+// acc (16 x NTO*8, dims d0..) += P (16 x 64, accumulator layout) times the 64 rows of a tile,
+// given transposed (tt: HDP x TC_WT)
 template <int NTO>
-__device__ inline void acc_times_tile(float acc[NTO][4], const float p[8][4], const uint32_t *t, int W, int d0, int HDP,
+__device__ inline void acc_times_tile(float acc[NTO][4], const float p[8][4], const uint32_t *tt, int d0, int HDP,
                                       int g, int q) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -101,7 +99,7 @@ __device__ inline void acc_times_tile(float acc[NTO][4], const float p[8][4], co
         for (int nd = 0; nd < NTO; nd++) {
             if (d0 + nd * 8 >= HDP) break;  // warp-uniform
             uint32_t b[2];
-            frag_b_cols(b, t, W, 16 * j, d0 + nd * 8, g, q);
+            frag_b_rows(b, tt, TC_WT, d0 + nd * 8, 16 * j, g, q);  // B[k][n] = row 16 j + k, dim n
             mma_bf16_16816(acc[nd], a, b, acc[nd]);
         }
     }
@@ -115,15 +113,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_fwd_kernel(float *out,
                                                                      int nch) {
     extern __shared__ uint32_t smw[];
     const int HDP = (HD + 15) / 16 * 16, W = HDP / 2 + 4;
-    uint32_t *Qs = smw, *Ks = Qs + TC_BM * W, *Vs = Ks + TC_BN * W;  // (64, W) each
-    int *segk = (int *)(Vs + TC_BN * W);                              // (64)
+    uint32_t *Qs = smw, *Ks = Qs + TC_BM * W;  // (64, W) each
+    uint32_t *Vt = Ks + TC_BN * W;             // (HDP, TC_WT): V transposed
+    int *segk = (int *)(Vt + HDP * TC_WT);     // (64)
     const int b = blockIdx.z, h = blockIdx.y, kh = h / (NH / NKV), ch = blockIdx.x % nch;
     const int t0 = blockIdx.x / nch * TC_BM, d0 = ch * TC_DCH * 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
     const int32_t *segb = seg + (size_t)b * T;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
 
-    tile_load(Qs, W, q + ((size_t)b * T + t0) * qs + (size_t)h * HD, qs, T - t0, TC_BM, HD, HDP);
+    tile_load(Qs, W, NULL, q + ((size_t)b * T + t0) * qs + (size_t)h * HD, qs, T - t0, TC_BM, HD, HDP);
     const int w0 = t0 + warp * 16, row[2] = {w0 + g, w0 + g + 8};
     int sq[2];
     float m[2], l[2], o[NTO][4];
@@ -135,8 +134,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_fwd_kernel(float *out,
     const int tmax = min(T - 1, t0 + TC_BM - 1);
     for (int s0 = 0; s0 <= tmax; s0 += TC_BN) {
         __syncthreads();
-        tile_load(Ks, W, k + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
-        tile_load(Vs, W, v + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
+        tile_load(Ks, W, NULL, k + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
+        tile_load(NULL, W, Vt, v + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
         if (threadIdx.x < TC_BN) segk[threadIdx.x] = s0 + threadIdx.x < T ? segb[s0 + threadIdx.x] : 0;
         __syncthreads();
         if (w0 >= T || s0 > w0 + 15) continue;  // warp-uniform: no query of the warp sees these keys
@@ -176,7 +175,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_fwd_kernel(float *out,
         for (int nd = 0; nd < NTO; nd++)
 #pragma unroll
             for (int i = 0; i < 4; i++) o[nd][i] *= corr[i >> 1];
-        acc_times_tile<NTO>(o, s, Vs, W, d0, HDP, g, qd);
+        acc_times_tile<NTO>(o, s, Vt, d0, HDP, g, qd);
     }
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -205,15 +204,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dq_kernel(float *dq, c
     extern __shared__ uint32_t smw[];
     const int HDP = (HD + 15) / 16 * 16, W = HDP / 2 + 4;
     uint32_t *Qs = smw, *Gs = Qs + TC_BM * W, *Ks = Gs + TC_BM * W, *Vs = Ks + TC_BN * W;  // (64, W) each
-    int *segk = (int *)(Vs + TC_BN * W);                                                    // (64)
+    uint32_t *Kt = Vs + TC_BN * W;                                                          // (HDP, TC_WT)
+    int *segk = (int *)(Kt + HDP * TC_WT);                                                  // (64)
     const int b = blockIdx.z, h = blockIdx.y, kh = h / (NH / NKV), ch = blockIdx.x % nch;
     const int t0 = blockIdx.x / nch * TC_BM, d0 = ch * TC_DCH * 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
     const int32_t *segb = seg + (size_t)b * T;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD, qoff = ((size_t)b * T + t0) * qs + (size_t)h * HD;
 
-    tile_load(Qs, W, q + qoff, qs, T - t0, TC_BM, HD, HDP);
-    tile_load(Gs, W, dout + qoff, qs, T - t0, TC_BM, HD, HDP);
+    tile_load(Qs, W, NULL, q + qoff, qs, T - t0, TC_BM, HD, HDP);
+    tile_load(Gs, W, NULL, dout + qoff, qs, T - t0, TC_BM, HD, HDP);
     const int w0 = t0 + warp * 16, row[2] = {w0 + g, w0 + g + 8};
     int sq[2];
     float lq[2], Dq[2], acc[NTO][4];
@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dq_kernel(float *dq, c
     const int tmax = min(T - 1, t0 + TC_BM - 1);
     for (int s0 = 0; s0 <= tmax; s0 += TC_BN) {
         __syncthreads();
-        tile_load(Ks, W, k + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
-        tile_load(Vs, W, v + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
+        tile_load(Ks, W, Kt, k + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
+        tile_load(Vs, W, NULL, v + ((size_t)b * T + s0) * ks + (size_t)kh * HD, ks, T - s0, TC_BN, HD, HDP);
         if (threadIdx.x < TC_BN) segk[threadIdx.x] = s0 + threadIdx.x < T ? segb[s0 + threadIdx.x] : 0;
         __syncthreads();
         if (w0 >= T || s0 > w0 + 15) continue;  // warp-uniform
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dq_kernel(float *dq, c
                 float p = ok ? expf(s[nt][i] * scale - lq[r]) : 0.0f;
                 s[nt][i] = p * (dp[nt][i] - Dq[r]);  // dS
             }
-        acc_times_tile<NTO>(acc, s, Ks, W, d0, HDP, g, qd);
+        acc_times_tile<NTO>(acc, s, Kt, d0, HDP, g, qd);
     }
 #pragma unroll
     for (int nd = 0; nd < NTO; nd++)
@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dkv_kernel(float *dk, 
     extern __shared__ uint32_t smw[];
     const int HDP = (HD + 15) / 16 * 16, W = HDP / 2 + 4;
     uint32_t *Ks = smw, *Vs = Ks + TC_BM * W, *Qs = Vs + TC_BM * W, *Gs = Qs + TC_BN * W;  // (64, W) each
-    float *ls = (float *)(Gs + TC_BN * W), *Ds = ls + TC_BN;                               // (64) each
+    uint32_t *Qt = Gs + TC_BN * W, *Gt = Qt + HDP * TC_WT;                                 // (HDP, TC_WT) each
+    float *ls = (float *)(Gt + HDP * TC_WT), *Ds = ls + TC_BN;                             // (64) each
     int *segt = (int *)(Ds + TC_BN);                                                        // (64)
     const int b = blockIdx.z, kh = blockIdx.y, rep = NH / NKV, ch = blockIdx.x % nch;
     const int s0 = blockIdx.x / nch * TC_BM, d0 = ch * TC_DCH * 8;
@@ -279,8 +280,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dkv_kernel(float *dk, 
     const int32_t *segb = seg + (size_t)b * T;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD, koff = ((size_t)b * T + s0) * ks + (size_t)kh * HD;
 
-    tile_load(Ks, W, k + koff, ks, T - s0, TC_BM, HD, HDP);
-    tile_load(Vs, W, v + koff, ks, T - s0, TC_BM, HD, HDP);
+    tile_load(Ks, W, NULL, k + koff, ks, T - s0, TC_BM, HD, HDP);
+    tile_load(Vs, W, NULL, v + koff, ks, T - s0, TC_BM, HD, HDP);
     const int w0 = s0 + warp * 16, key[2] = {w0 + g, w0 + g + 8};
     int sk[2];
     for (int r = 0; r < 2; r++) sk[r] = key[r] < T ? segb[key[r]] : 0;
@@ -293,8 +294,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dkv_kernel(float *dk, 
         for (int t0 = s0 / TC_BN * TC_BN; t0 < T; t0 += TC_BN) {
             __syncthreads();
             const size_t qoff = ((size_t)b * T + t0) * qs + (size_t)h * HD;
-            tile_load(Qs, W, q + qoff, qs, T - t0, TC_BN, HD, HDP);
-            tile_load(Gs, W, dout + qoff, qs, T - t0, TC_BN, HD, HDP);
+            tile_load(Qs, W, Qt, q + qoff, qs, T - t0, TC_BN, HD, HDP);
+            tile_load(Gs, W, Gt, dout + qoff, qs, T - t0, TC_BN, HD, HDP);
             if (threadIdx.x < TC_BN) {
                 int t = t0 + threadIdx.x;
                 ls[threadIdx.x] = t < T ? lse[((size_t)b * NH + h) * T + t] : 0.0f;
@@ -316,8 +317,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dkv_kernel(float *dk, 
                     st[nt][i] = p;
                     dpt[nt][i] = p * (dpt[nt][i] - Ds[j]);  // dS^T
                 }
-            acc_times_tile<NTO>(av, st, Gs, W, d0, HDP, g, qd);
-            acc_times_tile<NTO>(ak, dpt, Qs, W, d0, HDP, g, qd);
+            acc_times_tile<NTO>(av, st, Gt, d0, HDP, g, qd);
+            acc_times_tile<NTO>(ak, dpt, Qt, d0, HDP, g, qd);
         }
     }
 #pragma unroll
@@ -333,18 +334,30 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_mma_dkv_kernel(float *dk, 
 }
 
 // ---- launches ---------------------------------------------------------------------------------------
-static size_t fwd_smem(int HD) { return (size_t)(TC_BM + 2 * TC_BN) * tc_words(HD) * 4 + TC_BN * 4; }
-static size_t bwd_smem(int HD) { return (size_t)(2 * TC_BM + 2 * TC_BN) * tc_words(HD) * 4 + 3 * TC_BN * 4; }
-#define TC_MAX_SMEM (140 * 1024)  // >= bwd_smem(256) (~136 KB); fits sm_90's 227 KB (sm_80: 163 KB)
+static size_t tile_bytes(int HD) { return (size_t)TC_BN * tc_words(HD) * 4; }   // (64, W)
+static size_t ttile_bytes(int HD) { return (size_t)tc_hdp(HD) * TC_WT * 4; }    // (HDP, TC_WT)
+static size_t fwd_smem(int HD) { return 2 * tile_bytes(HD) + ttile_bytes(HD) + TC_BN * 4; }
+static size_t dq_smem(int HD) { return 4 * tile_bytes(HD) + ttile_bytes(HD) + TC_BN * 4; }
+static size_t dkv_smem(int HD) { return 4 * tile_bytes(HD) + 2 * ttile_bytes(HD) + 3 * TC_BN * 4; }
+// dkv_smem(256) ~ 209 KB, the most any kernel here needs: within sm_90's 227 KB per block
 
-void cu_attention_mma_init(void) {
+// Allow each kernel what HD 256 needs, within what the device allows (smem_optin bytes per block).
+void cu_attention_mma_init(size_t smem_optin) {
+    int most = (int)(dkv_smem(256) < smem_optin ? dkv_smem(256) : smem_optin);
 #define TC_ATTR(N)                                                                                                  \
-    CUDA_CHECK(cudaFuncSetAttribute(attn_mma_fwd_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MAX_SMEM)); \
-    CUDA_CHECK(cudaFuncSetAttribute(attn_mma_dq_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MAX_SMEM));  \
-    CUDA_CHECK(cudaFuncSetAttribute(attn_mma_dkv_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_MAX_SMEM));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_mma_fwd_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, most)); \
+    CUDA_CHECK(cudaFuncSetAttribute(attn_mma_dq_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));  \
+    CUDA_CHECK(cudaFuncSetAttribute(attn_mma_dkv_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
     TC_ATTR(8)
     TC_ATTR(16)
 #undef TC_ATTR
+}
+
+static void smem_fits(Backend *be, size_t need, int HD) {
+    size_t optin = cu_ctx(be)->smem_optin;
+    CHECK_MSG(need <= optin,
+              "cuda attention: head_dim %d needs %zu bytes of shared memory per block, this GPU allows %zu; "
+              "STILL_CUDA_ATTN=fp32 selects the fp32 kernels", HD, need, optin);
 }
 
 // n-tiles of output per block (8 up to HD 64, else 16) and the number of 128-dim chunks
@@ -358,6 +371,7 @@ void cu_attention_mma_forward(Backend *be, float *out, float *lse, const float *
     dim3 grid((unsigned)(((T + TC_BM - 1) / TC_BM) * nch), NH, B);
     float scale = (float)(1.0 / sqrt((double)HD));
     cudaStream_t st = cu_ctx(be)->stream;
+    smem_fits(be, fwd_smem(HD), HD);
     if (tc_nto(HD) == 8)
         attn_mma_fwd_kernel<8><<<grid, TC_WARPS * 32, fwd_smem(HD), st>>>(out, lse, q, k, v, seg, T, NH, NKV, HD, scale, nch);
     else
@@ -373,8 +387,9 @@ void cu_attention_mma_backward(Backend *be, float *dq, float *dk, float *dv, con
     const int nch = tc_nch(HD), nto = tc_nto(HD);
     float scale = (float)(1.0 / sqrt((double)HD));
     cudaStream_t st = cu_ctx(be)->stream;
-    size_t sm = bwd_smem(HD);
     if (dq) {
+        size_t sm = dq_smem(HD);
+        smem_fits(be, sm, HD);
         dim3 grid((unsigned)(((T + TC_BM - 1) / TC_BM) * nch), NH, B);
         if (nto == 8)
             attn_mma_dq_kernel<8><<<grid, TC_WARPS * 32, sm, st>>>(dq, dout, lse, D, q, k, v, seg, T, NH, NKV, HD, scale, nch);
@@ -383,6 +398,8 @@ void cu_attention_mma_backward(Backend *be, float *dq, float *dk, float *dv, con
         LAUNCH_CHECK();
     }
     if (dk || dv) {
+        size_t sm = dkv_smem(HD);
+        smem_fits(be, sm, HD);
         dim3 grid((unsigned)(((T + TC_BM - 1) / TC_BM) * nch), NKV, B);
         if (nto == 8)
             attn_mma_dkv_kernel<8><<<grid, TC_WARPS * 32, sm, st>>>(dk, dv, dout, lse, D, q, k, v, seg, T, NH, NKV, HD, scale, nch);

@@ -81,6 +81,7 @@ typedef struct CudaCtx {
     CuGraph *graphs;
     int n_graphs;
     int num_sms;
+    size_t smem_optin;      // shared memory a block may opt in to (cudaDeviceProp)
     CuWeights *weights;     // bf16 copies of fp32 weights (cuda_weights.cu)
 } CudaCtx;
 
@@ -199,10 +200,10 @@ void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, c
 void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
                            int T, int NH, int NKV, int HD);
-void cu_attention_init(void);
+void cu_attention_init(size_t smem_optin);  // the device's shared memory per block (opt-in)
 // cuda_attention_mma.cu: the same ops with bf16 mma.sync (selected by ctx->attn_mma); D (B,NH,T)
 // = dout . out comes from the caller
-void cu_attention_mma_init(void);
+void cu_attention_mma_init(size_t smem_optin);
 void cu_attention_mma_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                               const int32_t *seg, int B, int T, int NH, int NKV, int HD);
 void cu_attention_mma_backward(Backend *be, float *dq, float *dk, float *dv, const float *D, const float *dout,
@@ -213,6 +214,7 @@ void cu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout
                         size_t n);
 void cu_add(Backend *be, float *out, const float *a, const float *b, size_t n);
 void cu_scale(Backend *be, float *x, float s, size_t n);
+void cu_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt);
 double cu_sumsq(Backend *be, const float *x, size_t n);
 void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights, float grad_scale,

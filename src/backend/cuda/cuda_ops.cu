@@ -3,6 +3,8 @@
 // reduction has a fixed partition and order, so two runs give the same bits.
 #include "cuda_common.cuh"
 
+#include "../dropout_math.h"
+
 // ---- operand conversion and GEMM ------------------------------------------------------------
 __global__ void convert_kernel(void *dst, DType ddt, const void *src, DType sdt, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -274,6 +276,18 @@ void cu_add(Backend *be, float *out, const float *a, const float *b, size_t n) {
 void cu_scale(Backend *be, float *x, float s, size_t n) {
     cu_weights_written(be, x);
     scale_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(x, s, n);
+    LAUNCH_CHECK();
+}
+
+__global__ void dropout_kernel(float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt) {
+    float s = dropout_scale(p);
+    uint64_t k = *key;
+    GRID_LOOP(i, n) out[i] = dropout_keep(k, salt, i, p) ? inp[i] * s : 0.0f;
+}
+
+void cu_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt) {
+    cu_weights_written(be, out);
+    dropout_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(out, inp, n, p, key, salt);
     LAUNCH_CHECK();
 }
 

@@ -55,6 +55,7 @@ Backend *backend_ref_create(int threads) {
     be->swiglu_backward = ref_swiglu_backward;
     be->add = ref_add;
     be->scale = ref_scale;
+    be->dropout = ref_dropout;
     be->sumsq = ref_sumsq;
     be->ce_head = ref_ce_head;
     be->adamw = ref_adamw;

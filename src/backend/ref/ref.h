@@ -34,6 +34,7 @@ void ref_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dou
                          size_t n);
 void ref_add(Backend *be, float *out, const float *a, const float *b, size_t n);
 void ref_scale(Backend *be, float *x, float s, size_t n);
+void ref_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt);
 double ref_sumsq(Backend *be, const float *x, size_t n);
 void ref_adamw(Backend *be, float *p, float *m, float *v, const float *g, size_t n, double lr, double b1, double b2,
                double eps, double wd, int t, float grad_scale);

@@ -2,6 +2,8 @@
 // Plain loops, double accumulators; forward writes with `=`, backward accumulates with `+=`.
 #include "ref.h"
 
+#include "../dropout_math.h"
+
 #include <math.h>
 
 // ids (N), wte (V,C) -> out (N,C)
@@ -162,6 +164,11 @@ void ref_add(Backend *be, float *out, const float *a, const float *b, size_t n) 
 
 void ref_scale(Backend *be, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)x[i] * s);
+}
+
+void ref_dropout(Backend *be, float *out, const float *inp, size_t n, float p, const uint64_t *key, uint64_t salt) {
+    float s = dropout_scale(p);
+    for (size_t i = 0; i < n; i++) out[i] = dropout_keep(*key, salt, i, p) ? inp[i] * s : 0.0f;
 }
 
 double ref_sumsq(Backend *be, const float *x, size_t n) {

@@ -1,0 +1,36 @@
+// peft.c: attaching the adapter a trainer trains.
+#include "peft.h"
+
+#include "../core/log.h"
+
+Status peft_load_model(const char *dir, Backend *be, const PeftConfig *p, int dtype, Model **out, Err *e) {
+    if (!p->use_peft) return model_load(dir, be, DT_F32, out, e);
+    return model_load_frozen(dir, be, dtype, out, e);
+}
+
+Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, uint64_t seed, Err *e) {
+    m->grad_ckpt = gradient_checkpointing != 0;
+    if (!p->use_peft) {
+        if (p->adapter)
+            return err_set(e, ST_EINVAL, "--adapter %s: continuing an adapter needs --use_peft (or merge it first: "
+                                         "still merge)", p->adapter);
+        return ST_OK;
+    }
+    if (p->adapter) {
+        TRY(lora_load(m, p->adapter, e));
+        m->lora->seed = seed;
+        m->lora->cfg.dropout = p->lora.dropout;  // training settings of this run; the weights' r, alpha, targets
+        log_info("LoRA: continuing %s: r %d, alpha %g%s, %zu trainable parameters", p->adapter, m->lora->cfg.r,
+                 m->lora->cfg.alpha, m->lora->cfg.use_rslora ? " (rslora)" : "", lora_n_params(m->lora));
+    } else {
+        TRY(lora_attach(m, &p->lora, seed, e));
+        log_info("LoRA: r %d, alpha %g%s, dropout %g, %d tensors, %zu trainable parameters (%.3f%% of %zu)",
+                 p->lora.r, p->lora.alpha, p->lora.use_rslora ? " (rslora)" : "", p->lora.dropout, m->lora->tt.n,
+                 lora_n_params(m->lora), 100.0 * (double)lora_n_params(m->lora) / (double)m->tt.n_params,
+                 m->tt.n_params);
+    }
+    if (m->grad_ckpt) log_info("gradient checkpointing: each layer's forward is recomputed in the backward pass");
+    return ST_OK;
+}
+
+Model *peft_base_model(const Model *m) { return m->lora ? model_share(m) : NULL; }
