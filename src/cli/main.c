@@ -23,6 +23,7 @@ static const Command commands[] = {
     {"distill", cmd_distill, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
     {"grpo", cmd_grpo, "online RL with GRPO"},
     {"rloo", cmd_rloo, "online RL with RLOO"},
+    {"dpo", cmd_dpo, "preference optimisation (TRL DPOTrainer semantics, every DPO loss)"},
     {"merge", cmd_merge, "merge a PEFT LoRA adapter into its base model (a plain checkpoint)"},
     {"demo", cmd_demo, "the whole system on a synthetic task, in minutes, nothing to download"},
 };
