@@ -24,6 +24,7 @@ static const Command commands[] = {
     {"grpo", cmd_grpo, "online RL with GRPO"},
     {"rloo", cmd_rloo, "online RL with RLOO"},
     {"dpo", cmd_dpo, "preference optimisation (TRL DPOTrainer semantics, every DPO loss)"},
+    {"kto", cmd_kto, "unpaired preference optimisation (TRL KTOTrainer semantics)"},
     {"merge", cmd_merge, "merge a PEFT LoRA adapter into its base model (a plain checkpoint)"},
     {"demo", cmd_demo, "the whole system on a synthetic task, in minutes, nothing to download"},
 };

@@ -225,3 +225,32 @@ double dpo_loss(const DpoLossConfig *c, const DpoPairs *p, double *d_logp_c, dou
     if (d_sft) *d_sft = dsft;
     return loss;
 }
+
+// ---- KTO -----------------------------------------------------------------------------------------
+
+Status kto_parse_loss_type(const char *s, KtoLossType *out, Err *e) {
+    if (!strcmp(s, "kto")) *out = KTO_LOSS_KTO;
+    else if (!strcmp(s, "apo_zero_unpaired")) *out = KTO_LOSS_APO_ZERO_UNPAIRED;
+    else return err_set(e, ST_EINVAL, "--loss_type %s: expected kto or apo_zero_unpaired", s);
+    return ST_OK;
+}
+
+double kto_loss(const KtoLossConfig *c, int n, const double *logp, const double *ref, const int *label, double kl,
+                double *d_logp) {
+    double beta = c->beta, loss = 0;
+    for (int i = 0; i < n; i++) {
+        double u = logp[i] - ref[i], w = label[i] ? c->desirable_weight : c->undesirable_weight, l, g;
+        if (c->type == KTO_LOSS_KTO) {
+            double x = label[i] ? beta * (u - kl) : beta * (kl - u), s = sigm(x);
+            l = 1 - s;
+            g = (label[i] ? -beta : beta) * s * (1 - s);
+        } else {
+            double s = sigm(beta * u);
+            l = label[i] ? 1 - s : s;
+            g = (label[i] ? -beta : beta) * s * (1 - s);
+        }
+        loss += w * l / n;
+        if (d_logp) d_logp[i] = w * g / n;
+    }
+    return loss;
+}

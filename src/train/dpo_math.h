@@ -60,6 +60,23 @@ Status dpo_check_config(const DpoLossConfig *c, Err *e);
 double dpo_loss(const DpoLossConfig *c, const DpoPairs *p, double *d_logp_c, double *d_logp_r, double *d_sft,
                 double *scratch);
 
+// ---- KTO (trl/trainer/kto_trainer.py::_compute_loss) -------------------------------------------
+// u_i = logp_i - ref_i of each row; kl = the batch's KL estimate (clamped at 0, no gradient).
+//   kto:               desirable 1 - sigmoid(beta (u - kl)), undesirable 1 - sigmoid(beta (kl - u))
+//   apo_zero_unpaired: desirable 1 - sigmoid(beta u),        undesirable sigmoid(beta u)
+//   loss = mean over the n rows of (desirable_weight | undesirable_weight) * l
+typedef enum { KTO_LOSS_KTO = 0, KTO_LOSS_APO_ZERO_UNPAIRED } KtoLossType;
+
+typedef struct KtoLossConfig {
+    KtoLossType type;
+    double beta, desirable_weight, undesirable_weight;
+} KtoLossConfig;
+
+Status kto_parse_loss_type(const char *s, KtoLossType *out, Err *e);
+// label (n): 1 desirable. d_logp (n, may be NULL) = d loss / d logp.
+double kto_loss(const KtoLossConfig *c, int n, const double *logp, const double *ref, const int *label, double kl,
+                double *d_logp);
+
 // Chosen and rejected rewards beta * u (TRL's rewards/*, from the log ratios whatever f is).
 static inline double dpo_reward(double beta, double logp, double ref) { return beta * (logp - ref); }
 

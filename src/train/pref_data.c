@@ -308,3 +308,197 @@ void pref_free(PrefSet *s) {
     free(s->ex);
     memset(s, 0, sizeof *s);
 }
+
+// ---- unpaired rows (KTO) -------------------------------------------------------------------------
+
+typedef struct UnpCtx {
+    PrefCtx pc;
+    UnpairedSet *u;
+    int cap;
+    int tokenised, conversational;
+} UnpCtx;
+
+static void unp_push(UnpairedSet *u, int *cap, int32_t *p, int np, int32_t *c, int nc, int label, double ref,
+                     double ref_kl) {
+    if (u->n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        u->ex = xrealloc(u->ex, (size_t)*cap * sizeof(UnpairedExample));
+    }
+    u->ex[u->n++] = (UnpairedExample){.prompt = p, .completion = c, .np = np, .nc = nc, .label = label, .kl_src = -1,
+                                      .ref_logp = ref, .ref_kl_logp = ref_kl};
+}
+
+static Status label_of(const cJSON *row, int *label, Err *e) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(row, "label");
+    if (cJSON_IsBool(l)) *label = cJSON_IsTrue(l);
+    else if (cJSON_IsNumber(l) && (l->valuedouble == 0 || l->valuedouble == 1)) *label = l->valuedouble == 1;
+    else return err_set(e, ST_EINVAL, "\"label\" must be true (desirable) or false (undesirable)");
+    return ST_OK;
+}
+
+static Status unp_row(UnpCtx *c, const cJSON *row, Err *e) {
+    if (!cJSON_IsObject(row)) return err_set(e, ST_EINVAL, "a row must be a JSON object");
+    int label = 0;
+    TRY(label_of(row, &label, e));
+    I32Vec p = {0}, f = {0};
+    Status st = ST_OK;
+    if (c->tokenised) {
+        st = ids_column(row, "prompt_ids", c->pc.cfg->vocab_size, &p, e);
+        if (st == ST_OK) st = ids_column(row, "completion_ids", c->pc.cfg->vocab_size, &f, e);
+    } else {
+        const TextCodec *tc = c->pc.codec;
+        if (!tc) return err_set(e, ST_EINVAL, "text rows need a tokenizer (the model directory has no tokenizer.json)");
+        const cJSON *pj = cJSON_GetObjectItemCaseSensitive(row, "prompt");
+        const cJSON *cj = cJSON_GetObjectItemCaseSensitive(row, "completion");
+        if (!pj || !cj) return err_set(e, ST_EINVAL, "missing \"%s\"", pj ? "completion" : "prompt");
+        if (c->conversational) {
+            cJSON *pm = NULL, *cm = NULL;
+            st = data_check_messages(pj, "prompt", &pm, e);
+            if (st == ST_OK) st = data_check_messages(cj, "completion", &cm, e);
+            if (st == ST_OK) st = render_ids(&c->pc, row, pm, 1, &p, e);
+            if (st == ST_OK) {
+                cJSON *all = cJSON_Duplicate(pm, 1);
+                for (cJSON *m = cm->child; m; m = m->next) cJSON_AddItemToArray(all, cJSON_Duplicate(m, 1));
+                st = render_ids(&c->pc, row, all, 0, &f, e);
+                cJSON_Delete(all);
+            }
+            cJSON_Delete(pm), cJSON_Delete(cm);
+        } else {
+            if (!cJSON_IsString(pj) || !cJSON_IsString(cj))
+                return err_set(e, ST_EINVAL, "\"prompt\" and \"completion\" must both be strings, as in the first row");
+            char *full = concat3(pj->valuestring, strlen(pj->valuestring), cj->valuestring, tc->eos_token);
+            st = encode_text(&c->pc, pj->valuestring, &p, e);
+            if (st == ST_OK) st = encode_text(&c->pc, full, &f, e);
+            free(full);
+        }
+        if (st == ST_OK) warn_prefix(&c->pc, &p, &f, "completion");
+    }
+    if (st == ST_OK) {
+        int np, nc;
+        int32_t *pp = take(&p, 0, &np), *cc = take(&f, c->tokenised ? 0 : p.n, &nc);
+        int present = 1;
+        double r = ref_column(row, "ref_logps", &present), rk = ref_column(row, "ref_KL_logps", &present);
+        if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(row, "ref_logps"))) c->u->has_ref = 0;
+        (void)present;
+        unp_push(c->u, &c->cap, pp, np, cc, nc, label, r, rk);
+    }
+    i32vec_free(&p), i32vec_free(&f);
+    return st;
+}
+
+static Status unp_load_row(void *ctx, const cJSON *row, int first, const char *where, Err *e) {
+    UnpCtx *c = ctx;
+    if (first) {
+        if (!cJSON_IsObject(row)) return err_set(e, ST_EINVAL, "%s: a row must be a JSON object", where);
+        c->tokenised = cJSON_GetObjectItemCaseSensitive(row, "prompt_ids") != NULL;
+        c->conversational = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(row, "prompt"));
+    }
+    Status st = unp_row(c, row, e);
+    if (st == ST_OK) return ST_OK;
+    err_prefix(e, "%s: ", where);
+    if (!c->pc.cfg->skip_bad_rows || first) return st;
+    if (!c->u->n_bad) snprintf(c->u->first_bad, sizeof c->u->first_bad, "%s", e->msg);
+    c->u->n_bad++;
+    err_clear(e);
+    return ST_OK;
+}
+
+typedef struct UnpDetect {
+    int pairs, tokenised, first_seen;
+} UnpDetect;
+
+static Status unp_detect_row(void *ctx, const cJSON *row, int first, const char *where, Err *e) {
+    UnpDetect *d = ctx;
+    if (!first) return ST_OK;
+    if (!cJSON_IsObject(row)) return err_set(e, ST_EINVAL, "%s: a row must be a JSON object", where);
+    d->first_seen = 1;
+    d->pairs = cJSON_GetObjectItemCaseSensitive(row, "chosen") && cJSON_GetObjectItemCaseSensitive(row, "rejected");
+    d->pairs |= cJSON_GetObjectItemCaseSensitive(row, "chosen_ids") != NULL;
+    d->tokenised = cJSON_GetObjectItemCaseSensitive(row, "prompt_ids") != NULL;
+    if (!d->pairs && !cJSON_GetObjectItemCaseSensitive(row, "label"))
+        return err_set(e, ST_EINVAL, "%s: not an unpaired preference row: expected \"prompt\", \"completion\" and "
+                                     "\"label\" (or \"prompt_ids\", \"completion_ids\", \"label\"; or paired "
+                                     "\"chosen\"/\"rejected\" rows, which are unpaired)", where);
+    return ST_OK;
+}
+
+Status unpaired_detect(const char *path, int *needs_codec, Err *e) {
+    UnpDetect d = {0};
+    int n_bad = 0;
+    TRY(data_foreach_row(path, 1, unp_detect_row, &d, &n_bad, NULL, 0, e));
+    *needs_codec = !d.tokenised;
+    return ST_OK;
+}
+
+// Paired rows -> unpaired: per block of 1000 pairs (datasets.map's batch), chosen rows then rejected.
+static Status unpair(const char *path, const PrefConfig *cfg, const TextCodec *codec, UnpairedSet *u, int *cap, Err *e) {
+    PrefConfig pc = *cfg;
+    pc.max_length = 0;  // the prompt-length filter runs after unpairing
+    PrefSet ps;
+    TRY(pref_load(path, &pc, codec, &ps, e));
+    u->from_pairs = 1;
+    u->n_bad = ps.n_bad;
+    snprintf(u->first_bad, sizeof u->first_bad, "%s", ps.first_bad);
+    for (int b0 = 0; b0 < ps.n; b0 += 1000)
+        for (int h = 0; h < 2; h++)
+            for (int i = b0; i < MIN(ps.n, b0 + 1000); i++) {
+                PrefExample *x = &ps.ex[i];
+                int np = x->np, nc = h ? x->nr : x->nc;
+                int32_t *p = xmalloc((size_t)(np ? np : 1) * sizeof(int32_t)), *c = h ? x->rejected : x->chosen;
+                if (np) memcpy(p, x->prompt, (size_t)np * sizeof(int32_t));
+                if (h) x->rejected = NULL;
+                else x->chosen = NULL;
+                unp_push(u, cap, p, np, c, nc, !h, NAN, NAN);
+            }
+    u->has_ref = 0;
+    pref_free(&ps);
+    return ST_OK;
+}
+
+Status unpaired_load(const char *path, const PrefConfig *cfg, const TextCodec *codec, int kl_batch, UnpairedSet *out,
+                     Err *e) {
+    memset(out, 0, sizeof *out);
+    UnpDetect d = {0};
+    int n_bad = 0, cap = 0;
+    Status st = data_foreach_row(path, 1, unp_detect_row, &d, &n_bad, NULL, 0, e);
+    if (st == ST_OK && d.pairs) {
+        st = unpair(path, cfg, codec, out, &cap, e);
+    } else if (st == ST_OK) {
+        out->has_ref = 1;
+        UnpCtx c = {.pc = {.cfg = cfg, .codec = codec}, .u = out};
+        st = data_foreach_row(path, cfg->skip_bad_rows, unp_load_row, &c, &out->n_bad, out->first_bad,
+                              sizeof out->first_bad, e);
+        cap = c.cap;
+    }
+    // TRL drops rows whose prompt alone fills max_length, then rotates completions per batch
+    int k = 0;
+    for (int i = 0; st == ST_OK && i < out->n; i++) {
+        UnpairedExample *x = &out->ex[i];
+        if (cfg->max_length > 0 && x->np >= cfg->max_length) {
+            free(x->prompt), free(x->completion);
+            out->n_dropped++;
+            continue;
+        }
+        out->ex[k++] = *x;
+    }
+    if (st == ST_OK) out->n = k;
+    for (int c0 = 0; st == ST_OK && kl_batch > 0 && c0 < out->n; c0 += kl_batch) {
+        int c1 = MIN(out->n, c0 + kl_batch);
+        for (int i = c0; i < c1; i++) out->ex[i].kl_src = i == c0 ? c1 - 1 : i - 1;
+    }
+    for (int i = 0; st == ST_OK && i < out->n; i++) {
+        out->n_desirable += out->ex[i].label;
+        if (kl_batch > 0 && isnan(out->ex[i].ref_kl_logp)) out->has_ref = 0;
+    }
+    if (st == ST_OK && out->n == 0)
+        st = err_set(e, ST_EINVAL, "%s: no usable example (%d rows skipped as bad, %d dropped because the prompt alone "
+                                   "reaches max_length %d)", path, out->n_bad, out->n_dropped, cfg->max_length);
+    if (st != ST_OK) unpaired_free(out);
+    return st;
+}
+
+void unpaired_free(UnpairedSet *s) {
+    for (int i = 0; i < s->n; i++) free(s->ex[i].prompt), free(s->ex[i].completion);
+    free(s->ex);
+    memset(s, 0, sizeof *s);
+}

@@ -47,6 +47,37 @@ Status pref_detect(const char *path, int *needs_codec, Err *e);
 Status pref_load(const char *path, const PrefConfig *cfg, const TextCodec *codec, PrefSet *out, Err *e);
 void pref_free(PrefSet *s);
 
+// ---- unpaired rows (KTO: trl/trainer/kto_trainer.py::_prepare_dataset) ------------------------------
+//   prompt / completion / label    strings or message lists; label true = desirable
+//   prompt_ids / completion_ids / label
+//   paired rows (any format above)  unpaired as TRL's unpair_preference_dataset does: per block of
+//                                   1000 rows, every chosen row (label true), then every rejected one
+// EOS appended to text completions; rows whose prompt alone has max_length tokens or more dropped.
+// KL completions (kl_batch > 0): within each run of kl_batch consecutive rows the completions
+// rotate by one: row k gets row k-1's, the first row the run's last (TRL's add_kl_completion_ids).
+typedef struct UnpairedExample {
+    int32_t *prompt, *completion;  // (np), (nc)
+    int np, nc;
+    int label;                     // 1 desirable, 0 undesirable
+    int kl_src;                    // the row whose completion is this row's KL completion (-1: none)
+    double ref_logp, ref_kl_logp;  // ref_logps / ref_KL_logps columns, NAN when absent
+} UnpairedExample;
+
+typedef struct UnpairedSet {
+    UnpairedExample *ex;
+    int n;
+    int from_pairs;                // unpaired from chosen / rejected rows
+    int has_ref;                   // every row carries ref_logps (and ref_KL_logps with KL)
+    int n_desirable;
+    int n_dropped, n_bad;
+    char first_bad[512];
+} UnpairedSet;
+
+Status unpaired_detect(const char *path, int *needs_codec, Err *e);
+Status unpaired_load(const char *path, const PrefConfig *cfg, const TextCodec *codec, int kl_batch, UnpairedSet *out,
+                     Err *e);
+void unpaired_free(UnpairedSet *s);
+
 // TRL's extract_prompt on two strings: the length (bytes) of the prompt and where chosen's and
 // rejected's remainders start (*c0, *r0). Characters are code points, as Python compares them.
 // Fails for an empty chosen or rejected (TRL fails there too).

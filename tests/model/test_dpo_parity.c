@@ -6,23 +6,17 @@
 // same metrics as the reference on the fly.
 //
 // Tolerance: 1e-5 relative with a floor of 1e-1 on the scale (|got - want| <= 1e-5 max(|want|, 0.1)):
-// the run is fp32 (sgemm, fp32 head) against float64; the step-2 values also carry Adam's first
-// step, lr * g / (|g| + eps), which fp32 rounding of a gradient entry near eps can move.
-#include "test.h"
+// the run is fp32 (sgemm, fp32 head) against float64. Adam's epsilon is 1e-4 in the fixtures, so
+// its first update lr * g / (|g| + eps) is linear in the small gradient entries: step 2 checks
+// the gradient's size, not only its signs.
+#include "train_metrics.h"
 
-#include "core/alloc.h"
-#include "core/fileio.h"
 #include "core/json.h"
 #include "train/dpo.h"
 
-#include <math.h>
 #include <unistd.h>
 
 static cJSON *doc;
-
-static const char *metric_names[] = {"loss", "grad_norm", "num_tokens", "rewards/chosen", "rewards/rejected",
-                                     "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
-                                     "logits/chosen", "logits/rejected", "entropy", "mean_token_accuracy"};
 
 static double num(const cJSON *o, const char *k, double def) {
     const cJSON *v = cJSON_GetObjectItem(o, k);
@@ -76,38 +70,6 @@ static void case_config(DpoConfig *c, const cJSON *cc, const char *backend, cons
     t->opt.weight_decay = 0;
 }
 
-// metrics.jsonl of dir -> lines (n).
-static cJSON **read_metrics(const char *dir, int *n) {
-    char *p = path_join(dir, "metrics.jsonl"), *text;
-    size_t len;
-    Err e = {0};
-    *n = 0;
-    if (file_read_all(p, &text, &len, &e) != ST_OK) {
-        free(p);
-        return NULL;
-    }
-    cJSON **out = xcalloc(16, sizeof(cJSON *));
-    for (char *s = strtok(text, "\n"); s && *n < 16; s = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(s);
-        if (o && cJSON_GetObjectItem(o, "step")) out[(*n)++] = o;
-        else cJSON_Delete(o);
-    }
-    free(text), free(p);
-    return out;
-}
-
-static void compare(const char *what, cJSON **got, int n, const cJSON *want) {
-    EXPECT_MSG(n == cJSON_GetArraySize(want), "%s: %d logged steps, %d expected", what, n, cJSON_GetArraySize(want));
-    for (int s = 0; s < n && s < cJSON_GetArraySize(want); s++) {
-        const cJSON *w = cJSON_GetArrayItem(want, s);
-        for (size_t k = 0; k < ARRAY_LEN(metric_names); k++) {
-            const char *m = metric_names[k];
-            double g = num(got[s], m, NAN), x = num(w, m, NAN);
-            EXPECT_MSG(fabs(g - x) <= 1e-5 * fmax(fabs(x), 0.1), "%s step %d %s: %.9g vs torch %.9g", what, s + 1, m, g, x);
-        }
-    }
-}
-
 static void run_case(const char *name, const cJSON *cs, const char *backend, int precompute) {
     char dir[256];
     snprintf(dir, sizeof dir, "/tmp/still_dpo_parity_%d_%s_%s%s", (int)getpid(), backend, name, precompute ? "_pre" : "");
@@ -121,12 +83,11 @@ static void run_case(const char *name, const cJSON *cs, const char *backend, int
     EXPECT_MSG(st == ST_OK, "%s (%s): %s", name, backend, e.msg);
     if (st != ST_OK) return;
     int n;
-    cJSON **got = read_metrics(dir, &n);
+    cJSON **got = train_metrics_read(dir, &n);
     char what[160];
     snprintf(what, sizeof what, "%s (%s%s)", name, backend, precompute ? ", precomputed reference" : "");
-    compare(what, got, n, cJSON_GetObjectItem(cs, "steps"));
-    for (int i = 0; i < n; i++) cJSON_Delete(got[i]);
-    free(got);
+    train_metrics_compare(what, got, n, cJSON_GetObjectItem(cs, "steps"), 1e-5, 0.1);
+    train_metrics_free(got, n);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     EXPECT(system(cmd) == 0);
