@@ -74,6 +74,10 @@ static void free_list(char **v, int n) {
 static Status parse_losses(const Args *a, DpoLossConfig *l, Err *e) {
     char **t, **w;
     int nt = split_list(a, "loss_type", &t), nw = split_list(a, "loss_weights", &w);
+    if (nt == 0) {  // DPOConfig's default
+        t = realloc(t, sizeof(char *));
+        t[nt++] = strdup("sigmoid");
+    }
     Status st = ST_OK;
     if (nt < 1 || nt > DPO_MAX_LOSSES) st = err_set(e, ST_EINVAL, "--loss_type: 1 to %d loss types", DPO_MAX_LOSSES);
     if (st == ST_OK && nw && nw != nt)
