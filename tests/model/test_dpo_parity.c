@@ -5,7 +5,8 @@
 // f-divergences, LD-DPO, WPO and keep_end truncation. Also: --precompute_ref_log_probs gives the
 // same metrics as the reference on the fly.
 //
-// Tolerance: 1e-5 relative with a floor of 1e-1 on the scale (|got - want| <= 1e-5 max(|want|, 0.1)):
+// Tolerance: 1e-5 relative with a floor of 1e-1 on the scale (|got - want| <= 1e-5 max(|want|, 0.1));
+// a reward's scale is beta |logps| (it is a difference of two log-prob sums):
 // the run is fp32 (sgemm, fp32 head) against float64. Adam's epsilon is 1e-4 in the fixtures, so
 // its first update lr * g / (|g| + eps) is linear in the small gradient entries: step 2 checks
 // the gradient's size, not only its signs.
@@ -86,7 +87,7 @@ static void run_case(const char *name, const cJSON *cs, const char *backend, int
     cJSON **got = train_metrics_read(dir, &n);
     char what[160];
     snprintf(what, sizeof what, "%s (%s%s)", name, backend, precompute ? ", precomputed reference" : "");
-    train_metrics_compare(what, got, n, cJSON_GetObjectItem(cs, "steps"), 1e-5, 0.1);
+    train_metrics_compare(what, got, n, cJSON_GetObjectItem(cs, "steps"), 1e-5, 0.1, c.loss.beta);
     train_metrics_free(got, n);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

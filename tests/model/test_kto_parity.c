@@ -59,7 +59,7 @@ static void run_case(const char *name, const char *backend, int precompute) {
     cJSON **got = train_metrics_read(dir, &n);
     char what[160];
     snprintf(what, sizeof what, "%s (%s%s)", name, backend, precompute ? ", precomputed reference" : "");
-    train_metrics_compare(what, got, n, cJSON_GetObjectItem(cs, "steps"), 1e-5, 0.1);
+    train_metrics_compare(what, got, n, cJSON_GetObjectItem(cs, "steps"), 1e-5, 0.1, c.loss.beta);
     train_metrics_free(got, n);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

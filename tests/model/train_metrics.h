@@ -37,25 +37,34 @@ static void train_metrics_free(cJSON **v, int n) {
     free(v);
 }
 
+// beta * |logps| of the reference step: the size a reward's fp32 error has (a reward is
+// beta (logp - ref), a difference of two sums of token log-probs); |logps| for KTO's kl.
+static double train_metrics_reward_scale(const cJSON *ws, const char *key, double beta) {
+    const cJSON *c = cJSON_GetObjectItem(ws, "logps/chosen"), *r = cJSON_GetObjectItem(ws, "logps/rejected");
+    double sc = c ? beta * fabs(c->valuedouble) : 0, sr = r ? beta * fabs(r->valuedouble) : 0;
+    if (!strcmp(key, "rewards/chosen")) return sc;
+    if (!strcmp(key, "rewards/rejected")) return sr;
+    if (!strcmp(key, "rewards/margins")) return fmax(sc, sr);
+    if (!strcmp(key, "kl")) return fmax(sc, sr) / beta;  // KTO's: a mean of log-prob sum differences
+    return 0;
+}
+
 // Every key of every reference step (an array of objects) held to |got - want| <= tol *
-// max(|want|, floor); the run's line must have it. rewards/margins is a difference of the two
-// rewards, so its scale is theirs.
-static void train_metrics_compare(const char *what, cJSON **got, int n, const cJSON *want, double tol, double floor) {
+// max(|want|, floor, and for the rewards beta |logps|); the run's line must have it.
+static void train_metrics_compare(const char *what, cJSON **got, int n, const cJSON *want, double tol, double floor,
+                                  double beta) {
     EXPECT_MSG(n == cJSON_GetArraySize(want), "%s: %d logged steps, %d expected", what, n, cJSON_GetArraySize(want));
-    for (int s = 0; s < n && s < cJSON_GetArraySize(want); s++)
-        for (const cJSON *w = cJSON_GetArrayItem(want, s)->child; w; w = w->next) {
+    for (int s = 0; s < n && s < cJSON_GetArraySize(want); s++) {
+        const cJSON *ws = cJSON_GetArrayItem(want, s);
+        for (const cJSON *w = ws->child; w; w = w->next) {
             const cJSON *g = cJSON_GetObjectItem(got[s], w->string);
             EXPECT_MSG(cJSON_IsNumber(g), "%s step %d: no %s in metrics.jsonl", what, s + 1, w->string);
             if (!cJSON_IsNumber(g)) continue;
-            double x = w->valuedouble, scale = fmax(fabs(x), floor);
-            if (!strcmp(w->string, "rewards/margins")) {
-                const cJSON *ws = cJSON_GetArrayItem(want, s);
-                const cJSON *rc = cJSON_GetObjectItem(ws, "rewards/chosen"), *rr = cJSON_GetObjectItem(ws, "rewards/rejected");
-                if (rc && rr) scale = fmax(scale, fmax(fabs(rc->valuedouble), fabs(rr->valuedouble)));
-            }
-            EXPECT_MSG(fabs(g->valuedouble - x) <= tol * scale, "%s step %d %s: %.9g vs torch %.9g", what,
-                       s + 1, w->string, g->valuedouble, x);
+            double x = w->valuedouble, scale = fmax(fmax(fabs(x), floor), train_metrics_reward_scale(ws, w->string, beta));
+            EXPECT_MSG(fabs(g->valuedouble - x) <= tol * scale, "%s step %d %s: %.9g vs torch %.9g", what, s + 1,
+                       w->string, g->valuedouble, x);
         }
+    }
 }
 
 #endif
