@@ -133,7 +133,8 @@ def run_case(pcfg, pw32, rcfg, rw, rows, c):
         norm = torch.nn.utils.clip_grad_norm_(list(pw.values()), MAX_NORM).item()
         opt.step()
         row = {"loss": total, "grad_norm": norm, "num_tokens": float(num_tokens)}
-        for key in {k for m in mets for k in m}:  # TRL averages what each micro-batch appended
+        keys = [k for i, m in enumerate(mets) for k in m if all(k not in p for p in mets[:i])]
+        for key in keys:  # TRL averages what each micro-batch appended
             vals = [m[key] for m in mets if key in m]
             row[key] = sum(vals) / len(vals)
         steps.append(row)
