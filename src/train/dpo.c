@@ -4,10 +4,8 @@
 
 #include "../core/alloc.h"
 #include "../core/log.h"
-#include "../tokenizer/chat.h"
-#include "codec.h"
-#include "metrics.h"
 #include "pref_batch.h"
+#include "pref_setup.h"
 #include "preflight.h"
 
 #include <math.h>
@@ -244,14 +242,12 @@ static void dpo_free(Dpo *d) {
 static Status load_data(DpoConfig *c, int vocab, PrefSet *ps, Err *e) {
     int needs_codec;
     TRY(pref_detect(c->dataset, &needs_codec, e));
-    ModelCodec mc = {0};
-    cJSON *kwargs = NULL;
-    Status st = chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e);
-    if (st == ST_OK && needs_codec) st = model_codec_load(&mc, c->model_dir, NULL, e);
+    PrefCodec pcd;
+    TRY(pref_codec_open(&pcd, c->model_dir, needs_codec, c->chat_template_kwargs, e));
     PrefConfig pc = c->data;
-    pc.chat_template_kwargs = kwargs;
+    pc.chat_template_kwargs = pcd.kwargs;
     pc.vocab_size = vocab;
-    if (st == ST_OK) st = pref_load(c->dataset, &pc, needs_codec ? &mc.codec : NULL, ps, e);
+    Status st = pref_load(c->dataset, &pc, pref_codec_get(&pcd), ps, e);
     if (st == ST_OK) {
         log_info("dataset %s: %d pairs (%s%s%s)", c->dataset, ps->n, ps->tokenised ? "pre-tokenised" : "text",
                  ps->conversational ? ", conversational" : "", ps->implicit_prompt ? ", implicit prompt" : "");
@@ -260,8 +256,7 @@ static Status load_data(DpoConfig *c, int vocab, PrefSet *ps, Err *e) {
                      c->data.max_length);
         if (ps->n_bad) log_warn("%s: %d bad rows skipped (--skip_bad_rows); the first: %s", c->dataset, ps->n_bad, ps->first_bad);
     }
-    if (needs_codec && mc.tok) model_codec_free(&mc);
-    cJSON_Delete(kwargs);
+    pref_codec_free(&pcd);
     return st;
 }
 
@@ -292,21 +287,7 @@ static Status dpo_create(DpoConfig *c, Model *m, Dpo **out, Err *e) {
     }
     d->Tmax = round_up(longest, c->pad_to_multiple_of);
     int need_ref = !(c->precompute_ref_log_probs && d->ps.has_ref);
-    if (st == ST_OK && need_ref) {
-        if (c->ref_model_dir) {
-            st = model_load_frozen(c->ref_model_dir, m->be, c->dtype, &d->ref, e);
-            if (st == ST_OK && d->ref->cfg.vocab_size != m->cfg.vocab_size)
-                st = err_set(e, ST_EINVAL, "--ref_model %s has a vocabulary of %d, the policy %d", c->ref_model_dir,
-                             d->ref->cfg.vocab_size, m->cfg.vocab_size);
-            if (st == ST_OK) log_info("reference model: %s (frozen, %s weights)", c->ref_model_dir, dtype_torch_name(d->ref->matrix_dtype));
-        } else if (m->lora) {
-            d->ref = peft_base_model(m);
-            log_info("reference model: the base weights with the adapter off (no copy)");
-        } else {
-            st = model_load_frozen(c->model_dir, m->be, c->dtype, &d->ref, e);
-            if (st == ST_OK) log_info("reference model: a frozen copy of %s (%s weights)", c->model_dir, dtype_torch_name(d->ref->matrix_dtype));
-        }
-    }
+    if (st == ST_OK && need_ref) st = pref_load_reference(c->ref_model_dir, c->model_dir, m, c->dtype, &d->ref, e);
     if (st != ST_OK) {
         dpo_free(d);
         return st;
@@ -344,15 +325,11 @@ Status dpo_run(DpoConfig *c, TrainResult *res, Err *e) {
     Backend *be = NULL;
     Model *m = NULL;
     Dpo *d = NULL;
-    Status st = backend_create(c->backend, c->threads, &be, e);
-    if (st == ST_OK) be->max_memory = c->max_memory;
-    if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
-    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
-    if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
-    if (st == ST_OK) {
-        if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
-        st = dpo_create(c, m, &d, e);
-    }
+    PrefPolicySpec ps = {.backend = c->backend, .model_dir = c->model_dir, .threads = c->threads, .dtype = c->dtype,
+                         .max_plans = c->max_plans, .gradient_checkpointing = c->train.gradient_checkpointing,
+                         .max_memory = c->max_memory, .seed = c->train.seed, .peft = &c->train.peft, .dist = c->dist};
+    Status st = pref_load_policy(&ps, &be, &m, e);
+    if (st == ST_OK) st = dpo_create(c, m, &d, e);
     if (st == ST_OK) {
         char types[256];
         int k = 0;

@@ -4,9 +4,8 @@
 
 #include "../core/alloc.h"
 #include "../core/log.h"
-#include "../tokenizer/chat.h"
-#include "codec.h"
 #include "pref_batch.h"
+#include "pref_setup.h"
 #include "preflight.h"
 
 #include <math.h>
@@ -204,14 +203,12 @@ static void kto_free(Kto *k) {
 static Status load_data(KtoConfig *c, int vocab, int kl_batch, UnpairedSet *us, Err *e) {
     int needs_codec;
     TRY(unpaired_detect(c->dataset, &needs_codec, e));
-    ModelCodec mc = {0};
-    cJSON *kwargs = NULL;
-    Status st = chat_kwargs_parse(c->chat_template_kwargs, &kwargs, e);
-    if (st == ST_OK && needs_codec) st = model_codec_load(&mc, c->model_dir, NULL, e);
+    PrefCodec pcd;
+    TRY(pref_codec_open(&pcd, c->model_dir, needs_codec, c->chat_template_kwargs, e));
     PrefConfig pc = c->data;
-    pc.chat_template_kwargs = kwargs;
+    pc.chat_template_kwargs = pcd.kwargs;
     pc.vocab_size = vocab;
-    if (st == ST_OK) st = unpaired_load(c->dataset, &pc, needs_codec ? &mc.codec : NULL, kl_batch, us, e);
+    Status st = unpaired_load(c->dataset, &pc, pref_codec_get(&pcd), kl_batch, us, e);
     if (st == ST_OK) {
         log_info("dataset %s: %d rows, %d desirable, %d undesirable%s", c->dataset, us->n, us->n_desirable,
                  us->n - us->n_desirable, us->from_pairs ? " (unpaired from chosen / rejected pairs)" : "");
@@ -220,8 +217,7 @@ static Status load_data(KtoConfig *c, int vocab, int kl_batch, UnpairedSet *us, 
                      c->data.max_length);
         if (us->n_bad) log_warn("%s: %d bad rows skipped (--skip_bad_rows); the first: %s", c->dataset, us->n_bad, us->first_bad);
     }
-    if (needs_codec && mc.tok) model_codec_free(&mc);
-    cJSON_Delete(kwargs);
+    pref_codec_free(&pcd);
     return st;
 }
 
@@ -255,20 +251,7 @@ static Status kto_create(KtoConfig *c, Model *m, Kto **out, Err *e) {
     }
     k->Tmax = round_up(longest, c->pad_to_multiple_of);
     int need_ref = !(c->precompute_ref_log_probs && k->us.has_ref);
-    if (st == ST_OK && need_ref) {
-        const char *dir = c->ref_model_dir ? c->ref_model_dir : c->model_dir;
-        if (!c->ref_model_dir && m->lora) {
-            k->ref = peft_base_model(m);
-            log_info("reference model: the base weights with the adapter off (no copy)");
-        } else {
-            st = model_load_frozen(dir, m->be, c->dtype, &k->ref, e);
-            if (st == ST_OK && k->ref->cfg.vocab_size != m->cfg.vocab_size)
-                st = err_set(e, ST_EINVAL, "--ref_model %s has a vocabulary of %d, the policy %d", dir,
-                             k->ref->cfg.vocab_size, m->cfg.vocab_size);
-            if (st == ST_OK) log_info("reference model: %s%s (frozen, %s weights)", c->ref_model_dir ? "" : "a frozen copy of ",
-                                      dir, dtype_torch_name(k->ref->matrix_dtype));
-        }
-    }
+    if (st == ST_OK && need_ref) st = pref_load_reference(c->ref_model_dir, c->model_dir, m, c->dtype, &k->ref, e);
     if (st != ST_OK) {
         kto_free(k);
         return st;
@@ -299,15 +282,11 @@ Status kto_run(KtoConfig *c, TrainResult *res, Err *e) {
     Backend *be = NULL;
     Model *m = NULL;
     Kto *k = NULL;
-    Status st = backend_create(c->backend, c->threads, &be, e);
-    if (st == ST_OK) be->max_memory = c->max_memory;
-    if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
-    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
-    if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
-    if (st == ST_OK) {
-        if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
-        st = kto_create(c, m, &k, e);
-    }
+    PrefPolicySpec ps = {.backend = c->backend, .model_dir = c->model_dir, .threads = c->threads, .dtype = c->dtype,
+                         .max_plans = c->max_plans, .gradient_checkpointing = c->train.gradient_checkpointing,
+                         .max_memory = c->max_memory, .seed = c->train.seed, .peft = &c->train.peft, .dist = c->dist};
+    Status st = pref_load_policy(&ps, &be, &m, e);
+    if (st == ST_OK) st = kto_create(c, m, &k, e);
     if (st == ST_OK) {
         log_info("kto: %d rows, %d per micro-batch x %d ranks, %d micro-batches per epoch, loss %s, beta %g", k->us.n,
                  k->B, k->W, k->n_batches, c->loss.type == KTO_LOSS_KTO ? "kto" : "apo_zero_unpaired", c->loss.beta);
