@@ -66,6 +66,14 @@ if $BIN dpo --model $M --dataset $P --max_length 14 --output_dir "$tmp/lora" --m
    && grep -q "adapter off" "$tmp/err"; then ok lora_reference_is_base
 else fail lora_reference_is_base "$(head -1 "$tmp/lora/metrics.jsonl" 2>/dev/null | cut -c1-200); $(tail -2 "$tmp/err")"; fi
 
+# 3b. the frozen copy of the initial weights stored as bf16 (--dtype): the reference differs from the
+#     fp32 policy only by bf16 rounding, so the first step's rewards are small but not 0
+if $BIN dpo --model $M --dataset $P --max_length 14 --output_dir "$tmp/bf" --max_steps 1 --dtype bfloat16 $C \
+     >/dev/null 2>"$tmp/err" && grep -q "frozen copy of $M (frozen, bfloat16 weights)" "$tmp/err" \
+   && python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline())["rewards/chosen"]; sys.exit(not (0 < abs(r) < 0.05))' \
+        "$tmp/bf/metrics.jsonl"; then ok bf16_reference_copy
+else fail bf16_reference_copy "$(head -1 "$tmp/bf/metrics.jsonl" 2>/dev/null | cut -c1-200); $(tail -2 "$tmp/err")"; fi
+
 # 4. 2 ranks x 1 pair = 1 rank x 2 pairs
 if mpi_available "$BIN"; then
   D="--model $M --ref_model $R --dataset $P --max_length 14 --max_steps 3 --threads 1 --pad_to_multiple_of 8 \
