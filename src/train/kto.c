@@ -119,11 +119,11 @@ static Status micro_batch(Kto *k, Model *m, int j, double scale, double *x, Err 
     double kl = 0;
     if (k->kl) {  // the policy's KL log-probs (no gradient), averaged over the ranks, clamped at 0
         TRY(score_sums(k, m, &k->klrows, k->klp, e));
-        double d[1] = {0};
+        double d[2] = {0, n > 0};
         for (int b = 0; b < n; b++) d[0] += k->klp[b] - k->rkl[b];
-        d[0] = n ? d[0] / n : NAN;  // TRL's mean over an empty batch: NaN
-        TRY(dist_allreduce_sum_host_d(k->dist, d, 1, e));
-        kl = fmax(0, d[0] / k->W);
+        if (n) d[0] /= n;
+        TRY(dist_allreduce_sum_host_d(k->dist, d, 2, e));
+        kl = d[1] > 0 ? fmax(0, d[0] / d[1]) : 0;  // the mean of the ranks' means (ranks with rows)
     }
     Plan *p;
     TRY(seq_score(&k->sc, m, PLAN_TRAIN, s, 1, &p, e));
