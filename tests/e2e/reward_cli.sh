@@ -95,3 +95,47 @@ $BIN reward $K --output_dir "$tmp/part" --resume_from_checkpoint latest >/dev/nu
 if [ -f "$tmp/full/model.safetensors" ] && cmp -s "$tmp/full/model.safetensors" "$tmp/part/model.safetensors"; then
   ok reward_resume_bit_identical
 else fail reward_resume_bit_identical "$(tail -3 "$tmp/err")"; fi
+
+# 5. grpo / rloo with --reward model:DIR beside another reward: batched through the engine, named
+#    after the directory as TRL names a model reward; its values are what still score gives the
+#    same text (prompt + completion, no special tokens) pooled at the tokenizer's pad token
+for i in 0 1 2 3; do echo "{\"prompt\": \"Q$i: what is $i + 1?\", \"answer\": $((i + 1))}"; done >"$tmp/p.jsonl"
+echo '{"prompt": [{"role": "user", "content": "hi"}], "answer": 1}' >"$tmp/pc.jsonl"
+echo '{"prompt": [{"role": "user", "content": "yo"}], "answer": 2}' >>"$tmp/pc.jsonl"
+RL="--model $tmp/m --max_completion_length 5 --per_device_train_batch_size 4 --num_generations 2 --max_steps 1
+    --logging_steps 1 --threads 2 --pad_to_multiple_of 8 --save_strategy no"
+if $BIN grpo $RL --dataset "$tmp/p.jsonl" --output_dir "$tmp/g" --reward model:"$tmp/rm" --log_completions \
+     >/dev/null 2>"$tmp/err" && grep -q '"rewards/rm/mean"' "$tmp/g/metrics.jsonl"; then
+  ok grpo_model_reward
+else fail grpo_model_reward "$(tail -3 "$tmp/err")"; fi
+python3 - "$tmp/p.jsonl" "$tmp/g/completions.jsonl" "$tmp/texts.jsonl" <<'PY'
+import json, sys
+prompts = [json.loads(l)["prompt"] for l in open(sys.argv[1])]
+with open(sys.argv[3], "w") as f:
+    for l in open(sys.argv[2]):
+        c = json.loads(l)
+        f.write(json.dumps(prompts[c["prompt_index"]] + c["completion"]) + "\n")
+PY
+$BIN tokenize --model "$tmp/rm" --jsonl <"$tmp/texts.jsonl" 2>/dev/null | sed 's/^/{"input_ids": /; s/$/}/' >"$tmp/tids.jsonl"
+$BIN score --model "$tmp/rm" --dataset "$tmp/tids.jsonl" --output "$tmp/ts.jsonl" --pad_to_multiple_of 1 --threads 2 2>/dev/null
+m=$(python3 - "$tmp/g/completions.jsonl" "$tmp/ts.jsonl" <<'PY' 2>&1
+import json, sys
+a = [json.loads(l)["reward"] for l in open(sys.argv[1])]
+b = [json.loads(l)["reward"] for l in open(sys.argv[2])]
+bad = len(a) != len(b) or len(a) == 0 or any(abs(x - y) > 1e-4 * max(1, abs(y)) for x, y in zip(a, b))
+print("mismatch %s vs %s" % (a, b) if bad else "ok")
+PY
+)
+if [ "$m" = ok ]; then ok grpo_model_reward_equals_score; else fail grpo_model_reward_equals_score "$m"; fi
+if $BIN rloo $RL --dataset "$tmp/pc.jsonl" --output_dir "$tmp/rl" --reward model:"$tmp/rm" --reward 'regex:[a-z]' \
+     --reward_weights 1,0.5 >/dev/null 2>"$tmp/err" && grep -q '"rewards/rm/mean"' "$tmp/rl/metrics.jsonl" \
+   && grep -q '"rewards/regex/mean"' "$tmp/rl/metrics.jsonl"; then
+  ok rloo_model_reward_conversational_combined
+else fail rloo_model_reward_conversational_combined "$(tail -3 "$tmp/err")"; fi
+expect_err model_reward_causal "a causal LM, not a reward model" $BIN grpo $RL --dataset "$tmp/p.jsonl" \
+  --output_dir "$tmp/x" --reward model:"$tmp/m"
+expect_err model_reward_missing "$tmp/nope/config.json" $BIN grpo $RL --dataset "$tmp/p.jsonl" --output_dir "$tmp/x" \
+  --reward model:"$tmp/nope"
+if $BIN eval --model "$tmp/m" --dataset "$tmp/p.jsonl" --metric model:"$tmp/rm" --max_new_tokens 3 --threads 2 \
+     --output_dir "$tmp/ev" >"$tmp/out" 2>"$tmp/err" && grep -q 'rm' "$tmp/out"; then ok eval_model_metric
+else fail eval_model_metric "$(tail -3 "$tmp/err"; cat "$tmp/out")"; fi
