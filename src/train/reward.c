@@ -125,9 +125,12 @@ static Status reward_step(void *ctx, Model *m, int step, StepReport *r, Err *e) 
     int GA = s->GA, mb = s->micro_batches, spe = trainer_steps_per_epoch(mb, GA);
     int epoch = step / spe, first = (step % spe) * GA, n_micro = MIN(GA, mb - first);
     memset(s->stats, 0, (size_t)GA * s->W * ST_N * sizeof(double));
-    // each rank's micro-batch mean over the step's micro-batches, averaged over the ranks
-    double scale = 1.0 / ((double)n_micro * s->W);
     for (int g = 0; g < n_micro; g++) {
+        // each rank's micro-batch mean, averaged over the ranks that have pairs in it (all but in
+        // the last micro-batch of an epoch), over the step's micro-batches
+        int ranks = 0;
+        for (int w = 0; w < s->W; w++) ranks += ((size_t)(first + g) * s->W + w) * s->B < (size_t)s->pairs->n;
+        double scale = 1.0 / ((double)n_micro * MAX(ranks, 1));
         TRY(micro_batch(s, m, epoch, first + g, scale, s->stats + ((size_t)g * s->W + s->R) * ST_N, e));
         step_report_tick(r, "micro-batch", g + 1, n_micro);
     }

@@ -11,7 +11,8 @@
 //   L = mean_i -log sigmoid(r_c,i - r_r,i - margin_i) [+ coef * mean_i (r_c,i + r_r,i)^2]
 // divided by the micro-batches of the step (Trainer's loss / gradient_accumulation_steps, as
 // RewardTrainer computes its own loss). Data parallel: every rank's micro-batch loss is its own
-// mean and the gradients are averaged over the ranks, as DDP does.
+// mean and the gradients are averaged over the ranks, as DDP does (over the ranks that have pairs
+// in it: in the last micro-batch of an epoch some may have none).
 // Metrics per micro-batch, averaged over the logging window (TRL's names): accuracy (mean of
 // r_c > r_r), margin (mean r_c - r_r), min_reward, mean_reward, max_reward (over every chosen
 // and rejected reward of the micro-batch on every rank); num_tokens counts real tokens.
