@@ -65,7 +65,7 @@ static Status encode(const RowCtx *c, const char *text, int add_special, I32Vec 
 
 // messages must be a non-empty array of {role: str, content: str | list | null}; ShareGPT
 // {from, value} rows are converted (human -> user, gpt -> assistant). Returns a new array.
-Status data_check_messages(const cJSON *arr, const char *field, cJSON **out, Err *e) {
+static Status check_messages(const cJSON *arr, const char *field, cJSON **out, Err *e) {
     if (!cJSON_IsArray(arr)) return err_set(e, ST_EINVAL, "\"%s\" must be a list of messages", field);
     if (cJSON_GetArraySize(arr) == 0) return err_set(e, ST_EINVAL, "\"%s\" is an empty list of messages", field);
     cJSON *res = cJSON_CreateArray();
@@ -280,7 +280,7 @@ static Status row_text(const RowCtx *c, const cJSON *row, I32Vec *ids, I32Vec *m
 static Status row_messages(const RowCtx *c, const cJSON *row, I32Vec *ids, I32Vec *mask, Err *e) {
     const char *key = cJSON_GetObjectItemCaseSensitive(row, "messages") ? "messages" : "conversations";
     cJSON *msgs;
-    TRY(data_check_messages(cJSON_GetObjectItemCaseSensitive(row, key), key, &msgs, e));
+    TRY(check_messages(cJSON_GetObjectItemCaseSensitive(row, key), key, &msgs, e));
     char *text = NULL;
     TextSpan *spans = NULL;
     int n_spans = 0;
@@ -321,8 +321,8 @@ static Status row_prompt_completion(RowCtx *c, const cJSON *row, I32Vec *ids, I3
         for (size_t t = 0; st == ST_OK && t < ids->n; t++) i32vec_push(mask, 1);
     } else {
         cJSON *pm = NULL, *qm = NULL;
-        st = data_check_messages(p, "prompt", &pm, e);
-        if (st == ST_OK) st = data_check_messages(q, "completion", &qm, e);
+        st = check_messages(p, "prompt", &pm, e);
+        if (st == ST_OK) st = check_messages(q, "completion", &qm, e);
         char *ptext = NULL, *ftext = NULL;
         TextSpan *spans = NULL;
         int n_spans = 0;
@@ -586,4 +586,12 @@ void data_free(Dataset *d) {
     }
     free(d->ex);
     memset(d, 0, sizeof *d);
+}
+
+Status data_int_list(const cJSON *row, const char *key, int vocab_size, I32Vec *out, Err *e) {
+    return get_int_list(row, key, vocab_size, out, e);
+}
+
+Status data_messages(const cJSON *arr, const char *field, cJSON **out, Err *e) {
+    return check_messages(arr, field, out, e);
 }

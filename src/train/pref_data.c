@@ -135,9 +135,9 @@ static Status text_pair(PrefCtx *c, const char *prompt, size_t np, const char *c
 static Status msgs_pair(PrefCtx *c, const cJSON *row, const cJSON *prompt, const cJSON *chosen, const cJSON *rejected,
                         I32Vec *p, I32Vec *fc, I32Vec *fr, Err *e) {
     cJSON *pm = NULL, *cm = NULL, *rm = NULL;
-    Status st = data_check_messages(prompt, "prompt", &pm, e);
-    if (st == ST_OK) st = data_check_messages(chosen, "chosen", &cm, e);
-    if (st == ST_OK) st = data_check_messages(rejected, "rejected", &rm, e);
+    Status st = data_messages(prompt, "prompt", &pm, e);
+    if (st == ST_OK) st = data_messages(chosen, "chosen", &cm, e);
+    if (st == ST_OK) st = data_messages(rejected, "rejected", &rm, e);
     if (st == ST_OK) st = render_ids(c, row, pm, 1, p, e);
     for (int k = 0; k < 2 && st == ST_OK; k++) {
         cJSON *all = cJSON_Duplicate(pm, 1);
@@ -353,8 +353,8 @@ static Status unp_row(UnpCtx *c, const cJSON *row, Err *e) {
         if (!pj || !cj) return err_set(e, ST_EINVAL, "missing \"%s\"", pj ? "completion" : "prompt");
         if (c->conversational) {
             cJSON *pm = NULL, *cm = NULL;
-            st = data_check_messages(pj, "prompt", &pm, e);
-            if (st == ST_OK) st = data_check_messages(cj, "completion", &cm, e);
+            st = data_messages(pj, "prompt", &pm, e);
+            if (st == ST_OK) st = data_messages(cj, "completion", &cm, e);
             if (st == ST_OK) st = render_ids(&c->pc, row, pm, 1, &p, e);
             if (st == ST_OK) {
                 cJSON *all = cJSON_Duplicate(pm, 1);
