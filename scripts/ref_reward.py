@@ -29,6 +29,8 @@ Semantics, written from the libraries' source:
             schedule (the first step at the full learning rate); batches in file order
             (--shuffle false).
 Run: /usr/bin/python3 scripts/ref_reward.py [OUT_DIR]
+     /usr/bin/python3 scripts/ref_reward.py check RM_DIR PAIRS.jsonl SCORES.jsonl  (a checkpoint still
+     wrote, as transformers would load it: its class, labels, tensors, and `still score`'s rewards)
 """
 import json
 import os
@@ -145,7 +147,69 @@ def run_case(cfg, w32, pairs, c):
     return out
 
 
+FAMILY_CLASS = {"qwen3": "Qwen3ForSequenceClassification", "qwen2": "Qwen2ForSequenceClassification",
+                "llama": "LlamaForSequenceClassification"}
+
+
+def read_f32_safetensors(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        dt = {"F32": "<f4", "BF16": "<u2"}[info["dtype"]]
+        x = np.frombuffer(data[a:b], dtype=dt).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            x = (x.astype(np.uint32) << 16).view(np.float32)
+        out[name] = torch.from_numpy(x.astype(np.float32).copy())
+    return out
+
+
+def check(rm_dir, pairs_path, scores_path):
+    """A checkpoint still wrote loads as transformers' *ForSequenceClassification: the config's
+    class, labels and pad token as PretrainedConfig reads them, exactly the class's tensors (none
+    missing, none unexpected, shapes as the config says), and its rewards of the pairs (computed
+    here) equal `still score`'s."""
+    cfg = json.load(open(os.path.join(rm_dir, "config.json")))
+    want_class = FAMILY_CLASS[cfg["model_type"]]
+    assert cfg.get("architectures", [None])[0] == want_class, cfg.get("architectures")
+    id2label = cfg.get("id2label")
+    num_labels = len(id2label) if id2label is not None else cfg.get("num_labels", 2)
+    assert cfg.get("num_labels", num_labels) == num_labels, (cfg.get("num_labels"), num_labels)
+    assert {int(k) for k in id2label} == set(range(num_labels)), id2label
+    assert {v: int(k) for k, v in id2label.items()} == cfg["label2id"], cfg["label2id"]
+    assert isinstance(cfg.get("pad_token_id"), int), cfg.get("pad_token_id")
+    w = read_f32_safetensors(os.path.join(rm_dir, "model.safetensors"))
+    base = dict(cfg, tie_word_embeddings=True)  # the base model: no lm_head
+    expect = dict(ref_model.all_tensors(base))
+    expect["score.weight"] = (num_labels, cfg["hidden_size"])
+    missing, unexpected = set(expect) - set(w), set(w) - set(expect)
+    assert not missing and not unexpected, ("missing", sorted(missing), "unexpected", sorted(unexpected))
+    for n, shape in expect.items():
+        assert tuple(w[n].shape) == tuple(shape), (n, tuple(w[n].shape), shape)
+    global PAD
+    PAD = cfg["pad_token_id"]
+    pairs = [json.loads(l) for l in open(pairs_path)]
+    seqs = [s for p in pairs for s in (p["chosen_ids"], p["rejected_ids"])]
+    w64 = {n: t.to(torch.float64) for n, t in w.items()}
+    with torch.no_grad():
+        ref = rewards_of(cfg, w64, seqs, 1).tolist()
+    got = [v for l in open(scores_path) for v in (json.loads(l)["reward_chosen"], json.loads(l)["reward_rejected"])]
+    assert len(got) == len(ref), (len(got), len(ref))
+    scale = max(1.0, max(abs(x) for x in ref))
+    bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if abs(g - r) > 1e-5 * scale]
+    assert not bad, bad
+    print(f"ok: {want_class}, {num_labels} label(s), pad_token_id {PAD}, {len(w)} tensors, {len(ref)} rewards")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        check(*sys.argv[2:5])
+        return
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "data", "reward")
     rm = os.path.join(out_dir, "rm")
