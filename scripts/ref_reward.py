@@ -11,7 +11,8 @@ Writes into tests/data/reward/:
   pairs_margin.jsonl  4 pairs with a "margin" column
   expected.safetensors
       rewards            (10) the reward of every sequence of pairs.jsonl (chosen, rejected per row)
-      <case>.<metric>.<step>  the metrics `still reward` logs at steps 1 and 2 of each case
+      <case>.<metric>.<step>  the metrics `still reward` logs at steps 1 and 2 of each case, and
+                         the evaluation after step 1 (eval_loss, eval_accuracy, ...) of "partial"
 
 Semantics, written from the libraries' source:
   pooling   transformers GenericForSequenceClassification.forward: logits = score(hidden) at every
@@ -49,7 +50,8 @@ B1, B2, EPS, MAX_NORM = 0.9, 0.999, 1e-8, 1.0
 CASES = {
     # pairs file, pairs per micro-batch, micro-batches per step, lr, weight decay, center coefficient
     "ga": dict(file="pairs_margin.jsonl", B=2, GA=2, lr=1e-3, wd=0.1, center=0.1, pad=8),
-    "partial": dict(file="pairs.jsonl", B=2, GA=2, lr=1e-5, wd=0.0, center=None, pad=1),
+    "partial": dict(file="pairs.jsonl", B=2, GA=2, lr=1e-5, wd=0.0, center=None, pad=1,
+                    eval=dict(file="pairs_margin.jsonl", B=3)),
 }
 
 
@@ -115,7 +117,24 @@ def micro_batch(cfg, w, pairs, c):
     return loss, met
 
 
-def run_case(cfg, w32, pairs, c):
+def evaluate(cfg, w, pairs, c):
+    """Trainer.evaluation_loop: each batch's loss repeated once per row (2n rows), their mean; the
+    metrics averaged over batches (RewardTrainer.log)."""
+    B = c["eval"]["B"]
+    losses, mets = [], []
+    with torch.no_grad():
+        for i in range(0, len(pairs), B):
+            mb = pairs[i:i + B]
+            loss, met = micro_batch(cfg, w, mb, c)
+            losses += [loss.item()] * (2 * len(mb))
+            mets.append(met)
+    out = {"eval_loss": float(np.mean(losses))}
+    for k in ("accuracy", "margin", "min_reward", "mean_reward", "max_reward"):
+        out["eval_" + k] = float(np.mean([m[k] for m in mets]))
+    return out
+
+
+def run_case(cfg, w32, pairs, c, files):
     w = {n: t.to(torch.float64).requires_grad_(True) for n, t in w32.items()}
     B, GA = c["B"], c["GA"]
     mbs = [pairs[i:i + B] for i in range(0, len(pairs), B)]  # the last one may be short
@@ -142,6 +161,8 @@ def run_case(cfg, w32, pairs, c):
         vals = {"loss": total, "grad_norm": norm.item(), "num_tokens": tokens}
         for k in ("accuracy", "margin", "min_reward", "mean_reward", "max_reward"):
             vals[k] = float(np.mean([m[k] for m in mets]))
+        if step == 1 and "eval" in c:  # --eval_strategy steps --eval_steps 1: after the first update
+            vals.update(evaluate(cfg, w, files[c["eval"]["file"]], c))
         for k, v in vals.items():
             out[f"{k}.{step}"] = np.array([v])
     return out
@@ -236,7 +257,7 @@ def main():
     with torch.no_grad():
         exp["rewards"] = rewards_of(cfg, w64, seqs, 8).numpy()
     for name, c in CASES.items():
-        res = run_case(cfg, w32, files[c["file"]], c)
+        res = run_case(cfg, w32, files[c["file"]], c, files)
         for k, v in res.items():
             exp[f"{name}.{k}"] = v
         print(name, {k: round(float(v[0]), 6) for k, v in res.items()})
