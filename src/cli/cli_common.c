@@ -6,13 +6,13 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/hf_cache.h"
-#include "../core/interrupt.h"
 #include "../core/log.h"
 #include "../core/meminfo.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 
 int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv,
@@ -56,9 +56,9 @@ int cli_run(const char *command, const char *summary, const ArgSpec *specs, int 
 }
 
 int cli_fail(const char *command, const Err *e) {
-    if (e->code == ST_EINTR) {  // stopped by a signal after saving: not an error; 128 + the signal
+    if (e->code == ST_EINTR) {  // stopped by SIGINT or SIGTERM after saving: not an error; 130 for both
         fprintf(stderr, "still %s: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
-        return 128 + (interrupt_signal() ? interrupt_signal() : SIGINT);
+        return 128 + SIGINT;
     }
     fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
     return e->code == ST_EUNSUPPORTED ? 3 : 1;
