@@ -15,6 +15,15 @@
 #include <signal.h>
 #include <string.h>
 
+// --report_memory: the command's name for the line printed at exit. An atexit handler takes no
+// argument, so the name is kept here, set once per process before the command runs.
+static const char *g_report_command;
+
+static void report_memory(void) {
+    fprintf(stderr, "still %s: peak RSS %.1f MiB (VmHWM %zu bytes)\n", g_report_command, mem_peak_rss() / 1048576.0,
+            mem_peak_rss());
+}
+
 int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv,
               int *done) {
     Err e = {0};
@@ -30,6 +39,10 @@ int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *
         args_free(a);
         *done = 1;
         return 0;
+    }
+    if (args_bool(a, "report_memory") && !g_report_command) {
+        g_report_command = command;
+        atexit(report_memory);
     }
     const char *lvl = args_str(a, "log_level");
     if (!strcmp(lvl, "error")) log_set_level(LOG_ERROR);
