@@ -6,16 +6,7 @@
 # halves its kl_student_teacher on held-out prompts.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $(tail -3 <<<"$out")"; fi
-}
+source tests/e2e/lib.sh
 metric() {  # file, key, step -> value of key in the metrics line of that step
   grep "\"step\":$3}" "$1" | grep -o "\"$2\":[-0-9.e+]*" | head -1 | cut -d: -f2
 }
@@ -47,10 +38,9 @@ run() {  # name, flags...: a 2-step run must succeed
 
 # 1. the default (DistillationTrainer) and its logged metrics
 run default --teacher "$tmp/tea"
-for k in loss grad_norm learning_rate kl_student_teacher completions/mean_length completions/clipped_ratio \
-         generation_tokens_per_second train_tokens_per_second tokens_per_second num_tokens plans; do
-  grep -q "\"$k\"" "$tmp/default/metrics.jsonl" || { fail metric_names "no $k in metrics.jsonl"; break; }
-done && ok metric_names
+expect_keys metric_names "$tmp/default/metrics.jsonl" loss grad_norm learning_rate kl_student_teacher \
+  completions/mean_length completions/clipped_ratio generation_tokens_per_second train_tokens_per_second \
+  tokens_per_second num_tokens plans
 if grep -q "student-teacher KL" "$tmp/default/kl.svg" 2>/dev/null && [ ! -e "$tmp/default/reward.svg" ]; then ok kl_plot
 else fail kl_plot "$(ls "$tmp/default")"; fi
 grep -q "loss jsd (beta 1, top_k 0, temperature 1).*temperature 1, top_p 0.95, top_k 0, max_completion_length 8" \
@@ -197,7 +187,9 @@ L="--model $tmp/s0 --teacher $tmp/t1 --dataset $tmp/train.jsonl --eval_dataset $
    --per_device_train_batch_size 8 --max_completion_length 8 --pad_to_multiple_of 16 --save_strategy no
    --lr_scheduler_type constant --logging_steps 10"
 $BIN distill $L --output_dir "$tmp/l0" --max_steps 1 --learning_rate 0 --eval_strategy steps --eval_steps 1 >/dev/null 2>&1
-$BIN distill $L --output_dir "$tmp/l1" --max_steps 40 --learning_rate 1e-2 --eval_strategy steps --eval_steps 40 \
+# 100 steps: at 40 the held-out KL of some seeds (and of seed 3 with AVX-512 kernels) sits near 1.2 before it
+# drops; at 100 every seed tried (3..7) ends at 0.65 or below, from a start near 2.2.
+$BIN distill $L --output_dir "$tmp/l1" --max_steps 100 --learning_rate 1e-2 --eval_strategy steps --eval_steps 100 \
   >/dev/null 2>"$tmp/err"
 k0=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l0/metrics.jsonl" | cut -d: -f2)
 k1=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l1/metrics.jsonl" | cut -d: -f2)
