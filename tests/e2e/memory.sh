@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # memory.sh: `still info` predicts the peak RSS (VmHWM, printed by --report_memory) of still
 # generate and still sft within 10%, on a 23M-parameter model (fp32 and bf16 files, 1 and 2
-# threads); weights converted at load are not resident twice; saving checkpoints adds at most 10%
-# to the peak. The prediction for another shape is not within 10% (the check can fail).
+# threads); weights converted at load are not resident twice; saving checkpoints and resuming
+# add at most 10% to the peak. The prediction for another shape is not within 10% (the check can fail).
 set -u
 BIN=${STILL_BIN:-./still}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -48,7 +48,8 @@ for v in "f32 float32" "bf16 bfloat16" "bf16 float32"; do
 done
 
 # sft: fp32 masters, gradients, AdamW, the train plan (gradient checkpointing, SFT's default)
-S="--dataset $tmp/ids.jsonl --max_steps 2 --per_device_train_batch_size 1 --pad_to_multiple_of 128 --learning_rate 1e-4"
+S0="--dataset $tmp/ids.jsonl --per_device_train_batch_size 1 --pad_to_multiple_of 128 --learning_rate 1e-4"
+S="$S0 --max_steps 2"
 for v in "f32 1" "f32 2" "bf16 2"; do
   set -- $v
   $BIN sft --model "$tmp/$1" $S --threads "$2" --save_strategy no --output_dir "$tmp/o_$1_$2" --report_memory \
@@ -65,6 +66,17 @@ if [ -f "$tmp/o_save/checkpoint-1/optimizer.safetensors" ] && [ -n "$m" ] && [ -
    && awk -v a="$m" -v b="$nosave" 'BEGIN { exit !(a <= 1.1 * b) }'; then
   ok "saving_adds_at_most_10_percent ($((m / 1048576)) MiB vs $((nosave / 1048576)) MiB without saving)"
 else fail saving_adds_at_most_10_percent "with saves ${m:-?} bytes, without ${nosave:-?}"; fi
+
+# resuming reads the optimizer state into the optimizer's own buffers: no more than a fresh run
+$BIN sft --model "$tmp/bf16" $S0 --max_steps 3 --threads 2 --save_steps 1 --stop_after_steps 1 --output_dir "$tmp/o_res" \
+  >/dev/null 2>&1
+$BIN sft --model "$tmp/bf16" $S0 --max_steps 3 --threads 2 --save_steps 1 --output_dir "$tmp/o_res" \
+  --resume_from_checkpoint latest --report_memory >/dev/null 2>"$tmp/err2"
+m=$(peak "$tmp/err2")
+if grep -q "resuming from .*checkpoint-1" "$tmp/err2" && [ -n "$m" ] && [ -n "${nosave:-}" ] \
+   && awk -v a="$m" -v b="$nosave" 'BEGIN { exit !(a <= 1.1 * b) }'; then
+  ok "resume_adds_at_most_10_percent ($((m / 1048576)) MiB)"
+else fail resume_adds_at_most_10_percent "resumed ${m:-?} bytes, a fresh run ${nosave:-?}: $(tail -2 "$tmp/err2")"; fi
 
 # the comparison tells shapes apart: B=8's prediction is not within 10% of B=1's run
 m=$(peak "$tmp/err")
