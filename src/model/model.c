@@ -6,6 +6,7 @@
 #include "../core/log.h"
 #include "../core/meminfo.h"
 #include "../core/rng.h"
+#include "gguf_model.h"
 #include "lora.h"
 #include "safetensors.h"
 
@@ -172,19 +173,43 @@ static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
     free(stage);
 }
 
+Status model_config_load(const char *dir_or_gguf, ModelConfig *cfg, Err *e) {
+    if (gguf_is_file(dir_or_gguf)) {
+        GgufFile g;
+        TRY(gguf_open(dir_or_gguf, &g, e));
+        Status st = gguf_model_config(&g, cfg, e);
+        gguf_close(&g);
+        return st;
+    }
+    char *path = path_join(dir_or_gguf, "config.json");
+    Status st = config_load(path, cfg, e);
+    free(path);
+    return st;
+}
+
 static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, Model **out, Err *e) {
     *out = NULL;
-    char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
-    Status st = config_load(cfg_path, &cfg, e);
-    free(cfg_path);
-    if (st != ST_OK) return st;
     StSet *set = xcalloc(1, sizeof(StSet));
-    st = st_open(dir, set, e);
-    if (st != ST_OK) {
-        free(set);
-        config_free(&cfg);
-        return st;
+    Status st;
+    if (gguf_is_file(dir)) {  // a llama.cpp GGUF file: its metadata is the config (docs/gguf.md)
+        st = gguf_model_open(dir, matrix_dtype, &cfg, set, e);
+        if (st != ST_OK) {
+            free(set);
+            return st;
+        }
+    } else {
+        st = model_config_load(dir, &cfg, e);
+        if (st != ST_OK) {
+            free(set);
+            return st;
+        }
+        st = st_open(dir, set, e);
+        if (st != ST_OK) {
+            free(set);
+            config_free(&cfg);
+            return st;
+        }
     }
     // The checkpoint's dtype: that of its embedding matrix.
     DType ckpt = cfg.torch_dtype;
