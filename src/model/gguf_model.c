@@ -320,6 +320,7 @@ static Status convert_tensor(const GgufFile *g, const GgufTensor *gt, const Mode
 
 Status gguf_model_open(const char *path, int quant_dtype, ModelConfig *cfg, StSet *set, Err *e) {
     memset(set, 0, sizeof *set);
+    memset(cfg, 0, sizeof *cfg);
     GgufFile g;
     TRY(gguf_open(path, &g, e));
     Status st = gguf_model_config(&g, cfg, e);
