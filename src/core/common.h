@@ -66,6 +66,17 @@ const char *status_name(Status s);
         if (try_st_ != ST_OK) return try_st_;                                                  \
     } while (0)
 
+// Size arithmetic that cannot wrap: the product or sum, or SIZE_MAX when it does not fit in size_t
+// (a memory check then refuses it).
+static inline size_t size_mul(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static inline size_t size_add(size_t a, size_t b) {
+    size_t r;
+    return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

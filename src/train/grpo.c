@@ -60,6 +60,11 @@ struct Grpo {
     float *mb_logp, *mb_coef, *mb_mask, *mb_old, *mb_ref;  // (B, C)
     double *mb_adv, *mb_seq; // (B)
     double *mb_stats;        // (GA, 8) per micro-batch sums, summed over the ranks
+    const int32_t **mb_p, **mb_c;  // (B) a scoring batch's prompts and completions
+    int *mb_pl, *mb_cl;      // (B) their lengths
+    // this rank's prompts of a generation round
+    const int32_t **gen_p;   // (ppr / W)
+    int *gen_pl, *gen_keys;  // (ppr / W)
 };
 
 void grpo_config_default(GrpoConfig *c, GrpoAlgo algo) {
@@ -109,8 +114,8 @@ static int is_eos(const Grpo *g, int32_t id) {
 
 // Rows rows[0..B) of the round as a scoring batch (B rows, T = padded longest prompt + C).
 static Status build_batch(Grpo *g, const int *rows, ScoreBatch *sb, Err *e) {
-    const int32_t *pp[g->B], *cc[g->B];
-    int pl[g->B], cl[g->B];
+    const int32_t **pp = g->mb_p, **cc = g->mb_c;
+    int *pl = g->mb_pl, *cl = g->mb_cl;
     for (int b = 0; b < g->B; b++) {
         int i = rows[b];
         const PromptRow *pr = &g->ps.rows[g->prompt[i]];
@@ -139,9 +144,8 @@ static void scatter_completion(const ScoreBatch *sb, const float *in, float *fla
 // policy at generation time) -> out (n, C).
 static Status score_round(Grpo *g, Model *mm, float *out, Err *e) {
     Backend *be = mm->be;
-    int rows[g->B];
     for (int s = 0; s < g->GA; s++) {
-        for (int b = 0; b < g->B; b++) rows[b] = g->mine[s * g->B + b];
+        const int *rows = g->mine + (size_t)s * g->B;  // (B)
         ScoreBatch sb = {0};
         TRY(build_batch(g, rows, &sb, e));
         Plan *p;
@@ -372,8 +376,8 @@ static Status generate_round(Grpo *g, int round, StepReport *r, Err *e) {
     int epoch = round / g->rounds_per_epoch, j = round % g->rounds_per_epoch;
     int npl = g->ppr / g->W, first = j * g->ppr + g->R * npl, lo = g->R * g->n_local;
     prompt_order(g, epoch);
-    const int32_t *pp[npl];
-    int pl[npl], keys[npl];
+    const int32_t **pp = g->gen_p;
+    int *pl = g->gen_pl, *keys = g->gen_keys;
     for (int k = 0; k < npl; k++) {
         const PromptRow *pr = &g->ps.rows[g->perm[first + k]];
         pp[k] = pr->ids, pl[k] = pr->n, keys[k] = g->R * npl + k;
@@ -657,6 +661,11 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     g->mb_ref = xcalloc(BC, sizeof(float));
     g->mb_adv = xcalloc((size_t)g->B, sizeof(double));
     g->mb_seq = xcalloc((size_t)g->B, sizeof(double));
+    g->mb_p = xcalloc((size_t)g->B, sizeof *g->mb_p), g->mb_c = xcalloc((size_t)g->B, sizeof *g->mb_c);
+    g->mb_pl = xcalloc((size_t)g->B, sizeof(int)), g->mb_cl = xcalloc((size_t)g->B, sizeof(int));
+    size_t npl = (size_t)MAX(1, g->ppr / g->W);
+    g->gen_p = xcalloc(npl, sizeof *g->gen_p);
+    g->gen_pl = xcalloc(npl, sizeof(int)), g->gen_keys = xcalloc(npl, sizeof(int));
     *out = g;
     return ST_OK;
 }
@@ -676,6 +685,7 @@ void grpo_free(Grpo *g) {
     free(g->rewards), free(g->total), free(g->adv), free(g->order), free(g->mask), free(g->ref_logp), free(g->old_logp);
     free(g->h_flat), free(g->h_ent), free(g->mb_logp), free(g->mb_coef), free(g->mb_mask), free(g->mb_old);
     free(g->mb_ref), free(g->mb_adv), free(g->mb_seq), free(g->mine), free(g->mb_stats);
+    free(g->mb_p), free(g->mb_c), free(g->mb_pl), free(g->mb_cl), free(g->gen_p), free(g->gen_pl), free(g->gen_keys);
     free(g);
 }
 
