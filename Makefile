@@ -71,7 +71,7 @@ $(info still: OpenMP on ($(CC) -fopenmp))
 
 MARCH ?= -march=native
 OPT ?= -O2
-WARN := -Wall -Wextra -Werror -Wvla -Wno-unused-parameter -Wno-format-truncation
+WARN := -Wall -Wextra -Werror -Wvla -Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers
 CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -g $(WARN) -fopenmp $(PKG_CFLAGS) $(BLAS_CFLAGS) -Isrc
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(MARCH) $(EXTRA_CFLAGS)
 LDLIBS := -fopenmp $(PKG_LIBS) $(BLAS_LIBS) -lm -lpthread $(EXTRA_LDLIBS)

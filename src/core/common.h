@@ -22,6 +22,7 @@ typedef enum {
     ST_ENOTFOUND = 5,   // a file, tensor, key or model that is not there
     ST_ERUNTIME = 6,    // a failure while running (NaN loss, timeout, child died)
     ST_EINTR = 7,       // stopped by SIGINT / SIGTERM (after saving what resuming needs)
+    ST_EUSAGE = 8,      // flag values that cannot go together (a usage error: exit 2, as a bad flag)
 } Status;
 
 #define ERR_MSG_MAX 2048

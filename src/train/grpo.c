@@ -541,29 +541,34 @@ StepSource grpo_source(Grpo *g) {
 
 // ---- setup -------------------------------------------------------------------------------------
 
-static Status check_config(const GrpoConfig *c, Err *e) {
+Status grpo_check_config(const GrpoConfig *c, Err *e) {
     if (c->num_generations < 2)
-        return err_set(e, ST_EINVAL, "--num_generations %d: at least 2 completions per prompt are needed for a "
+        return err_set(e, ST_EUSAGE, "--num_generations %d: at least 2 completions per prompt are needed for a "
                                      "baseline", c->num_generations);
     if (c->per_device_train_batch_size <= 0 || c->train.grad_accum <= 0)
-        return err_set(e, ST_EINVAL, "--per_device_train_batch_size and --gradient_accumulation_steps must be positive");
-    int n = c->per_device_train_batch_size * c->train.grad_accum;
+        return err_set(e, ST_EUSAGE, "--per_device_train_batch_size and --gradient_accumulation_steps must be positive");
+    long long n = (long long)c->per_device_train_batch_size * c->train.grad_accum;
+    int world = c->dist && c->dist->world > 1 ? c->dist->world : 1;
+    if (n * world > (1 << 24))
+        return err_set(e, ST_EUSAGE, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
+                                     "%d%s = %lld completions) is more than %d", c->per_device_train_batch_size,
+                       c->train.grad_accum, world > 1 ? " x ranks" : "", n * world, 1 << 24);
     if (n % c->num_generations)
-        return err_set(e, ST_EINVAL, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
-                                     "%d = %d completions%s) must be a multiple of --num_generations %d",
-                       c->per_device_train_batch_size, c->train.grad_accum, n,
-                       c->dist && c->dist->world > 1 ? " per rank" : "", c->num_generations);
-    if (c->max_completion_length <= 0) return err_set(e, ST_EINVAL, "--max_completion_length must be positive");
-    if (c->num_iterations <= 0) return err_set(e, ST_EINVAL, "--num_iterations must be positive");
-    if (c->epsilon < 0) return err_set(e, ST_EINVAL, "--epsilon must be >= 0");
-    if (c->beta < 0) return err_set(e, ST_EINVAL, "--beta must be >= 0");
-    if (!(c->temperature > 0)) return err_set(e, ST_EINVAL, "--temperature must be positive");
+        return err_set(e, ST_EUSAGE, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
+                                     "%d = %lld completions%s) must be a multiple of --num_generations %d",
+                       c->per_device_train_batch_size, c->train.grad_accum, n, world > 1 ? " per rank" : "",
+                       c->num_generations);
+    if (c->max_completion_length <= 0) return err_set(e, ST_EUSAGE, "--max_completion_length must be positive");
+    if (c->num_iterations <= 0) return err_set(e, ST_EUSAGE, "--num_iterations must be positive");
+    if (c->epsilon < 0) return err_set(e, ST_EUSAGE, "--epsilon must be >= 0");
+    if (c->beta < 0) return err_set(e, ST_EUSAGE, "--beta must be >= 0");
+    if (!(c->temperature > 0)) return err_set(e, ST_EUSAGE, "--temperature must be positive");
     return ST_OK;
 }
 
 Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     *out = NULL;
-    TRY(check_config(c, e));
+    TRY(grpo_check_config(c, e));
     Grpo *g = xcalloc(1, sizeof *g);
     g->c = c, g->m = m, g->round = -1, g->perm_epoch = -1;
     g->G = c->num_generations, g->B = c->per_device_train_batch_size, g->GA = c->train.grad_accum;
