@@ -7,7 +7,7 @@
 # asan: yes
 set -u
 BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; rm -f still-demo-pwned' EXIT
 ok() { echo "ok $1"; }
 fail() { echo "FAIL $1: $2"; }
 D="$tmp/demo out \$(touch still-demo-pwned)"
