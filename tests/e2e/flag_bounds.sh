@@ -4,16 +4,8 @@
 # checks torch / TRL / transformers make between flags are flag errors too (docs/errors.md).
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_usage() {  # name, expected substring, command...: exit 2 and the message
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $out"; fi
-}
+source tests/e2e/lib.sh
+expect_usage() { local name=$1; shift; expect_rc "$name" 2 "$@"; }  # name, message, command...: exit 2 and the message
 
 # 1. the whole table: for every command, every numeric flag gets a value just outside its interval
 cmds=$($BIN --help | awk '/^commands:/ { f = 1; next } f && /^  [a-z]/ { print $1 }')
