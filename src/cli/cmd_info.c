@@ -117,6 +117,9 @@ static Status run(const Args *a, Err *e) {
         printf("architecture    %s: %d layers, hidden %d, heads %d (kv %d), head_dim %d, mlp %d, vocab %d\n",
                cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
                cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size);
+        if (cfg.num_labels > 0)
+            printf("classifier      %s: score head of %d label%s, pooled at the last token that is not pad_token_id %d\n",
+                   config_architecture(&cfg), cfg.num_labels, cfg.num_labels == 1 ? "" : "s", cfg.pad_token_id);
         printf("flags           tied embeddings %s, qk norm %s, qkv bias %s, o bias %s, rope theta %g%s\n",
                cfg.tie_word_embeddings ? "yes" : "no", cfg.qk_norm ? "yes" : "no", cfg.qkv_bias ? "yes" : "no",
                cfg.o_bias ? "yes" : "no", cfg.rope_theta,
