@@ -15,24 +15,24 @@ static const ArgSpec specs[] = {
                                  "with --use_peft the base with the adapter off)"},
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "preference pairs: a local JSONL or JSON file (prompt/chosen/rejected as "
                                "text or messages, implicit-prompt chosen/rejected, or prompt_ids/chosen_ids/rejected_ids)"},
-    {"beta", ARG_FLOAT, "0.1", "deviation from the reference (IPO: its tau)"},
+    {"beta", ARG_FLOAT, "0.1", "deviation from the reference (IPO: its tau)", "(0,inf)"},
     {"loss_type", ARG_LIST, "sigmoid", "loss type(s), repeatable or comma-separated: sigmoid hinge ipo exo_pair nca_pair "
                                        "robust bco_pair sppo_hard aot aot_unpaired apo_zero apo_down discopop sft "
                                        "sigmoid_norm"},
     {"loss_weights", ARG_LIST, NULL, "one weight per loss type (default 1 each)"},
-    {"label_smoothing", ARG_FLOAT, "0", "robust: flip probability in [0, 0.5); exo_pair: its epsilon; aot: smoothing"},
+    {"label_smoothing", ARG_FLOAT, "0", "robust: flip probability in [0, 0.5); exo_pair: its epsilon; aot: smoothing", "[0,1)"},
     {"f_divergence_type", ARG_STR, "reverse_kl", "reverse_kl | forward_kl | js_divergence | alpha_divergence"},
-    {"f_alpha_divergence_coef", ARG_FLOAT, "0.5", "alpha of alpha_divergence"},
-    {"ld_alpha", ARG_FLOAT, NULL, "LD-DPO: weight of completion tokens past the shorter completion (default: none)"},
+    {"f_alpha_divergence_coef", ARG_FLOAT, "0.5", "alpha of alpha_divergence", "[0,inf)"},
+    {"ld_alpha", ARG_FLOAT, NULL, "LD-DPO: weight of completion tokens past the shorter completion (default: none)", "[0,1]"},
     {"use_weighting", ARG_BOOL, "false", "WPO weights from the policy's length-normalised probabilities"},
-    {"discopop_tau", ARG_FLOAT, "0.05", "temperature of the discopop loss"},
+    {"discopop_tau", ARG_FLOAT, "0.05", "temperature of the discopop loss", "(0,inf)"},
     {"precompute_ref_log_probs", ARG_BOOL, "false", "reference log-probs once over the dataset before training (or "
                                                     "the dataset's ref_chosen_logps / ref_rejected_logps columns)"},
     {"precompute_ref_batch_size", ARG_INT, NULL, "pairs per batch while precomputing (default: "
-                                                 "per_device_train_batch_size)"},
-    {"max_length", ARG_INT, "1024", "tokens kept of prompt + completion (0 = no truncation)"},
+                                                 "per_device_train_batch_size)", "[1,inf)"},
+    {"max_length", ARG_INT, "1024", "tokens kept of prompt + completion (0 = no truncation)", "[0,inf)"},
     {"truncation_mode", ARG_STR, "keep_start", "keep_start | keep_end (deprecated in TRL)"},
-    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)", "[0,inf)"},
     {"padding_free", ARG_BOOL, "false", "accepted when false (TRL disables it for DPO too)"},
     {"disable_dropout", ARG_BOOL, "true", "accepted when true (still has no dropout outside LoRA)"},
     {"sync_ref_model", ARG_BOOL, "false", "TR-DPO reference syncing (not supported yet)"},
@@ -44,8 +44,8 @@ static const ArgSpec specs[] = {
 };
 
 static const ArgSpec train_defaults[] = {
-    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate (DPOConfig: 1e-6)"},
-    {"per_device_train_batch_size", ARG_INT, "8", "preference pairs per micro-batch"},
+    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate (DPOConfig: 1e-6)", "[0,inf)"},
+    {"per_device_train_batch_size", ARG_INT, "8", "preference pairs per micro-batch", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -111,13 +111,13 @@ static Status build(const Args *a, DpoConfig *c, char **model_dir, char **ref_di
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
     DpoLossConfig *l = &c->loss;
-    TRY(parse_losses(a, l, e));
+    if (parse_losses(a, l, e) != ST_OK) return e->code = ST_EUSAGE;
     l->beta = args_float(a, "beta");
     l->label_smoothing = args_float(a, "label_smoothing");
     l->discopop_tau = args_float(a, "discopop_tau");
     l->f_alpha = args_float(a, "f_alpha_divergence_coef");
     l->use_weighting = args_bool(a, "use_weighting");
-    TRY(dpo_parse_fdiv(args_str(a, "f_divergence_type"), &l->fdiv, e));
+    if (dpo_parse_fdiv(args_str(a, "f_divergence_type"), &l->fdiv, e) != ST_OK) return e->code = ST_EUSAGE;
     c->has_ld_alpha = args_is_set(a, "ld_alpha");
     if (c->has_ld_alpha) c->ld_alpha = args_float(a, "ld_alpha");
     c->precompute_ref_log_probs = args_bool(a, "precompute_ref_log_probs");
@@ -125,7 +125,7 @@ static Status build(const Args *a, DpoConfig *c, char **model_dir, char **ref_di
     c->data.max_length = (int)args_int(a, "max_length");
     const char *tm = args_str(a, "truncation_mode");
     if (!strcmp(tm, "keep_end")) c->data.keep_end = 1;
-    else if (strcmp(tm, "keep_start")) return err_set(e, ST_EINVAL, "--truncation_mode %s: expected keep_start or keep_end", tm);
+    else if (strcmp(tm, "keep_start")) return err_set(e, ST_EUSAGE, "--truncation_mode %s: expected keep_start or keep_end", tm);
     c->data.skip_bad_rows = args_bool(a, "skip_bad_rows");
     c->pad_to_multiple_of = (int)args_int(a, "pad_to_multiple_of");
     if (args_bool(a, "padding_free"))
@@ -137,6 +137,7 @@ static Status build(const Args *a, DpoConfig *c, char **model_dir, char **ref_di
     c->drop_last = args_bool(a, "dataloader_drop_last");
     c->shuffle = args_bool(a, "shuffle");
     c->chat_template_kwargs = args_str(a, "chat_template_kwargs");
+    if (dpo_check_config(l, e) != ST_OK) return e->code = ST_EUSAGE;  // TRL's checks between flags
     return ST_OK;
 }
 

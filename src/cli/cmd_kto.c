@@ -14,13 +14,13 @@ static const ArgSpec specs[] = {
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "unpaired rows: prompt/completion/label (text or messages), "
                                "prompt_ids/completion_ids/label, or preference pairs (unpaired as TRL does)"},
     {"loss_type", ARG_STR, "kto", "kto | apo_zero_unpaired"},
-    {"beta", ARG_FLOAT, "0.1", "deviation from the reference"},
-    {"desirable_weight", ARG_FLOAT, "1.0", "weight of the desirable rows' losses"},
-    {"undesirable_weight", ARG_FLOAT, "1.0", "weight of the undesirable rows' losses"},
+    {"beta", ARG_FLOAT, "0.1", "deviation from the reference", "(0,inf)"},
+    {"desirable_weight", ARG_FLOAT, "1.0", "weight of the desirable rows' losses", "[0,inf)"},
+    {"undesirable_weight", ARG_FLOAT, "1.0", "weight of the undesirable rows' losses", "[0,inf)"},
     {"precompute_ref_log_probs", ARG_BOOL, "false", "reference log-probs once over the dataset before training (or "
                                                     "the dataset's ref_logps / ref_KL_logps columns)"},
-    {"max_length", ARG_INT, "1024", "tokens kept of prompt + completion (0 = no truncation)"},
-    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
+    {"max_length", ARG_INT, "1024", "tokens kept of prompt + completion (0 = no truncation)", "[0,inf)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)", "[0,inf)"},
     {"train_sampling_strategy", ARG_STR, "sequential", "sequential (the KL pairs need it; the only one supported)"},
     {"disable_dropout", ARG_BOOL, "true", "accepted when true (still has no dropout outside LoRA)"},
     {"sync_ref_model", ARG_BOOL, "false", "TR-DPO reference syncing (not supported yet)"},
@@ -31,8 +31,8 @@ static const ArgSpec specs[] = {
 };
 
 static const ArgSpec train_defaults[] = {
-    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate (KTOConfig: 1e-6)"},
-    {"per_device_train_batch_size", ARG_INT, "8", "rows per micro-batch (> 1 for the kto loss's KL term)"},
+    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate (KTOConfig: 1e-6)", "[0,inf)"},
+    {"per_device_train_batch_size", ARG_INT, "8", "rows per micro-batch (> 1 for the kto loss's KL term)", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -50,7 +50,7 @@ static Status build(const Args *a, KtoConfig *c, char **model_dir, char **ref_di
     TRY(cli_train_config(a, 0, &c->train, &r, e));
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
-    TRY(kto_parse_loss_type(args_str(a, "loss_type"), &c->loss.type, e));
+    if (kto_parse_loss_type(args_str(a, "loss_type"), &c->loss.type, e) != ST_OK) return e->code = ST_EUSAGE;
     c->loss.beta = args_float(a, "beta");
     c->loss.desirable_weight = args_float(a, "desirable_weight");
     c->loss.undesirable_weight = args_float(a, "undesirable_weight");
@@ -66,6 +66,9 @@ static Status build(const Args *a, KtoConfig *c, char **model_dir, char **ref_di
     if (args_bool(a, "sync_ref_model")) return err_set(e, ST_EUNSUPPORTED, "--sync_ref_model is not supported yet");
     c->drop_last = args_bool(a, "dataloader_drop_last");
     c->chat_template_kwargs = args_str(a, "chat_template_kwargs");
+    if (c->loss.type == KTO_LOSS_KTO && c->per_device_train_batch_size <= 1)
+        return err_set(e, ST_EUSAGE, "--per_device_train_batch_size must be > 1 for the kto loss: its KL term pairs each "
+                                     "prompt with another row's completion of the same batch (as TRL)");
     return ST_OK;
 }
 

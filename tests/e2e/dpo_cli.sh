@@ -3,7 +3,7 @@
 # and conversational pairs through a tokenizer and chat template; an interrupted run resumes bit for
 # bit; a LoRA run whose reference is the base with the adapter off; 2 ranks x B pairs equal 1 rank x
 # 2B (per-step loss, grad_norm and the rewards); kto on text rows and on pairs; flag and data errors
-# name what is wrong (exit 1; an unknown flag exits 2, as every command).
+# name what is wrong (flag errors exit 2, data errors 1, as every command).
 # asan: yes
 set -u
 BIN=${STILL_BIN:-./still}
@@ -107,13 +107,13 @@ if $BIN kto --model "$tmp/m" --dataset "$tmp/kto.jsonl" --output_dir "$tmp/k1" -
 else fail kto_trains "$(tail -2 "$tmp/err") $(tail -2 "$tmp/err2" 2>/dev/null)"; fi
 
 # 6. errors
-expect_err bad_loss_type 1 "--loss_type kto_pair: expected one of" $BIN dpo --model $M --dataset $P --output_dir "$tmp/e1" --loss_type kto_pair
-expect_err loss_weights_count 1 "--loss_weights has 1 values for 2 loss types" \
+expect_err bad_loss_type 2 "--loss_type kto_pair: expected one of" $BIN dpo --model $M --dataset $P --output_dir "$tmp/e1" --loss_type kto_pair
+expect_err loss_weights_count 2 "--loss_weights has 1 values for 2 loss types" \
   $BIN dpo --model $M --dataset $P --output_dir "$tmp/e2" --loss_type sigmoid,ipo --loss_weights 1
-expect_err exo_needs_smoothing 1 "exo_pair needs --label_smoothing" $BIN dpo --model $M --dataset $P --output_dir "$tmp/e3" --loss_type exo_pair
+expect_err exo_needs_smoothing 2 "exo_pair needs --label_smoothing" $BIN dpo --model $M --dataset $P --output_dir "$tmp/e3" --loss_type exo_pair
 echo '{"prompt": "a", "completion": "b"}' >"$tmp/sft.jsonl"
 expect_err not_preference_rows 1 "sft.jsonl:1: not a preference row" $BIN dpo --model "$tmp/m" --dataset "$tmp/sft.jsonl" --output_dir "$tmp/e4"
-expect_err kto_batch_of_one 1 "must be > 1 for the kto loss" \
+expect_err kto_batch_of_one 2 "must be > 1 for the kto loss" \
   $BIN kto --model "$tmp/m" --dataset "$tmp/kto.jsonl" --output_dir "$tmp/e5" --per_device_train_batch_size 1
 expect_err missing_ref_model 1 "no such directory" $BIN dpo --model $M --dataset $P --output_dir "$tmp/e6" --ref_model "$tmp/nope"
 expect_err unknown_flag 2 "--loss_typ" $BIN dpo --model $M --dataset $P --output_dir "$tmp/e7" --loss_typ sigmoid
