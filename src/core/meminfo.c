@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static size_t read_meminfo_kb(const char *key) {
@@ -56,6 +57,26 @@ size_t mem_rss(void) {
     return n == 2 ? (size_t)resident * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+size_t mem_peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            kb = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+void mem_release_mapped(const void *p, size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
+    if (end > b) madvise((void *)b, end - b, MADV_DONTNEED);  // advice only: a failure changes nothing
+}
+
 int mem_parse_size(const char *s, size_t *out) {
     char *end;
     double v = strtod(s, &end);
@@ -87,7 +108,7 @@ Status mem_check(size_t need, size_t max_memory, const char *what, Err *e) {
     char a[32], b[32], c[32], d[32];
     if (max_memory > 0) {
         size_t rss = mem_rss();
-        if (rss + need > max_memory)
+        if (size_add(rss, need) > max_memory)
             return err_set(e, ST_ENOMEM, "%s needs %s, but --max_memory %s leaves %s (the process already holds %s)",
                            what, mem_fmt(need, a, sizeof a), mem_fmt(max_memory, b, sizeof b),
                            mem_fmt(max_memory > rss ? max_memory - rss : 0, c, sizeof c), mem_fmt(rss, d, sizeof d));

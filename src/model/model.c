@@ -6,6 +6,7 @@
 #include "../core/log.h"
 #include "../core/meminfo.h"
 #include "../core/rng.h"
+#include "gguf_model.h"
 #include "lora.h"
 #include "safetensors.h"
 
@@ -155,23 +156,24 @@ static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *
     return ST_OK;
 }
 
-// Copy (converting) every tensor not used in place into params (those the checkpoint has).
+// Copy (converting) every tensor not used in place into params (those the checkpoint has), 8 MiB
+// at a time through one stage buffer, each piece's pages of the mapping released once copied
+// (peak: the copies plus about 12 MiB, not the largest tensor twice or the file beside its copy).
+#define UPLOAD_CHUNK (8u << 20)
 static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
-    size_t stage_cap = 0;
-    void *stage = NULL;
+    void *stage = xmalloc(UPLOAD_CHUNK);
     for (int i = 0; i < m->tt.n; i++) {
         if (mapped && mapped[i]) continue;
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
         if (!s) continue;  // a new score head (check_tensors allowed it)
-        size_t bytes = t->numel * dtype_size(t->dtype);
-        if (bytes > stage_cap) {
-            free(stage);
-            stage = xmalloc(bytes);
-            stage_cap = bytes;
+        size_t es = dtype_size(t->dtype), ss = dtype_size(s->dtype), step = UPLOAD_CHUNK / MAX(es, ss);
+        for (size_t j = 0; j < t->numel; j += step) {
+            size_t n = MIN(step, t->numel - j);
+            dtype_convert(stage, t->dtype, (const char *)s->data + j * ss, s->dtype, n);
+            m->be->upload(m->be, (char *)m->data[i] + j * es, stage, n * es);
+            st_release(set, s, j * ss, n * ss);
         }
-        dtype_convert(stage, t->dtype, s->data, s->dtype, t->numel);
-        m->be->upload(m->be, m->data[i], stage, bytes);
     }
     free(stage);
 }
@@ -212,21 +214,37 @@ static void init_score(Model *m, uint64_t seed) {
     free(h);
 }
 
+Status model_config_load(const char *dir_or_gguf, ModelConfig *cfg, Err *e) {
+    memset(cfg, 0, sizeof *cfg);
+    if (gguf_is_file(dir_or_gguf)) {
+        GgufFile g;
+        TRY(gguf_open(dir_or_gguf, &g, e));
+        Status st = gguf_model_config(&g, cfg, e);
+        gguf_close(&g);
+        return st;
+    }
+    char *path = path_join(dir_or_gguf, "config.json");
+    Status st = config_load(path, cfg, e);
+    free(path);
+    return st;
+}
+
 static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e) {
     *out = NULL;
     int frozen = o->frozen, convert = 0;
-    char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
-    Status st = config_load(cfg_path, &cfg, e);
-    free(cfg_path);
-    if (st == ST_OK) st = check_kind(dir, &cfg, o, &convert, e);
+    StSet *set = xcalloc(1, sizeof(StSet));
+    // A llama.cpp GGUF file: its metadata is the config, its tensors the checkpoint (docs/gguf.md).
+    int gguf = gguf_is_file(dir);
+    Status st = gguf ? gguf_model_open(dir, matrix_dtype, &cfg, set, e) : model_config_load(dir, &cfg, e);
     if (st != ST_OK) {
-        config_free(&cfg);
+        free(set);
         return st;
     }
-    StSet *set = xcalloc(1, sizeof(StSet));
-    st = st_open(dir, set, e);
+    st = check_kind(dir, &cfg, o, &convert, e);
+    if (st == ST_OK && !gguf) st = st_open(dir, set, e);
     if (st != ST_OK) {
+        st_close(set);
         free(set);
         config_free(&cfg);
         return st;
@@ -331,6 +349,7 @@ Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed,
 }
 
 // Tensor data for the streaming writer: a range of a device tensor, converted to the saved dtype.
+#define SAVE_STAGE (2u << 20)
 typedef struct SaveFill {
     const Model *m;
     DType save_dtype;
@@ -353,12 +372,14 @@ static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst,
         f->m->be->download(f->m->be, dst, src, count * es);
         return ST_OK;
     }
-    if (count * es > f->stage_cap) {
-        free(f->stage);
-        f->stage = xmalloc(f->stage_cap = count * es);
+    // converted through a stage of at most SAVE_STAGE bytes (the writer's own buffer is 8 MiB)
+    size_t per = SAVE_STAGE / es, ds = dtype_size(f->save_dtype);
+    if (!f->stage) f->stage = xmalloc(f->stage_cap = SAVE_STAGE);
+    for (size_t j = 0; j < count; j += per) {
+        size_t n = MIN(per, count - j);
+        f->m->be->download(f->m->be, f->stage, src + j * es, n * es);
+        dtype_convert((char *)dst + j * ds, f->save_dtype, f->stage, t->dtype, n);
     }
-    f->m->be->download(f->m->be, f->stage, src, count * es);
-    dtype_convert(dst, f->save_dtype, f->stage, t->dtype, count);
     return ST_OK;
 }
 
