@@ -44,13 +44,13 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
     } else {
         size_t bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
-            if (!mapped[i]) bytes += (m->tt.t[i].numel * dtype_size(m->tt.t[i].dtype) + 63) / 64 * 64;
+            if (!mapped[i]) bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
         m->params = bytes ? be->alloc(be, bytes) : NULL;
         bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
             if (!mapped[i]) {
                 m->data[i] = (char *)m->params + bytes;
-                bytes += (m->tt.t[i].numel * dtype_size(m->tt.t[i].dtype) + 63) / 64 * 64;
+                bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
             }
     }
     int half = cfg->head_dim / 2;
@@ -152,6 +152,22 @@ static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *
     return ST_OK;
 }
 
+// Q8_0 storage: only for a model that is run, never trained, and every matrix row a whole number
+// of 32-element blocks.
+static Status check_q8_0(const TensorTable *tt, const char *dir, int frozen, Err *e) {
+    if (!frozen)
+        return err_set(e, ST_EINVAL, "%s: q8_0 weights cannot be trained (trained weights are float32 masters); q8_0 is "
+                       "for generate, chat, eval, logits and frozen teachers or reference models", dir);
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        if (t->is_matrix && t->shape[1] % Q8_0_BLOCK != 0)
+            return err_set(e, ST_EINVAL, "%s: tensor \"%s\" has rows of %lld elements; q8_0 stores rows in blocks of %d "
+                           "(use --dtype float32 or bfloat16 for this model)", dir, t->name, (long long)t->shape[1],
+                           Q8_0_BLOCK);
+    }
+    return ST_OK;
+}
+
 // Copy (converting) every tensor not used in place into params.
 static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
     size_t stage_cap = 0;
@@ -160,7 +176,7 @@ static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
         if (mapped && mapped[i]) continue;
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
-        size_t bytes = t->numel * dtype_size(t->dtype);
+        size_t bytes = dtype_bytes(t->dtype, t->numel);
         if (bytes > stage_cap) {
             free(stage);
             stage = xmalloc(bytes);
@@ -194,6 +210,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
     Model probe = {.cfg = cfg};
     tensors_build(&probe.tt, &cfg, mdt);
     st = check_tensors(&probe, &probe.tt, set, dir, e);
+    if (st == ST_OK && mdt == DT_Q8_0) st = check_q8_0(&probe.tt, dir, frozen, e);
     // Frozen on host memory: tensors stored as they are computed with are used in place.
     uint8_t *mapped = NULL;
     size_t copied = probe.tt.param_bytes, in_place = 0;
@@ -202,7 +219,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
         copied = 0;
         for (int i = 0; i < probe.tt.n; i++) {
             const TensorInfo *t = &probe.tt.t[i];
-            size_t bytes = t->numel * dtype_size(t->dtype);
+            size_t bytes = dtype_bytes(t->dtype, t->numel);
             mapped[i] = st_find(set, t->name)->dtype == t->dtype;
             if (mapped[i]) in_place += bytes;
             else copied += bytes;

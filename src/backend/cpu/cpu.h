@@ -49,6 +49,15 @@ static inline void cpu_convert_f32(float *dst, const void *w, DType wdt, size_t 
     } else if (wdt == DT_F16) {
         const uint16_t *src = (const uint16_t *)w + off;
         for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+    } else if (wdt == DT_Q8_0) {  // any range: whole blocks in the middle, parts at the ends
+        const BlockQ8_0 *b = (const BlockQ8_0 *)w;
+        for (size_t i = 0; i < n;) {
+            size_t k = (off + i) / Q8_0_BLOCK, j = (off + i) % Q8_0_BLOCK;
+            size_t m = Q8_0_BLOCK - j < n - i ? Q8_0_BLOCK - j : n - i;
+            float d = f16_to_f32(b[k].d);
+            for (size_t t = 0; t < m; t++) dst[i + t] = d * (float)b[k].qs[j + t];
+            i += m;
+        }
     } else {
         memcpy(dst, (const float *)w + off, n * sizeof(float));
     }
@@ -114,8 +123,8 @@ void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w
 void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                          const void *w, DType wdt, int N, int C, int OC);
 
-// cpu_gemv.c: decode-sized matmul (N <= CPU_GEMV_MAX_ROWS input rows, fp32 or bf16 weights)
-// streaming the weights once with AVX-512 / AVX2 FMA.
+// cpu_gemv.c: decode-sized matmul (N <= CPU_GEMV_MAX_ROWS input rows; fp32, bf16 or Q8_0
+// weights, Q8_0 rows a multiple of 32) streaming the weights once with AVX-512 / AVX2 FMA.
 #define CPU_GEMV_MAX_ROWS 8
 void cpu_gemv_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                       int C, int OC);
