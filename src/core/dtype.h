@@ -17,7 +17,11 @@ typedef struct BlockQ8_0 {
     uint16_t d;              // fp16 scale
     int8_t qs[Q8_0_BLOCK];   // quants
 } BlockQ8_0;
+#ifdef __cplusplus
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 blocks are 34 bytes, as in GGUF");
+#else
 _Static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 blocks are 34 bytes, as in GGUF");
+#endif
 
 // Bytes per element of the elementwise dtypes (F32, BF16, F16); Q8_0 has none (dtype_bytes).
 static inline size_t dtype_size(DType t) { return t == DT_F32 ? 4 : 2; }
