@@ -78,11 +78,6 @@ static inline vf v_load_q8(const int8_t *p) {
 }
 #endif
 
-#if defined(__F16C__) && defined(__AVX2__)
-static inline float q8_scale(uint16_t h) { return _cvtsh_ss(h); }
-#else
-static inline float q8_scale(uint16_t h) { return f16_to_f32(h); }
-#endif
 
 #ifdef VW
 // Rows [o, o+R) of w against the N input rows: out[n, o+r] = x_n . w_{o+r} (+ bias).
@@ -147,7 +142,7 @@ static inline __attribute__((always_inline)) void gemv_block_q8(float *out, cons
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const BlockQ8_0 *blk = w + (size_t)(o + r) * nb + b;
-            vf d = v_set1(q8_scale(blk->d)), wv[K];
+            vf d = v_set1(cpu_f16_to_f32(blk->d)), wv[K];
 #pragma GCC unroll 4
             for (int k = 0; k < K; k++) wv[k] = v_load_q8(blk->qs + k * VW);
 #pragma GCC unroll 8

@@ -36,9 +36,10 @@ static void matmul_forward_gemv(Backend *be, float *out, const float *inp, const
     }
 }
 
-// Rows of a converted weight tile: about 512 KiB of fp32 (a core's L2), a multiple of 16 rows.
+// Rows of a converted weight tile: about 256 KiB of fp32 (half of a Zen 2 core's L2, the other
+// half for sgemm's packed blocks), a multiple of 16 rows.
 static int tile_rows(int C, int OC) {
-    int rows = (131072 / MAX(C, 1)) / 16 * 16;
+    int rows = (65536 / MAX(C, 1)) / 16 * 16;
     return MIN(MAX(rows, 16), MAX(OC, 1));
 }
 
