@@ -53,7 +53,15 @@ static void matmul_forward_tiles(Backend *be, float *out, const float *inp, cons
     int TP = tile_rows(C, OC), tiles = (OC + TP - 1) / TP;
     int threads = MIN(be->threads, tiles);
     float *scr = cpu_scratch(be, CPU_SCR_PANEL, (size_t)threads * TP * C * sizeof(float));  // (threads, TP, C)
-#pragma omp parallel num_threads(threads) if (threads > 1)
+    if (threads <= 1) {  // one tile (sgemm may use the threads itself) or one thread: no parallel region
+        for (int o0 = 0; o0 < OC; o0 += TP) {
+            int p = MIN(TP, OC - o0);
+            cpu_convert_f32(scr, w, wdt, (size_t)o0 * C, (size_t)p * C);
+            cpu_sgemm(0, 1, N, p, C, 1.0f, inp, C, scr, C, beta, out + o0, OC);
+        }
+        return;
+    }
+#pragma omp parallel num_threads(threads)
     {
         float *tile = scr + (size_t)omp_get_thread_num() * TP * C;
 #pragma omp for schedule(static)
