@@ -2,7 +2,8 @@
 # cli.sh: the CLI end to end on the emulated CUDA backend (make test-cuda-emu), against --device cpu
 # of the same binary (build-emu/still): logits (bf16 GEMMs within 3e-2 of max |logit| as in
 # scripts/gpu_check.sh; fp32 GEMMs within 1e-4), greedy generation (the same ids), sampled
-# generation and SFT with fp32 GEMMs (the same ids; the same losses to 1e-5), and
+# generation and SFT with fp32 GEMMs (the same ids; the same losses to 1e-5), Q8_0 weights (logits
+# within 1e-4 with fp32 GEMMs, greedy ids equal), and
 # bench/cuda_bench check (logits, training steps, graph replays of the training step).
 set -u
 BIN=${STILL_BIN:-build-emu/still}
@@ -32,6 +33,18 @@ for gemm in bf16 fp32; do
   else fail "logits_$gemm" "relative error $r (tol $tol): $(tail -2 "$tmp/err")"; fi
 done
 
+# Q8_0 weights (tests/data/q8/qwen3, rows of whole blocks): 13 positions (converted GEMM operand)
+# and 4 (the warp-per-row kernel) against cpu with fp32 GEMMs
+Q=tests/data/q8/qwen3
+for q in "$ids" "1 5 9 200"; do
+  $BIN logits --device cpu --model $Q --dtype q8_0 --ids "$q" --all >"$tmp/q_cpu" 2>"$tmp/err"
+  STILL_CUDA_GEMM=fp32 $BIN logits --device cuda --model $Q --dtype q8_0 --ids "$q" --all >"$tmp/q_cuda" 2>>"$tmp/err"
+  r=$(max_rel "$tmp/q_cpu" "$tmp/q_cuda")
+  n=$(wc -w <<<"$q")
+  if [ "$r" != shapes ] && awk -v r="$r" 'BEGIN { exit !(r <= 1e-4) }'; then ok "logits_q8_0_T$n"
+  else fail "logits_q8_0_T$n" "relative error $r (tol 1e-4): $(tail -2 "$tmp/err")"; fi
+done
+
 same_ids() {  # name, gemm, generate flags...
   local name=$1 gemm=$2; shift 2
   $BIN generate --device cpu --model $M --ids "$ids" "$@" >"$tmp/g_cpu" 2>"$tmp/err"
@@ -42,6 +55,9 @@ same_ids() {  # name, gemm, generate flags...
   else fail "$name" "cpu: $(head -c 200 "$tmp/g_cpu") / cuda: $(head -c 200 "$tmp/g_cuda") $(tail -2 "$tmp/err")"; fi
 }
 same_ids generate_greedy bf16 --max_new_tokens 32 --do_sample false
+M_f32=$M M=$Q
+same_ids generate_greedy_q8_0 fp32 --max_new_tokens 24 --do_sample false --dtype q8_0
+M=$M_f32
 same_ids generate_sampled fp32 --max_new_tokens 40 --do_sample true --seed 7 --top_k 20 --top_p 0.9 \
   --temperature 0.8 --repetition_penalty 1.3 --num_return_sequences 3
 
