@@ -36,11 +36,13 @@ static void matmul_forward_gemv(Backend *be, float *out, const float *inp, const
     }
 }
 
-// Rows of a converted weight tile: about 256 KiB of fp32 (half of a Zen 2 core's L2, the other
-// half for sgemm's packed blocks), a multiple of 16 rows.
-static int tile_rows(int C, int OC) {
-    int rows = (65536 / MAX(C, 1)) / 16 * 16;
-    return MIN(MAX(rows, 16), MAX(OC, 1));
+// Rows of a converted weight tile, a multiple of 16: about 1 MiB of fp32 (each sgemm call packs
+// the whole input again, so a tile must hold enough rows to make that a small share; the tile
+// itself is written and read back in cache), and no more than a thread's share of the rows.
+static int tile_rows(int C, int OC, int threads) {
+    int rows = (262144 / MAX(C, 1)) / 16 * 16;
+    int share = ((OC + threads - 1) / threads + 15) / 16 * 16;
+    return MIN(MAX(MIN(rows, share), 16), MAX(OC, 1));
 }
 
 // out (N,OC) = inp (N,C) w^T (+ out when beta = 1) for 16-bit / Q8_0 weights. Each thread takes
@@ -50,7 +52,7 @@ static int tile_rows(int C, int OC) {
 // one sgemm call, so the result does not depend on the thread count.
 static void matmul_forward_tiles(Backend *be, float *out, const float *inp, const void *w, DType wdt, float beta,
                                  int N, int C, int OC) {
-    int TP = tile_rows(C, OC), tiles = (OC + TP - 1) / TP;
+    int TP = tile_rows(C, OC, be->threads), tiles = (OC + TP - 1) / TP;
     int threads = MIN(be->threads, tiles);
     float *scr = cpu_scratch(be, CPU_SCR_PANEL, (size_t)threads * TP * C * sizeof(float));  // (threads, TP, C)
     if (threads <= 1) {  // one tile (sgemm may use the threads itself) or one thread: no parallel region
