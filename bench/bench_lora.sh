@@ -36,6 +36,21 @@ run() {  # name, flags... -> prints "tok_s peak_rss_mib"
   echo "$tok $rss"
 }
 LORA="--use_peft --lora_r 16 --lora_alpha 32 --lora_target_modules all-linear --learning_rate 2e-4"
+# Checkpoint sizes: one step of each (T=64) saving its checkpoint: the LoRA one holds the adapter and its AdamW
+# state, the full one the fp32 weights and theirs. Sizes do not depend on the machine's load.
+sizes() {
+  run size_lora $LORA --max_length 64 --max_steps 1 --save_strategy steps --save_steps 1 >/dev/null
+  run size_full --max_length 64 --max_steps 1 --save_strategy steps --save_steps 1 >/dev/null
+  local a la fu
+  a=$(stat -c %s "$tmp/size_lora/adapter_model.safetensors")
+  la=$(du -sb "$tmp/size_lora/checkpoint-1" | cut -f1)
+  fu=$(du -sb "$tmp/size_full/checkpoint-1" | cut -f1)
+  local row="| $(date -u +%Y-%m-%d) | \`bench/bench_lora.sh\` (ONLY=sizes) | $(awk -v a="$a" 'BEGIN{printf "%.1f", a/1048576}') | $(awk -v a="$la" 'BEGIN{printf "%.1f", a/1048576}') | $(awk -v a="$fu" 'BEGIN{printf "%.1f", a/1048576}') | $(awk -v a="$a" -v b="$fu" 'BEGIN{printf "%.2f%%", 100*a/b}') | $(awk -v a="$la" -v b="$fu" 'BEGIN{printf "%.2f%%", 100*a/b}') |"
+  append_row "lora: checkpoint sizes, 0.6B shape, r=16 all-linear" "| date | command | adapter_model.safetensors MiB | LoRA checkpoint dir MiB | full fine-tuning checkpoint dir MiB | adapter / full checkpoint | LoRA checkpoint / full checkpoint |
+|---|---|---|---|---|---|---|" "$row"
+  echo "$row"
+}
+if [ "${ONLY:-}" = sizes ]; then sizes; exit 0; fi
 read -r big_tok big_rss <<<"$(run lora_big $LORA --gradient_checkpointing true --max_length $T \
   --per_device_train_batch_size $B --max_steps $STEPS)"
 read -r lora_tok lora_rss <<<"$(run lora_small $LORA --gradient_checkpointing $SCK --max_length $ST \
@@ -51,3 +66,4 @@ header="| date | machine | command | LoRA B=$B T=$T ckpt tok/s | its peak RSS Mi
 |---|---|---|---|---|---|---|---|---|---|---|---|---|"
 append_row "lora: 0.6B shape, r=16 all-linear, gradient checkpointing" "$header" "$row"
 echo "$row"
+sizes

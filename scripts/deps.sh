@@ -13,7 +13,9 @@ pkgs=(gcc g++ python3 make pkg-config libopenblas-openmp-dev libcjson-dev libpcr
 case "$what" in
   build) ;;
 
-  refs) pkgs+=(python3 python3-torch python3-numpy python3-jinja2 nodejs npm) ;;
+  refs) pkgs+=(python3 python3-torch python3-numpy python3-jinja2)
+        # a Node.js that ships its own npm (e.g. nodesource's nodejs) conflicts with Debian's npm package
+        command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm) ;;
   fuzz) pkgs+=(clang libclang-rt-14-dev libomp-dev python3) ;;
   *) echo "deps.sh: unknown set '$what'" >&2; exit 2 ;;
 esac

@@ -197,7 +197,9 @@ L="--model $tmp/s0 --teacher $tmp/t1 --dataset $tmp/train.jsonl --eval_dataset $
    --per_device_train_batch_size 8 --max_completion_length 8 --pad_to_multiple_of 16 --save_strategy no
    --lr_scheduler_type constant --logging_steps 10"
 $BIN distill $L --output_dir "$tmp/l0" --max_steps 1 --learning_rate 0 --eval_strategy steps --eval_steps 1 >/dev/null 2>&1
-$BIN distill $L --output_dir "$tmp/l1" --max_steps 40 --learning_rate 1e-2 --eval_strategy steps --eval_steps 40 \
+# 100 steps: at 40 the held-out KL of some seeds (and of seed 3 with AVX-512 kernels) sits near 1.2 before it
+# drops; at 100 every seed tried (3..7) ends at 0.65 or below, from a start near 2.2.
+$BIN distill $L --output_dir "$tmp/l1" --max_steps 100 --learning_rate 1e-2 --eval_strategy steps --eval_steps 100 \
   >/dev/null 2>"$tmp/err"
 k0=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l0/metrics.jsonl" | cut -d: -f2)
 k1=$(grep -o '"eval_kl_student_teacher":[0-9.e+-]*' "$tmp/l1/metrics.jsonl" | cut -d: -f2)

@@ -63,7 +63,11 @@ static void run_case(const char *name) {
     EXPECT_MSG(fabs(loss - want) <= 1e-5 * fabs(want), "%s: loss %.9g vs torch %.9g", name, loss, want);
     double gn = metric(path, "grad_norm", 1), wgn = ((const float *)st_find(&exp, "grad_norm")->data)[0];
     EXPECT_MSG(fabs(gn - wgn) <= 1e-4 * fabs(wgn), "%s: grad_norm %.9g vs torch %.9g", name, gn, wgn);
-    // every parameter: the AdamW update (after - before) against torch's, norm-wise per tensor
+    // every parameter: the AdamW update (after - before) against torch's, norm-wise per tensor, over the
+    // elements where |g| >> adam_epsilon. AdamW's first step moves a weight by lr * g / (|g| + eps) after the
+    // decoupled decay, so where |g| is near eps the update amplifies the gradient's rounding (another sgemm
+    // kernel changes it by percents); torch's own update tells those elements apart: |g| / (|g| + eps) < 0.999.
+    const double lr = 1e-3, wd = 0.1;
     int checked = 0;
     for (int i = 0; i < got.n_tensors; i++) {
         const StTensor *g = &got.tensors[i], *p0 = st_find(&init, g->name);
@@ -75,6 +79,8 @@ static void run_case(const char *name) {
         const float *a = g->data, *b = w->data, *z = p0->data;
         double num = 0, den = 0;
         for (size_t k = 0; k < g->numel; k++) {
+            double adam = -((double)b[k] - (double)z[k] * (1 - lr * wd)) / lr;  // g / (|g| + eps)
+            if (fabs(adam) < 0.999) continue;
             double da = (double)a[k] - z[k], db = (double)b[k] - z[k];
             num += (da - db) * (da - db);
             den += db * db;
