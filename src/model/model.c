@@ -118,17 +118,20 @@ void model_free(Model *m) {
     free(m);
 }
 
-static int ignorable_extra(const Model *m, const char *name) {
-    if (m->cfg.tie_word_embeddings && !strcmp(name, "lm_head.weight")) return 1;  // transformers ignores it
+static int ignorable_extra(const Model *m, const char *name, int convert) {
+    if ((m->cfg.tie_word_embeddings || convert) && !strcmp(name, "lm_head.weight")) return 1;  // transformers ignores it
     size_t n = strlen(name), s = strlen("rotary_emb.inv_freq");
     return n >= s && !strcmp(name + n - s, "rotary_emb.inv_freq");  // buffer saved by old checkpoints
 }
 
-// Every tensor the table expects is in the checkpoint with its shape, and nothing else is.
-static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *set, const char *dir, Err *e) {
+// Every tensor the table expects is in the checkpoint with its shape, and nothing else is
+// (convert: a causal checkpoint becoming a classifier has no score head and may have lm_head).
+static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *set, const char *dir, int convert,
+                            Err *e) {
     const ModelConfig *cfg = &m->cfg;
     for (int i = 0; i < tt->n; i++) {
         const TensorInfo *t = &tt->t[i];
+        if (convert && t->kind == TK_SCORE) continue;
         const StTensor *s = st_find(set, t->name);
         if (!s)
             return err_set(e, ST_EINVAL, "%s: missing tensor \"%s\" (expected by config.json: %s)", dir, t->name,
@@ -145,7 +148,7 @@ static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *
     }
     for (int i = 0; i < set->n_tensors; i++) {
         const char *name = set->tensors[i].name;
-        if (!tensors_find(tt, name) && !ignorable_extra(m, name))
+        if (!tensors_find(tt, name) && !ignorable_extra(m, name, convert))
             return err_set(e, ST_EINVAL, "%s: unexpected tensor \"%s\" (not part of a %s model with this config.json)",
                            dir, name, cfg->model_type);
     }
@@ -168,7 +171,7 @@ static Status check_q8_0(const TensorTable *tt, const char *dir, int frozen, Err
     return ST_OK;
 }
 
-// Copy (converting) every tensor not used in place into params.
+// Copy (converting) every tensor not used in place into params (those the checkpoint has).
 static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
     size_t stage_cap = 0;
     void *stage = NULL;
@@ -176,6 +179,7 @@ static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
         if (mapped && mapped[i]) continue;
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
+        if (!s) continue;  // a new score head (check_tensors allowed it)
         size_t bytes = dtype_bytes(t->dtype, t->numel);
         if (bytes > stage_cap) {
             free(stage);
@@ -188,13 +192,54 @@ static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
     free(stage);
 }
 
-static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, Model **out, Err *e) {
+// Whether the checkpoint's kind (causal LM or classifier) is what o asks for; *convert when a
+// causal checkpoint is to become a classifier (cfg edited).
+static Status check_kind(const char *dir, ModelConfig *cfg, const ModelLoadOpts *o, int *convert, Err *e) {
+    *convert = 0;
+    if (cfg->num_labels > 0 && !o->classifier)
+        return err_set(e, ST_EINVAL, "%s is a %s (a sequence classifier: a score head, no LM head); still score, still "
+                                     "reward and --reward model:%s run it", dir, config_architecture(cfg), dir);
+    if (!o->classifier) return ST_OK;
+    if (cfg->num_labels == 0) {
+        if (o->num_labels <= 0)
+            return err_set(e, ST_EINVAL, "%s is a causal LM, not a sequence classifier (config.json architectures); make "
+                                         "one with: still init --model %s --num_labels 1 --output_dir DIR", dir, dir);
+        config_set_classifier(cfg, o->num_labels, o->pad_token_id);
+        *convert = 1;
+        return ST_OK;
+    }
+    if (o->num_labels > 0 && cfg->num_labels != o->num_labels)
+        return err_set(e, ST_EINVAL, "%s has %d labels (config.json id2label / num_labels), %d wanted", dir,
+                       cfg->num_labels, o->num_labels);
+    return ST_OK;
+}
+
+// The new score head of a converted checkpoint: normal(0, initializer_range), keyed by seed.
+static void init_score(Model *m, uint64_t seed) {
+    const TensorInfo *t = tensors_get(&m->tt, TK_SCORE, -1);
+    Rng rng;
+    rng_init(&rng, seed, 0);
+    float *h = xmalloc(t->numel * sizeof(float));
+    for (size_t j = 0; j < t->numel; j++) h[j] = (float)m->cfg.initializer_range * rng_normal(&rng);
+    void *stage = xmalloc(dtype_bytes(t->dtype, t->numel));
+    dtype_convert(stage, t->dtype, h, DT_F32, t->numel);
+    m->be->upload(m->be, model_data(m, t), stage, dtype_bytes(t->dtype, t->numel));
+    free(stage);
+    free(h);
+}
+
+static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e) {
     *out = NULL;
+    int frozen = o->frozen, convert = 0;
     char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
     Status st = config_load(cfg_path, &cfg, e);
     free(cfg_path);
-    if (st != ST_OK) return st;
+    if (st == ST_OK) st = check_kind(dir, &cfg, o, &convert, e);
+    if (st != ST_OK) {
+        config_free(&cfg);
+        return st;
+    }
     StSet *set = xcalloc(1, sizeof(StSet));
     st = st_open(dir, set, e);
     if (st != ST_OK) {
@@ -209,7 +254,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
     DType mdt = matrix_dtype >= 0 ? (DType)matrix_dtype : (ckpt == DT_BF16 ? DT_BF16 : DT_F32);
     Model probe = {.cfg = cfg};
     tensors_build(&probe.tt, &cfg, mdt);
-    st = check_tensors(&probe, &probe.tt, set, dir, e);
+    st = check_tensors(&probe, &probe.tt, set, dir, convert, e);
     if (st == ST_OK && mdt == DT_Q8_0) st = check_q8_0(&probe.tt, dir, frozen, e);
     // Frozen on host memory: tensors stored as they are computed with are used in place.
     uint8_t *mapped = NULL;
@@ -220,7 +265,8 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
         for (int i = 0; i < probe.tt.n; i++) {
             const TensorInfo *t = &probe.tt.t[i];
             size_t bytes = dtype_bytes(t->dtype, t->numel);
-            mapped[i] = st_find(set, t->name)->dtype == t->dtype;
+            const StTensor *s = st_find(set, t->name);
+            mapped[i] = s && s->dtype == t->dtype;
             if (mapped[i]) in_place += bytes;
             else copied += bytes;
         }
@@ -244,6 +290,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
     for (int i = 0; mapped && i < m->tt.n; i++)
         if (mapped[i]) m->data[i] = (void *)st_find(set, m->tt.t[i].name)->data;
     upload_tensors(m, set, mapped);
+    if (convert) init_score(m, o->seed);
     free(mapped);
     if (in_place) {
         m->mapping = set;
@@ -257,11 +304,17 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
 }
 
 Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
-    return load(dir, be, matrix_dtype, 0, out, e);
+    ModelLoadOpts o = {0};
+    return load(dir, be, matrix_dtype, &o, out, e);
 }
 
 Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
-    return load(dir, be, matrix_dtype, 1, out, e);
+    ModelLoadOpts o = {.frozen = 1};
+    return load(dir, be, matrix_dtype, &o, out, e);
+}
+
+Status model_load_opts(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e) {
+    return load(dir, be, matrix_dtype, o, out, e);
 }
 
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e) {

@@ -6,13 +6,10 @@
 # within 1e-4 with fp32 GEMMs, greedy ids equal), and
 # bench/cuda_bench check (logits, training steps, graph replays of the training step).
 set -u
-BIN=${STILL_BIN:-build-emu/still}
-BUILD=${STILL_BUILD:-build-emu}
+STILL_BIN=${STILL_BIN:-build-emu/still} STILL_BUILD=${STILL_BUILD:-build-emu}
+source tests/e2e/lib.sh
 M=tests/data/models/qwen3_tied
 ids="1 5 9 200 17 3 3 3 44 45 46 301 12"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
 
 # max |a - b| over max |a| of two files of numbers, or "shapes" when they differ in shape
 max_rel() {

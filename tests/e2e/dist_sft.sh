@@ -5,13 +5,9 @@
 # for bit (and on 1 rank with the same global batch); a rank stopped with SIGSTOP makes the other
 # fail with the --ddp_timeout error instead of hanging.
 set -u
-BIN=${STILL_BIN:-./still}
-BUILD=${STILL_BUILD:-build}
+source tests/e2e/lib.sh
 source tests/mpi_env.sh
-if ! mpi_available "$BIN"; then echo "skip dist_sft: this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+if ! mpi_available "$BIN"; then skip dist_sft "this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
 DIFF="$BUILD/tests/tools/st_diff"
 MPI="timeout -s KILL 120 mpirun $MPI_FLAGS -np 2"
 M=tests/data/models/qwen3_tied

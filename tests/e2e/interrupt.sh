@@ -5,11 +5,9 @@
 # 128 + the signal; no temp file is left and the run resumes from the newest checkpoint. A second
 # signal ends the process at once; what it leaves is swept when the next run starts.
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); pid=0
-trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+source tests/e2e/lib.sh
+pid=0
+on_exit 'kill -9 $pid 2>/dev/null'
 M=tests/data/models/qwen3_untied
 K="--model $M --dataset tests/data/sft/ids.jsonl --max_steps 100000 --save_steps 7 --save_total_limit 2
    --per_device_train_batch_size 4 --threads 1 --pad_to_multiple_of 16 --learning_rate 1e-3 --logging_steps 5"

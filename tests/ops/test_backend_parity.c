@@ -680,7 +680,10 @@ static void test_adamw_all_backends(void) {
     for (size_t i = 0; i < ARRAY_LEN(backend_names); i++) {
         Backend *be = NULL;
         Err e = {0};
-        if (backend_create(backend_names[i], 2, &be, &e) != ST_OK) continue;
+        if (backend_create(backend_names[i], 2, &be, &e) != ST_OK) {
+            printf("skip adamw %s: %s\n", backend_names[i], e.msg);
+            continue;
+        }
         check_adamw(be);
         backend_destroy(be);
     }

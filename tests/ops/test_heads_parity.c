@@ -164,6 +164,56 @@ static void test_distill_head(void) {
     check_distill((DsCase){3, 520, 260, 4099, 2, DT_BF16, DT_BF16, 1.0f, 0.5f, 0, 2, 1});  // converted panels
 }
 
+// score_head: B pooled rows of h (N, C), repeated rows included (their gradients add up).
+typedef struct {
+    int B, N, C, NL;
+    DType wdt;
+    int grads;  // 0 forward only, 1 dscores + dh, 2 dscores + dh + dW
+} ScCase;
+
+static void check_score(ScCase sc) {
+    char what[128], label[96];
+    int B = sc.B, N = sc.N, C = sc.C, NL = sc.NL;
+    snprintf(label, sizeof label, "B%d N%d C%d NL%d %s grads%d", B, N, C, NL, dtype_st_name(sc.wdt), sc.grads);
+    size_t nh = (size_t)N * C, nw = (size_t)NL * C, ns = (size_t)B * NL;
+    float *h = new_normal(nh, 1), *W = new_normal(nw, 0.5f), *ds = new_normal(ns, 1);
+    int32_t *rows = xmalloc(B * 4);
+    for (int b = 0; b < B; b++) rows[b] = (int32_t)rng_below(&ops_rng, N);
+    if (B > 2) rows[B - 1] = rows[0], rows[1] = N - 1;  // a repeated row, the last row
+    uint16_t *Wb = to_bf16(W, nw);
+    const void *Wp = sc.wdt == DT_BF16 ? (const void *)Wb : W;
+    float *scores = xmalloc(ns * 4), *dh = new_normal(nh, 1), *dW = new_normal(nw, 1);
+    float *d_h = dev_from(h, nh * 4), *d_ds = dev_from(ds, ns * 4), *d_sc = dev_nan(ns);
+    void *d_W = dev_from(Wp, nw * dtype_size(sc.wdt));
+    int32_t *d_rows = dev_from(rows, B * 4);
+    float *d_dh = dev_from(dh, nh * 4), *d_dW = dev_from(dW, nw * 4);
+    R->score_head(R, scores, sc.grads ? dh : NULL, sc.grads == 2 ? dW : NULL, h, Wp, sc.wdt, rows,
+                  sc.grads ? ds : NULL, B, N, C, NL);
+    X->score_head(X, d_sc, sc.grads ? d_dh : NULL, sc.grads == 2 ? d_dW : NULL, d_h, d_W, sc.wdt, d_rows,
+                  sc.grads ? d_ds : NULL, B, N, C, NL);
+    snprintf(what, sizeof what, "score %s", label);
+    expect_close(what, d_sc, scores, ns, TOL);
+    snprintf(what, sizeof what, "score dh %s", label);
+    expect_close(what, d_dh, dh, nh, TOL);
+    snprintf(what, sizeof what, "score dW %s", label);
+    expect_close(what, d_dW, dW, nw, TOL);
+    float *got_h = dev_fetch("score h", d_h, nh);
+    EXPECT(!memcmp(got_h, h, nh * 4));  // h is read only
+    free(got_h);
+    X->free(X, d_h), X->free(X, d_ds), X->free(X, d_sc), X->free(X, d_W), X->free(X, d_rows), X->free(X, d_dh);
+    X->free(X, d_dW);
+    free(h), free(W), free(ds), free(rows), free(Wb), free(scores), free(dh), free(dW);
+}
+
+// The score head never goes through a GEMM: every run holds it to TOL (double sums over C).
+static void test_score_head(void) {
+    check_score((ScCase){4, 37, 13, 1, DT_F32, 2});
+    check_score((ScCase){6, 40, 520, 1, DT_BF16, 2});
+    check_score((ScCase){3, 9, 13, 5, DT_F32, 1});
+    check_score((ScCase){1, 1, 7, 2, DT_F32, 0});
+    check_score((ScCase){5, 64, 300, 3, DT_BF16, 2});
+}
+
 int main(void) {
     rng_init(&ops_rng, 8642, 0);
     Err e = {0};
@@ -187,6 +237,7 @@ int main(void) {
         printf("# backend %s%s%s\n", X->name, br->gemm ? " gemm " : "", br->gemm ? br->gemm : "");
         RUN(test_logprob_head);
         RUN(test_distill_head);
+        RUN(test_score_head);
         backend_destroy(X);
     }
     backend_destroy(R);
