@@ -11,7 +11,8 @@ Writes into tests/data/reward/:
   pairs_margin.jsonl  4 pairs with a "margin" column
   expected.safetensors
       rewards            (10) the reward of every sequence of pairs.jsonl (chosen, rejected per row)
-      <case>.<metric>.<step>  the metrics `still reward` logs at steps 1 and 2 of each case
+      <case>.<metric>.<step>  the metrics `still reward` logs at steps 1 and 2 of each case, and
+                         the evaluation after step 1 (eval_loss, eval_accuracy, ...) of "partial"
 
 Semantics, written from the libraries' source:
   pooling   transformers GenericForSequenceClassification.forward: logits = score(hidden) at every
@@ -29,6 +30,8 @@ Semantics, written from the libraries' source:
             schedule (the first step at the full learning rate); batches in file order
             (--shuffle false).
 Run: /usr/bin/python3 scripts/ref_reward.py [OUT_DIR]
+     /usr/bin/python3 scripts/ref_reward.py check RM_DIR PAIRS.jsonl SCORES.jsonl  (a checkpoint still
+     wrote, as transformers would load it: its class, labels, tensors, and `still score`'s rewards)
 """
 import json
 import os
@@ -47,7 +50,8 @@ B1, B2, EPS, MAX_NORM = 0.9, 0.999, 1e-8, 1.0
 CASES = {
     # pairs file, pairs per micro-batch, micro-batches per step, lr, weight decay, center coefficient
     "ga": dict(file="pairs_margin.jsonl", B=2, GA=2, lr=1e-3, wd=0.1, center=0.1, pad=8),
-    "partial": dict(file="pairs.jsonl", B=2, GA=2, lr=1e-5, wd=0.0, center=None, pad=1),
+    "partial": dict(file="pairs.jsonl", B=2, GA=2, lr=1e-5, wd=0.0, center=None, pad=1,
+                    eval=dict(file="pairs_margin.jsonl", B=3)),
 }
 
 
@@ -113,7 +117,24 @@ def micro_batch(cfg, w, pairs, c):
     return loss, met
 
 
-def run_case(cfg, w32, pairs, c):
+def evaluate(cfg, w, pairs, c):
+    """Trainer.evaluation_loop: each batch's loss repeated once per row (2n rows), their mean; the
+    metrics averaged over batches (RewardTrainer.log)."""
+    B = c["eval"]["B"]
+    losses, mets = [], []
+    with torch.no_grad():
+        for i in range(0, len(pairs), B):
+            mb = pairs[i:i + B]
+            loss, met = micro_batch(cfg, w, mb, c)
+            losses += [loss.item()] * (2 * len(mb))
+            mets.append(met)
+    out = {"eval_loss": float(np.mean(losses))}
+    for k in ("accuracy", "margin", "min_reward", "mean_reward", "max_reward"):
+        out["eval_" + k] = float(np.mean([m[k] for m in mets]))
+    return out
+
+
+def run_case(cfg, w32, pairs, c, files):
     w = {n: t.to(torch.float64).requires_grad_(True) for n, t in w32.items()}
     B, GA = c["B"], c["GA"]
     mbs = [pairs[i:i + B] for i in range(0, len(pairs), B)]  # the last one may be short
@@ -140,12 +161,76 @@ def run_case(cfg, w32, pairs, c):
         vals = {"loss": total, "grad_norm": norm.item(), "num_tokens": tokens}
         for k in ("accuracy", "margin", "min_reward", "mean_reward", "max_reward"):
             vals[k] = float(np.mean([m[k] for m in mets]))
+        if step == 1 and "eval" in c:  # --eval_strategy steps --eval_steps 1: after the first update
+            vals.update(evaluate(cfg, w, files[c["eval"]["file"]], c))
         for k, v in vals.items():
             out[f"{k}.{step}"] = np.array([v])
     return out
 
 
+FAMILY_CLASS = {"qwen3": "Qwen3ForSequenceClassification", "qwen2": "Qwen2ForSequenceClassification",
+                "llama": "LlamaForSequenceClassification"}
+
+
+def read_f32_safetensors(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        dt = {"F32": "<f4", "BF16": "<u2"}[info["dtype"]]
+        x = np.frombuffer(data[a:b], dtype=dt).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            x = (x.astype(np.uint32) << 16).view(np.float32)
+        out[name] = torch.from_numpy(x.astype(np.float32).copy())
+    return out
+
+
+def check(rm_dir, pairs_path, scores_path):
+    """A checkpoint still wrote loads as transformers' *ForSequenceClassification: the config's
+    class, labels and pad token as PretrainedConfig reads them, exactly the class's tensors (none
+    missing, none unexpected, shapes as the config says), and its rewards of the pairs (computed
+    here) equal `still score`'s."""
+    cfg = json.load(open(os.path.join(rm_dir, "config.json")))
+    want_class = FAMILY_CLASS[cfg["model_type"]]
+    assert cfg.get("architectures", [None])[0] == want_class, cfg.get("architectures")
+    id2label = cfg.get("id2label")
+    num_labels = len(id2label) if id2label is not None else cfg.get("num_labels", 2)
+    assert cfg.get("num_labels", num_labels) == num_labels, (cfg.get("num_labels"), num_labels)
+    assert {int(k) for k in id2label} == set(range(num_labels)), id2label
+    assert {v: int(k) for k, v in id2label.items()} == cfg["label2id"], cfg["label2id"]
+    assert isinstance(cfg.get("pad_token_id"), int), cfg.get("pad_token_id")
+    w = read_f32_safetensors(os.path.join(rm_dir, "model.safetensors"))
+    base = dict(cfg, tie_word_embeddings=True)  # the base model: no lm_head
+    expect = dict(ref_model.all_tensors(base))
+    expect["score.weight"] = (num_labels, cfg["hidden_size"])
+    missing, unexpected = set(expect) - set(w), set(w) - set(expect)
+    assert not missing and not unexpected, ("missing", sorted(missing), "unexpected", sorted(unexpected))
+    for n, shape in expect.items():
+        assert tuple(w[n].shape) == tuple(shape), (n, tuple(w[n].shape), shape)
+    global PAD
+    PAD = cfg["pad_token_id"]
+    pairs = [json.loads(l) for l in open(pairs_path)]
+    seqs = [s for p in pairs for s in (p["chosen_ids"], p["rejected_ids"])]
+    w64 = {n: t.to(torch.float64) for n, t in w.items()}
+    with torch.no_grad():
+        ref = rewards_of(cfg, w64, seqs, 1).tolist()
+    got = [v for l in open(scores_path) for v in (json.loads(l)["reward_chosen"], json.loads(l)["reward_rejected"])]
+    assert len(got) == len(ref), (len(got), len(ref))
+    scale = max(1.0, max(abs(x) for x in ref))
+    bad = [(i, g, r) for i, (g, r) in enumerate(zip(got, ref)) if abs(g - r) > 1e-5 * scale]
+    assert not bad, bad
+    print(f"ok: {want_class}, {num_labels} label(s), pad_token_id {PAD}, {len(w)} tensors, {len(ref)} rewards")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        check(*sys.argv[2:5])
+        return
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "data", "reward")
     rm = os.path.join(out_dir, "rm")
@@ -172,7 +257,7 @@ def main():
     with torch.no_grad():
         exp["rewards"] = rewards_of(cfg, w64, seqs, 8).numpy()
     for name, c in CASES.items():
-        res = run_case(cfg, w32, files[c["file"]], c)
+        res = run_case(cfg, w32, files[c["file"]], c, files)
         for k, v in res.items():
             exp[f"{name}.{k}"] = v
         print(name, {k: round(float(v[0]), 6) for k, v in res.items()})

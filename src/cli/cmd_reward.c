@@ -1,5 +1,6 @@
 // cmd_reward.c: still reward — flags (TRL RewardConfig / TrainingArguments names) -> RewardConfig
 // -> reward_run.
+#include "../core/log.h"
 #include "../train/reward.h"
 #include "cli_common.h"
 #include "cli_train.h"
@@ -13,6 +14,8 @@ static const ArgSpec specs[] = {
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "preference pairs: chosen / rejected (text or messages, optional prompt) "
                                             "or chosen_ids / rejected_ids; optional margin (TRL formats)"},
+    {"eval_dataset", ARG_STR, NULL, "evaluation pairs (same formats), evaluated with --eval_strategy steps"},
+    {"per_device_eval_batch_size", ARG_INT, "8", "pairs per eval batch"},
     {"max_length", ARG_INT, "1024", "drop pairs whose chosen or rejected sequence is longer (TRL filters; 0 = off)"},
     {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
     {"center_rewards_coefficient", ARG_FLOAT, NULL, "add coef * mean((r_chosen + r_rejected)^2) to the loss "
@@ -40,7 +43,14 @@ static Status build(const Args *a, RewardConfig *c, char **model_dir, Err *e) {
     c->dataset = args_str(a, "dataset");
     if (!c->dataset) return err_set(e, ST_EINVAL, "--dataset FILE.jsonl is required");
     CliTrain r;
-    TRY(cli_train_config(a, 0, &c->train, &r, e));
+    TRY(cli_train_config(a, CLI_TRAIN_EVAL, &c->train, &r, e));
+    c->eval_dataset = args_str(a, "eval_dataset");
+    c->eval_batch_size = (int)args_int(a, "per_device_eval_batch_size");
+    if (c->eval_batch_size <= 0) return err_set(e, ST_EINVAL, "--per_device_eval_batch_size must be positive");
+    if (c->train.eval_steps > 0 && !c->eval_dataset)
+        return err_set(e, ST_EINVAL, "--eval_strategy steps needs --eval_dataset (as Trainer)");
+    if (c->eval_dataset && c->train.eval_steps <= 0)
+        log_warn("--eval_dataset is not evaluated with --eval_strategy no (the default); add --eval_strategy steps");
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
     c->dtype = r.dtype, c->save_dtype = r.save_dtype;
     c->batch_size = r.batch_size;
@@ -74,7 +84,7 @@ static Status run(const Args *a, Err *e) {
 }
 
 int cmd_reward(int argc, char **argv) {
-    ArgSpec *all = cli_train_specs(specs, train_defaults, 0);
+    ArgSpec *all = cli_train_specs(specs, train_defaults, CLI_TRAIN_EVAL);
     int rc = cli_run("reward", "Train a reward model (sequence classifier) with TRL RewardTrainer semantics.", all,
                      argc, argv, run);
     free(all);

@@ -171,23 +171,25 @@ static Status check_q8_0(const TensorTable *tt, const char *dir, int frozen, Err
     return ST_OK;
 }
 
-// Copy (converting) every tensor not used in place into params (those the checkpoint has).
+// Copy (converting) every tensor not used in place into params (those the checkpoint has), 8 MiB
+// at a time through one stage buffer, each piece's pages of the mapping released once copied
+// (peak: the copies plus about 12 MiB, not the largest tensor twice or the file beside its copy).
+#define UPLOAD_CHUNK (8u << 20)
 static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
-    size_t stage_cap = 0;
-    void *stage = NULL;
+    void *stage = xmalloc(UPLOAD_CHUNK);
     for (int i = 0; i < m->tt.n; i++) {
         if (mapped && mapped[i]) continue;
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
         if (!s) continue;  // a new score head (check_tensors allowed it)
-        size_t bytes = dtype_bytes(t->dtype, t->numel);
-        if (bytes > stage_cap) {
-            free(stage);
-            stage = xmalloc(bytes);
-            stage_cap = bytes;
+        // pieces of step elements (a multiple of a Q8_0 block); Q8_0 takes less than 2 bytes an element
+        size_t ss = dtype_size(s->dtype), step = UPLOAD_CHUNK / MAX(dtype_size(t->dtype), ss);
+        for (size_t j = 0; j < t->numel; j += step) {
+            size_t n = MIN(step, t->numel - j);
+            dtype_convert(stage, t->dtype, (const char *)s->data + j * ss, s->dtype, n);
+            m->be->upload(m->be, (char *)m->data[i] + dtype_bytes(t->dtype, j), stage, dtype_bytes(t->dtype, n));
+            st_release(set, s, j * ss, n * ss);
         }
-        dtype_convert(stage, t->dtype, s->data, s->dtype, t->numel);
-        m->be->upload(m->be, m->data[i], stage, bytes);
     }
     free(stage);
 }
@@ -348,6 +350,7 @@ Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed,
 }
 
 // Tensor data for the streaming writer: a range of a device tensor, converted to the saved dtype.
+#define SAVE_STAGE (2u << 20)
 typedef struct SaveFill {
     const Model *m;
     DType save_dtype;
@@ -370,12 +373,14 @@ static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst,
         f->m->be->download(f->m->be, dst, src, count * es);
         return ST_OK;
     }
-    if (count * es > f->stage_cap) {
-        free(f->stage);
-        f->stage = xmalloc(f->stage_cap = count * es);
+    // converted through a stage of at most SAVE_STAGE bytes (the writer's own buffer is 8 MiB)
+    size_t per = SAVE_STAGE / es, ds = dtype_size(f->save_dtype);
+    if (!f->stage) f->stage = xmalloc(f->stage_cap = SAVE_STAGE);
+    for (size_t j = 0; j < count; j += per) {
+        size_t n = MIN(per, count - j);
+        f->m->be->download(f->m->be, f->stage, src + j * es, n * es);
+        dtype_convert((char *)dst + j * ds, f->save_dtype, f->stage, t->dtype, n);
     }
-    f->m->be->download(f->m->be, f->stage, src, count * es);
-    dtype_convert(dst, f->save_dtype, f->stage, t->dtype, count);
     return ST_OK;
 }
 

@@ -16,6 +16,9 @@
 // Metrics per micro-batch, averaged over the logging window (TRL's names): accuracy (mean of
 // r_c > r_r), margin (mean r_c - r_r), min_reward, mean_reward, max_reward (over every chosen
 // and rejected reward of the micro-batch on every rank); num_tokens counts real tokens.
+// Evaluation (--eval_dataset, --eval_strategy steps): eval_loss over the eval pairs in file order,
+// batch means weighted by pairs (Trainer.evaluation_loop), eval_accuracy, eval_margin and
+// eval_min / mean / max_reward the mean over batches of their per-batch values.
 #ifndef STILL_REWARD_H
 #define STILL_REWARD_H
 
@@ -24,6 +27,8 @@
 
 typedef struct RewardConfig {
     const char *model_dir, *dataset;
+    const char *eval_dataset;     // NULL: none
+    int eval_batch_size;          // pairs per eval batch (per_device_eval_batch_size)
     const char *backend;
     int threads;
     size_t max_memory;            // --max_memory (0: what the machine has available)

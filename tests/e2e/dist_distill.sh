@@ -33,7 +33,7 @@ same_on_two_ranks() {  # name, flags...
   local rc2=$?
   rows "$tmp/$name.1.jsonl" >"$tmp/$name.r1"; rows "$tmp/$name.2.jsonl" "$tmp/$name.2.jsonl.rank1" >"$tmp/$name.r2"
   local d
-  d=$("$BUILD/tests/tools/st_diff" "$tmp/$name.1/model.safetensors" "$tmp/$name.2/model.safetensors" 1e-4 2>&1)
+  d=$("$BUILD/tests/tools/st_diff" --norm "$tmp/$name.1/model.safetensors" "$tmp/$name.2/model.safetensors" 1e-4 2>&1)
   local drc=$?
   if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -s "$tmp/$name.r1" ] && [ -s "$tmp/$name.2.jsonl.rank1" ] \
      && cmp -s "$tmp/$name.r1" "$tmp/$name.r2" && [ $drc -eq 0 ]; then

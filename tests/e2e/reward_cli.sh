@@ -139,3 +139,18 @@ expect_err model_reward_missing "$tmp/nope/config.json" $BIN grpo $RL --dataset 
 if $BIN eval --model "$tmp/m" --dataset "$tmp/p.jsonl" --metric model:"$tmp/rm" --max_new_tokens 3 --threads 2 \
      --output_dir "$tmp/ev" >"$tmp/out" 2>"$tmp/err" && grep -q 'rm' "$tmp/out"; then ok eval_model_metric
 else fail eval_model_metric "$(tail -3 "$tmp/err"; cat "$tmp/out")"; fi
+
+# 6. what still writes is what transformers loads as Qwen3ForSequenceClassification: config fields
+#    as PretrainedConfig reads them, exactly the class's tensors, and the rewards of a PyTorch
+#    forward with transformers' pooling (scripts/ref_reward.py check; needs Debian's torch)
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  P=tests/data/reward/pairs.jsonl
+  $BIN reward --model tests/data/reward/rm --dataset $P --output_dir "$tmp/rt" $R >/dev/null 2>&1
+  for d in rt rm; do
+    $BIN score --model "$tmp/$d" --dataset $P --output "$tmp/$d.scores" --threads 2 2>/dev/null
+    out=$(/usr/bin/python3 scripts/ref_reward.py check "$tmp/$d" $P "$tmp/$d.scores" 2>&1)
+    if [ $? -eq 0 ]; then ok "transformers_layout_$d"; else fail "transformers_layout_$d" "$(tail -3 <<<"$out")"; fi
+  done
+else
+  echo "skip transformers_layout: Debian's python3-torch is not installed"
+fi

@@ -3,7 +3,8 @@
 // (pad ids inside and at the end of sequences, a sequence of pad ids only, padded rows of a
 // partial batch), and the metrics of two optimizer steps (the second after one AdamW update, so
 // the gradient is checked) for gradient accumulation with a margin column and centering, and for
-// an epoch whose last step has one micro-batch with one pair.
+// an epoch whose last step has one micro-batch with one pair, with an evaluation set in batches of
+// 3 pairs (the last one shorter).
 #include "test.h"
 
 #include "core/alloc.h"
@@ -91,11 +92,15 @@ static void run_case(const char *name) {
     EXPECT_MSG(json_parse_file("tests/data/reward/cases.json", &cases, &e) == ST_OK, "%s", e.msg);
     if (test_current_failed) return;
     const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cases, "cases"), name);
-    const cJSON *center = cJSON_GetObjectItem(c, "center");
+    const cJSON *center = cJSON_GetObjectItem(c, "center"), *ev = cJSON_GetObjectItem(c, "eval");
     char tmpl[] = "/tmp/still-reward-parity-XXXXXX";
     EXPECT(mkdtemp(tmpl) != NULL);
-    char cmd[2048], extra[64] = "", out[600];
+    char cmd[2048], extra[512] = "", out[600];
     if (cJSON_IsNumber(center)) snprintf(extra, sizeof extra, "--center_rewards_coefficient %.17g", center->valuedouble);
+    if (ev)  // evaluated after every step; the reference has the evaluation after step 1
+        snprintf(extra, sizeof extra, "--eval_dataset tests/data/reward/%s --per_device_eval_batch_size %d "
+                 "--eval_strategy steps --eval_steps 1", cJSON_GetObjectItem(ev, "file")->valuestring,
+                 cJSON_GetObjectItem(ev, "B")->valueint);
     snprintf(cmd, sizeof cmd,
              "%s reward --model tests/data/reward/rm --dataset tests/data/reward/%s --output_dir %s/out --max_steps 2 "
              "--shuffle false --logging_steps 1 --save_strategy no --threads 2 --learning_rate %.17g --weight_decay "
@@ -123,6 +128,14 @@ static void run_case(const char *name) {
         snprintf(key, sizeof key, "%s.num_tokens.%d", name, step);
         snprintf(what, sizeof what, "%s step %d num_tokens", name, step);
         close_to(what, metric(out, "num_tokens", step), want(key), 0, 1);
+    }
+    static const char *eval_keys[] = {"eval_loss", "eval_accuracy", "eval_margin", "eval_min_reward",
+                                      "eval_mean_reward", "eval_max_reward"};
+    for (size_t k = 0; rc == 0 && ev && k < ARRAY_LEN(eval_keys); k++) {
+        char key[96], what[128];
+        snprintf(key, sizeof key, "%s.%s.1", name, eval_keys[k]);
+        snprintf(what, sizeof what, "%s evaluation after step 1: %s", name, eval_keys[k]);
+        close_to(what, metric(out, eval_keys[k], 1), want(key), 1e-5, 1.0);
     }
     // the saved model is a classifier transformers loads as one
     snprintf(out, sizeof out, "%s/out/config.json", tmpl);
