@@ -15,12 +15,12 @@
 static const ArgSpec specs[] = {
     {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"batch", ARG_INT, "1", "batch size B of the shape to plan"},
-    {"seq", ARG_INT, "128", "sequence length T of the shape to plan"},
+    {"batch", ARG_INT, "1", "batch size B of the shape to plan", "[1,inf)"},
+    {"seq", ARG_INT, "128", "sequence length T of the shape to plan", "[1,inf)"},
     {"teacher", ARG_STR, NULL, "also the memory of distillation: student training + this teacher's inference (or self)"},
     {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 | q8_0 (default: its checkpoint's)"},
-    {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)"},
-    {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)"},
+    {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)", "[1,inf)"},
+    {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
