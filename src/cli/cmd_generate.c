@@ -9,6 +9,7 @@
 #include "../gen/generate.h"
 #include "../core/interrupt.h"
 #include "../core/progress.h"
+#include "../model/gguf.h"
 #include "../tokenizer/chat.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli_common.h"
@@ -184,6 +185,12 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     TRY(cli_backend(a, &s->be, e));
     TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
     TRY(cli_apply_adapter(a, s->m, e));
+    if (gguf_is_file(s->dir)) {  // the tokenizer is in the metadata; needed only for text
+        Status ts = tokenizer_load(s->dir, &s->tok, e);
+        if (ts != ST_OK && need_tokenizer) return ts;
+        err_clear(e);
+        return build_config(s, a, e);
+    }
     char *tj = path_join(s->dir, "tokenizer.json");
     int have_tok = file_exists(tj);
     free(tj);

@@ -63,9 +63,7 @@ static Status distill_memory(const Args *a, const ModelConfig *scfg, int B, int 
     char *dir = NULL;
     if (!self) {
         TRY(cli_model_dir(a, "teacher", &dir, e));
-        char *cp = path_join(dir, "config.json");
-        Status st = config_load(cp, &tc, e);
-        free(cp);
+        Status st = model_config_load(dir, &tc, e);
         free(dir);
         TRY(st);
         if (tc.vocab_size != scfg->vocab_size) {
@@ -120,10 +118,8 @@ static void peak_rss(const Args *a, const ModelConfig *c, const char *dir, DType
 static Status run(const Args *a, Err *e) {
     char *dir;
     TRY(cli_model_dir(a, "model", &dir, e));
-    char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
-    Status st = config_load(cfg_path, &cfg, e);
-    free(cfg_path);
+    Status st = model_config_load(dir, &cfg, e);
     if (st != ST_OK) {
         free(dir);
         return st;
