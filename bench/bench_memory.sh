@@ -4,7 +4,7 @@
 # without and with a checkpoint every step (the newest kept: 8.3 GB of disk at 0.6B); then the load time of the 0.6B model stored as fp32
 # (first forward included: every weight page read) against reading its file cold with cat, both
 # after dropping the file from the page cache (posix_fadvise DONTNEED, no root needed).
-# CONFIGS="a.json b.json" replaces the two shapes (a check at tiny sizes); WORK keeps the models
+# ONLY=load runs only the load-time row. CONFIGS="a.json b.json" replaces the two shapes (a check at tiny sizes); WORK keeps the models
 # (at the default shapes 4 GB of models, and about 9.5 GB of memory for the 0.6B training run).
 set -euo pipefail
 source bench/common.sh
@@ -35,7 +35,7 @@ row() {  # shape, run, predicted, measured
   append_row "memory: still info's predicted peak RSS vs VmHWM" "$header" "$r"
   echo "$r"
 }
-for cfg in $CONFIGS; do
+[ "${ONLY:-}" = load ] || for cfg in $CONFIGS; do
   name=$(basename "$cfg" .json) m="$WORK/$name"
   [ -f "$m/model.safetensors" ] || "$STILL" init --model_config "$cfg" --output_dir "$m" >&2
   /usr/bin/python3 - "$cfg" "$WORK/$name.ids.jsonl" <<'PY'
@@ -71,11 +71,11 @@ f="$m/model.safetensors"
 drop_cache "$f"
 t0=$(date +%s.%N); cat "$f" >/dev/null; t1=$(date +%s.%N)
 drop_cache "$f"
-t1=$(date +%s.%N)
-"$STILL" logits --model "$m" --ids "1" --threads "$THREADS" >/dev/null 2>&1
 t2=$(date +%s.%N)
+"$STILL" logits --model "$m" --ids "1" --threads "$THREADS" >/dev/null 2>&1
+t3=$(date +%s.%N)
 cold=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
-load=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.2f", b - a }')
+load=$(awk -v a="$t2" -v b="$t3" 'BEGIN { printf "%.2f", b - a }')
 header2="| date | machine | command | model | file GB | cat cold s | still logits cold s (load + 1 token) | ratio |
 |---|---|---|---|---|---|---|---|"
 r="| $(date -u +%Y-%m-%d) | $(machine), $THREADS threads | \`bench/bench_memory.sh\` | $name | $(awk -v s="$(stat -c %s "$f")" 'BEGIN { printf "%.2f", s / 1e9 }') | $cold | $load | $(awk -v a="$load" -v b="$cold" 'BEGIN { printf "%.2f", a / b }') |"

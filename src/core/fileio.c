@@ -54,6 +54,9 @@ Status file_map(const char *path, MappedFile *m, Err *e) {
         m->fd = -1;
         return err_set(e, ST_EIO, "%s: cannot mmap: %s", path, strerror(errno));
     }
+    // Weights are read whole, in file order, by the first forward: ask the kernel to read the file ahead now,
+    // so that first pass does not wait on one page fault after another (advice only: a failure changes nothing).
+    madvise(p, m->size, MADV_WILLNEED);
     m->data = p;
     return ST_OK;
 }
