@@ -9,6 +9,10 @@ qwen3_tied model) and, per case of CASES, tests/data/sft/<case>.safetensors with
   grad_norm  torch.nn.utils.clip_grad_norm_'s total norm (before clipping, max_norm 1)
   param.<n>  every parameter after one torch.optim.AdamW step (weight decay on matrices only,
              transformers' decay / no-decay parameter groups)
+  exp_avg.<n>, exp_avg_sq.<n>  AdamW's moments after that step (its optimizer state): after one
+             step (1 - beta1) g and (1 - beta2) g^2 of the clipped gradient g. Unlike the update,
+             which is ill-conditioned where |g| is near adam_epsilon, they are as well-conditioned as
+             the gradient, so the test compares them over every element.
 Batches are built here independently of still: rows in file order (no shuffling), TRL's
 best-fit-decreasing and wrapped packing; packed documents are separate sequences with positions
 from 0 (TRL padding-free / position_ids semantics) and the first token of a document is no target.
@@ -137,6 +141,8 @@ def one_case(cfg, w32, ex, c):
            "num_items": np.array([float(num_items)])}
     for n, t in w.items():
         out["param." + n] = t.detach().numpy()
+        out["exp_avg." + n] = opt.state[t]["exp_avg"].numpy()
+        out["exp_avg_sq." + n] = opt.state[t]["exp_avg_sq"].numpy()
     return out
 
 
@@ -153,38 +159,42 @@ def bytes_to_unicode():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def write_tiny_tokenizer(d):
+def tiny_tokenizer():
     """A byte-level BPE tokenizer.json with no merges (ids 0-255 = bytes) and three ChatML special
-    tokens, for end-to-end tests of text formats on models with vocab 384."""
-    os.makedirs(d, exist_ok=True)
+    tokens (256 <|endoftext|>, 257 <|im_start|>, 258 <|im_end|>), for models with vocab 384."""
     b2u = bytes_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = {"version": "1.0", "truncation": None, "padding": None,
-           "added_tokens": [{"id": 256 + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                             "normalized": False, "special": True} for i, s in enumerate(specials)],
-           "normalizer": None,
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
-           "post_processor": None,
-           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
-           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                     "vocab": vocab, "merges": []}}
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [{"id": 256 + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                              "normalized": False, "special": True} for i, s in enumerate(specials)],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                              "use_regex": True},
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": []}}
+
+
+def write_tokenizer_dir(d, chat_template):
+    """tokenizer.json (tiny_tokenizer) and tokenizer_config.json (eos <|im_end|>, pad <|endoftext|>)."""
+    os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "tokenizer.json"), "w") as f:
-        json.dump(tok, f, ensure_ascii=False, indent=1)
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    tmpl = open(os.path.join(root, "tests", "data", "chat", "templates", "sft_generation.jinja")).read()
+        json.dump(tiny_tokenizer(), f, ensure_ascii=False, indent=1)
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
-                   "chat_template": tmpl}, f, indent=1)
-    plain = tmpl.replace("{%- generation %}", "").replace("{%- endgeneration %}", "")
-    d2 = d + "_nogen"
-    os.makedirs(d2, exist_ok=True)
-    with open(os.path.join(d2, "tokenizer.json"), "w") as f:
-        json.dump(tok, f, ensure_ascii=False, indent=1)
-    with open(os.path.join(d2, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
-                   "chat_template": plain}, f, indent=1)
+                   "chat_template": chat_template}, f, indent=1)
+
+
+def write_tiny_tokenizer(d):
+    """The tiny tokenizer with a {% generation %} chat template in d, without the markers in d_nogen,
+    for end-to-end tests of text formats."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    tmpl = open(os.path.join(root, "tests", "data", "chat", "templates", "sft_generation.jinja")).read()
+    write_tokenizer_dir(d, tmpl)
+    write_tokenizer_dir(d + "_nogen", tmpl.replace("{%- generation %}", "").replace("{%- endgeneration %}", ""))
 
 
 def main():

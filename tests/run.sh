@@ -64,6 +64,7 @@ sh_tests() {  # dir, filter (all | asan | full)
   local d=$1 filter=$2
   for t in tests/$d/*.sh; do
     [ -e "$t" ] || continue
+    [ "$(basename "$t")" = lib.sh ] && continue  # the helpers the scripts source
     if [ "$filter" = asan ] && ! grep -q '^# asan: yes' "$t"; then continue; fi
     run_one "$d/$(basename "${t%.sh}")" bash "$t"
   done

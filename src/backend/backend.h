@@ -263,6 +263,16 @@ struct Backend {
                          float grad_scale, float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct,
                          int V);
     // ---- end of distillation and RL heads ----------------------------------------------
+
+    // Sequence-classification head: transformers' *ForSequenceClassification `score` (a Linear
+    // without bias) at one pooled position per sequence. h (N,C) final hidden states, W (NL,C) as
+    // wdt, rows (B) the pooled row of each sequence, in [0, N):
+    //   scores (B,NL) = h[rows[b]] W^T                                    (may be NULL)
+    // Backward when dscores (B,NL) != NULL (dh required): dh[rows[b]] (C) += dscores[b] W ;
+    //   dW (NL,C) += sum_b dscores[b]^T h[rows[b]] (when dW != NULL). Rows may repeat (their
+    //   gradients add up). Only the B pooled rows are read: no (N, NL) scores ever exist.
+    void (*score_head)(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
+                       const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all

@@ -20,6 +20,7 @@ static const ArgSpec common_specs[] = {
     {"log_level", ARG_STR, "info", "error | warning | info | debug"},
     {"seed", ARG_INT, "42", "random seed"},
     {"max_memory", ARG_STR, NULL, "memory budget for the process, e.g. 8GiB (default: what the machine has available)"},
+    {"report_memory", ARG_BOOL, "false", "print the peak resident memory (VmHWM) on stderr when the command ends"},
     {"help", ARG_BOOL, "false", "print the flags of this command"},
     {NULL, 0, NULL, NULL},
 };

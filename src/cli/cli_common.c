@@ -6,14 +6,23 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/hf_cache.h"
-#include "../core/interrupt.h"
 #include "../core/log.h"
 #include "../core/meminfo.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
+
+// --report_memory: the command's name for the line printed at exit. An atexit handler takes no
+// argument, so the name is kept here, set once per process before the command runs.
+static const char *g_report_command;
+
+static void report_memory(void) {
+    fprintf(stderr, "still %s: peak RSS %.1f MiB (VmHWM %zu bytes)\n", g_report_command, mem_peak_rss() / 1048576.0,
+            mem_peak_rss());
+}
 
 int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *specs, int argc, char **argv,
               int *done) {
@@ -30,6 +39,10 @@ int cli_parse(Args *a, const char *command, const char *summary, const ArgSpec *
         args_free(a);
         *done = 1;
         return 0;
+    }
+    if (args_bool(a, "report_memory") && !g_report_command) {
+        g_report_command = command;
+        atexit(report_memory);
     }
     const char *lvl = args_str(a, "log_level");
     if (!strcmp(lvl, "error")) log_set_level(LOG_ERROR);
@@ -56,9 +69,9 @@ int cli_run(const char *command, const char *summary, const ArgSpec *specs, int 
 }
 
 int cli_fail(const char *command, const Err *e) {
-    if (e->code == ST_EINTR) {  // stopped by a signal after saving: not an error; 128 + the signal
+    if (e->code == ST_EINTR) {  // stopped by SIGINT or SIGTERM after saving: not an error; 130 for both
         fprintf(stderr, "still %s: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
-        return 128 + (interrupt_signal() ? interrupt_signal() : SIGINT);
+        return 128 + SIGINT;
     }
     fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
     return e->code == ST_EUNSUPPORTED ? 3 : 1;

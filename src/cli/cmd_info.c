@@ -1,7 +1,9 @@
 // cmd_info.c: still info — architecture, parameter count, and the plans and memory a shape needs.
 #include "../core/alloc.h"
 #include "../core/fileio.h"
+#include "../core/meminfo.h"
 #include "../model/lora.h"
+#include "../model/mem_plan.h"
 #include "../model/tensors.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -18,6 +20,7 @@ static const ArgSpec specs[] = {
     {"teacher", ARG_STR, NULL, "also the memory of distillation: student training + this teacher's inference (or self)"},
     {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 (default: its checkpoint's)"},
     {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)"},
+    {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -89,6 +92,28 @@ static Status distill_memory(const Args *a, const ModelConfig *scfg, int B, int 
     return ST_OK;
 }
 
+// The predicted peak RSS of still generate and still sft at the shape, part by part (mem_plan.h).
+static void peak_rss(const Args *a, const ModelConfig *c, const char *dir, DType infer_dt, int B, int T) {
+    int threads = args_is_set(a, "threads") ? (int)args_int(a, "threads") : omp_get_max_threads();
+    size_t tok = mem_plan_tokenizer(dir), runtime = mem_rss();  // this binary and its libraries, loaded
+    DType file_dt = c->torch_dtype == DT_BF16 ? DT_BF16 : DT_F32;
+    int new_tokens = (int)args_int(a, "max_new_tokens");
+    MemParts g;
+    mem_plan_generate(c, infer_dt, file_dt, B, T, new_tokens, threads, tok, runtime, &g);
+    printf("peak RSS        generate B=%d, prompt %d + %d new tokens, %d threads: %.1f MiB = weights %.1f (%s) + plans "
+           "%.1f (KV cache %.1f) + scratch %.1f + tokenizer %.1f + runtime %.1f\n", B, T, new_tokens, threads,
+           mib(g.total), mib(g.weights), dtype_torch_name(infer_dt), mib(g.plans), mib(g.kv_cache), mib(g.scratch),
+           mib(g.tokenizer), mib(g.runtime));
+    for (int ck = 1; ck >= 0; ck--) {
+        MemParts t;
+        mem_plan_train(c, file_dt, B, T, ck, threads, tok, runtime, &t);
+        printf("peak RSS        sft B=%d T=%d %s gradient checkpointing, %d threads: %.1f MiB = weights %.1f + grads %.1f "
+               "+ AdamW %.1f + plan %.1f + scratch %.1f + OpenBLAS %.1f + saving %.1f + tokenizer %.1f + runtime %.1f\n",
+               B, T, ck ? "with" : "without", threads, mib(t.total), mib(t.weights), mib(t.grads), mib(t.adam),
+               mib(t.plans), mib(t.scratch), mib(t.blas), mib(t.saving), mib(t.tokenizer), mib(t.runtime));
+    }
+}
+
 static Status run(const Args *a, Err *e) {
     char *dir;
     TRY(cli_model_dir(a, "model", &dir, e));
@@ -117,6 +142,9 @@ static Status run(const Args *a, Err *e) {
         printf("architecture    %s: %d layers, hidden %d, heads %d (kv %d), head_dim %d, mlp %d, vocab %d\n",
                cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
                cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size);
+        if (cfg.num_labels > 0)
+            printf("classifier      %s: score head of %d label%s, pooled at the last token that is not pad_token_id %d\n",
+                   config_architecture(&cfg), cfg.num_labels, cfg.num_labels == 1 ? "" : "s", cfg.pad_token_id);
         printf("flags           tied embeddings %s, qk norm %s, qkv bias %s, o bias %s, rope theta %g%s\n",
                cfg.tie_word_embeddings ? "yes" : "no", cfg.qk_norm ? "yes" : "no", cfg.qkv_bias ? "yes" : "no",
                cfg.o_bias ? "yes" : "no", cfg.rope_theta,
@@ -132,6 +160,7 @@ static Status run(const Args *a, Err *e) {
                mib(p32), mib(g), mib(adam), B, T, mib(train), mib(p32 + g + adam + train));
         printf("training ckpt   the same with --gradient_checkpointing: plan train %.1f MiB = %.1f MiB\n", mib(train_ck),
                mib(p32 + g + adam + train_ck));
+        peak_rss(a, &cfg, dir, infer_dt, B, T);
         if (args_int(a, "lora_r") > 0) lora_memory(&cfg, infer_dt, (int)args_int(a, "lora_r"), B, T);
         printf("loss head       chunks of %d rows: %.1f MiB of logits at a time (never B x T x V = %.1f MiB)\n", chunk,
                mib((size_t)chunk * cfg.vocab_size * 4), mib((size_t)B * T * cfg.vocab_size * 4));

@@ -3,10 +3,9 @@
 
 #include <string.h>
 
-static volatile sig_atomic_t g_count, g_signal, g_mode;
+static volatile sig_atomic_t g_count, g_mode;
 
 static void on_signal(int sig) {
-    g_signal = sig;
     if (g_mode == INTERRUPT_ESCALATE && g_count > 0) {  // second signal: stop at once
         signal(sig, SIG_DFL);
         raise(sig);
@@ -18,7 +17,6 @@ static void on_signal(int sig) {
 void interrupt_install(InterruptMode mode) {
     g_mode = mode;
     g_count = 0;
-    g_signal = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -31,7 +29,5 @@ void interrupt_install(InterruptMode mode) {
 }
 
 const volatile sig_atomic_t *interrupt_flag(void) { return &g_count; }
-
-int interrupt_signal(void) { return g_signal; }
 
 void interrupt_clear(void) { g_count = 0; }

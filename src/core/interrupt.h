@@ -6,7 +6,7 @@
 // (TrainConfig.stop, the chat loop), which the loops poll at their safe points.
 //
 // INTERRUPT_ESCALATE (training): the first signal sets the flag (the run finishes its optimizer
-// step, saves a complete checkpoint and exits 128 + signal); a second one ends the process at
+// step, saves a complete checkpoint and exits 130, for SIGTERM too); a second one ends the process at
 // once with the signal's default action (a temp file it was writing is swept when the next run
 // in that output_dir starts). INTERRUPT_REPEAT (chat): every signal sets the flag; the loop
 // clears it when it has stopped the reply.
@@ -20,8 +20,6 @@ typedef enum { INTERRUPT_ESCALATE = 0, INTERRUPT_REPEAT = 1 } InterruptMode;
 void interrupt_install(InterruptMode mode);
 // The flag the handler sets: the number of signals received (0: none).
 const volatile sig_atomic_t *interrupt_flag(void);
-// The last signal received (0: none).
-int interrupt_signal(void);
 void interrupt_clear(void);
 
 #endif

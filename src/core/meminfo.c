@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static size_t read_meminfo_kb(const char *key) {
@@ -54,6 +55,26 @@ size_t mem_rss(void) {
     int n = fscanf(f, "%lu %lu", &size, &resident);
     fclose(f);
     return n == 2 ? (size_t)resident * (size_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+size_t mem_peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            kb = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+void mem_release_mapped(const void *p, size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
+    if (end > b) madvise((void *)b, end - b, MADV_DONTNEED);  // advice only: a failure changes nothing
 }
 
 int mem_parse_size(const char *s, size_t *out) {

@@ -10,6 +10,11 @@
 size_t mem_available(void);
 // Resident set size of this process (bytes), 0 when unknown.
 size_t mem_rss(void);
+// Peak resident set size of this process so far (VmHWM of /proc/self/status, bytes), 0 when unknown.
+size_t mem_peak_rss(void);
+// Tell the kernel that [p, p + n) of a read-only file mapping is not needed now: its pages leave
+// the resident set (whole pages inside the range only; a later read faults them in again).
+void mem_release_mapped(const void *p, size_t n);
 // Parse "8GiB", "500MB", "1.5G", "1073741824" (bytes). Returns 0 on success.
 int mem_parse_size(const char *s, size_t *out);
 // Refuse an allocation of `need` bytes for `what` when it would not fit: into max_memory (a

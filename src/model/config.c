@@ -21,6 +21,7 @@ typedef enum { FAM_QWEN3, FAM_QWEN2, FAM_LLAMA } Family;
 typedef struct FamilyDefaults {
     const char *model_type;
     const char *architecture;
+    const char *classifier;  // the *ForSequenceClassification class of the family
     int vocab_size;
     int max_position_embeddings;
     int head_dim;        // 0 = hidden_size / num_attention_heads
@@ -31,9 +32,9 @@ typedef struct FamilyDefaults {
 } FamilyDefaults;
 
 static const FamilyDefaults family_defaults[] = {
-    [FAM_QWEN3] = {"qwen3", "Qwen3ForCausalLM", 151936, 32768, 128, -1, -1, 1, 0},
-    [FAM_QWEN2] = {"qwen2", "Qwen2ForCausalLM", 151936, 32768, 0, -1, -1, 0, 0},
-    [FAM_LLAMA] = {"llama", "LlamaForCausalLM", 32000, 2048, 0, 1, 2, 1, 1},
+    [FAM_QWEN3] = {"qwen3", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification", 151936, 32768, 128, -1, -1, 1, 0},
+    [FAM_QWEN2] = {"qwen2", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", 151936, 32768, 0, -1, -1, 0, 0},
+    [FAM_LLAMA] = {"llama", "LlamaForCausalLM", "LlamaForSequenceClassification", 32000, 2048, 0, 1, 2, 1, 1},
 };
 
 #define DEFAULT_RMS_NORM_EPS 1e-6
@@ -288,6 +289,39 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
     return ST_OK;
 }
 
+// architectures[0] names a *ForSequenceClassification class: the model has a score head of
+// num_labels outputs, which transformers takes from id2label when the config has one, else from
+// "num_labels", else 2 (PretrainedConfig's default).
+static Status parse_architecture(const cJSON *root, const char *path, const FamilyDefaults *fd, ModelConfig *cfg,
+                                 Err *e) {
+    cfg->num_labels = 0;
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (!arch || cJSON_IsNull(arch)) return ST_OK;
+    if (!cJSON_IsArray(arch)) return err_set(e, ST_EINVAL, "%s: field \"architectures\" must be a list of strings", path);
+    const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
+    if (!a0) return ST_OK;
+    if (!cJSON_IsString(a0)) return err_set(e, ST_EINVAL, "%s: field \"architectures\" must be a list of strings", path);
+    const char *name = a0->valuestring, *suffix = "ForSequenceClassification";
+    size_t n = strlen(name), k = strlen(suffix);
+    if (n < k || strcmp(name + n - k, suffix)) return ST_OK;
+    if (strcmp(name, fd->classifier))
+        return err_set(e, ST_EUNSUPPORTED, "%s: architectures[0] is \"%s\": a %s model's classifier is %s", path, name,
+                       fd->model_type, fd->classifier);
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    if (id2label && !cJSON_IsNull(id2label)) {
+        if (!cJSON_IsObject(id2label))
+            return err_set(e, ST_EINVAL, "%s: field \"id2label\" must be an object {\"0\": \"LABEL_0\", ...}", path);
+        cfg->num_labels = cJSON_GetArraySize(id2label);
+        if (cfg->num_labels < 1) return err_set(e, ST_EINVAL, "%s: field \"id2label\" is empty", path);
+        int given;
+        TRY(get_int_field(root, "num_labels", path, 0, cfg->num_labels, 1, &given, e));
+        if (given != cfg->num_labels)
+            return err_set(e, ST_EINVAL, "%s: num_labels is %d but id2label has %d labels", path, given, cfg->num_labels);
+        return ST_OK;
+    }
+    return get_int_field(root, "num_labels", path, 0, 2, 1, &cfg->num_labels, e);
+}
+
 static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
     if (!cJSON_IsObject(root)) return err_set(e, ST_EINVAL, "%s: expected a JSON object", path);
     Family fam = FAM_QWEN3;
@@ -348,6 +382,7 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(parse_dtype(root, path, cfg, e));
     TRY(check_layer_types(root, path, fam, cfg, e));
     TRY(parse_rope(root, path, cfg, e));
+    TRY(parse_architecture(root, path, fd, cfg, e));
     return ST_OK;
 }
 
@@ -388,16 +423,52 @@ static void add_missing(cJSON *o, const char *key, cJSON *v) {
     cJSON_AddItemToObject(o, key, v);
 }
 
+static const FamilyDefaults *family_of(const ModelConfig *cfg) {
+    Family fam = FAM_QWEN3;
+    for (size_t i = 0; i < ARRAY_LEN(family_defaults); i++)
+        if (!strcmp(cfg->model_type, family_defaults[i].model_type)) fam = (Family)i;
+    return &family_defaults[fam];
+}
+
+const char *config_architecture(const ModelConfig *cfg) {
+    const FamilyDefaults *fd = family_of(cfg);
+    return cfg->num_labels > 0 ? fd->classifier : fd->architecture;
+}
+
+static void set_item(cJSON *o, const char *key, cJSON *v) {
+    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else cJSON_AddItemToObject(o, key, v);
+}
+
+void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id) {
+    CHECK(cfg->raw && num_labels > 0);
+    cfg->num_labels = num_labels;
+    cJSON *arch = cJSON_CreateArray(), *id2label = cJSON_CreateObject(), *label2id = cJSON_CreateObject();
+    cJSON_AddItemToArray(arch, cJSON_CreateString(family_of(cfg)->classifier));
+    for (int i = 0; i < num_labels; i++) {
+        char id[16], label[32];
+        snprintf(id, sizeof id, "%d", i);
+        snprintf(label, sizeof label, "LABEL_%d", i);
+        cJSON_AddItemToObject(id2label, id, cJSON_CreateString(label));
+        cJSON_AddItemToObject(label2id, label, cJSON_CreateNumber(i));
+    }
+    set_item(cfg->raw, "architectures", arch);
+    set_item(cfg->raw, "num_labels", cJSON_CreateNumber(num_labels));
+    set_item(cfg->raw, "id2label", id2label);
+    set_item(cfg->raw, "label2id", label2id);
+    if (pad_token_id >= 0) {
+        cfg->pad_token_id = pad_token_id;
+        set_item(cfg->raw, "pad_token_id", cJSON_CreateNumber(pad_token_id));
+    }
+}
+
 char *config_to_json(const ModelConfig *cfg) {
     CHECK(cfg->raw);
     cJSON *o = cJSON_Duplicate(cfg->raw, 1);
     CHECK(o);
-    Family fam = FAM_QWEN3;
-    for (size_t i = 0; i < ARRAY_LEN(family_defaults); i++)
-        if (!strcmp(cfg->model_type, family_defaults[i].model_type)) fam = (Family)i;
-    const FamilyDefaults *fd = &family_defaults[fam];
+    const FamilyDefaults *fd = family_of(cfg);
     cJSON *arch = cJSON_CreateArray();
-    cJSON_AddItemToArray(arch, cJSON_CreateString(fd->architecture));
+    cJSON_AddItemToArray(arch, cJSON_CreateString(config_architecture(cfg)));
     add_missing(o, "architectures", arch);
     add_missing(o, "head_dim", cJSON_CreateNumber(cfg->head_dim));
     add_missing(o, "num_key_value_heads", cJSON_CreateNumber(cfg->num_key_value_heads));

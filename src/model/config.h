@@ -41,6 +41,8 @@ typedef struct ModelConfig {
     int o_bias;                  // bias on o_proj (Qwen3/Llama attention_bias; never Qwen2)
     int mlp_bias;                // Llama mlp_bias
     int qk_norm;                 // per-head RMSNorm on q and k before RoPE (Qwen3)
+    int num_labels;              // > 0: a *ForSequenceClassification model (architectures[0]): a score
+                                 // head (num_labels, C) and no LM head; 0: a causal LM
     double initializer_range;    // for `still init`
     DType torch_dtype;           // checkpoint dtype ("torch_dtype" or "dtype")
     int bos_token_id;            // -1 if absent
@@ -58,6 +60,12 @@ Status config_load(const char *path, ModelConfig *cfg, Err *e);
 // given field as given, and serialise. Caller frees the returned text.
 char *config_to_json(const ModelConfig *cfg);
 void config_free(ModelConfig *cfg);
+// Make cfg a sequence-classification config (Qwen3/Qwen2/LlamaForSequenceClassification) with
+// num_labels outputs: architectures, num_labels, id2label / label2id (LABEL_i, as transformers
+// names them) in cfg->raw; pad_token_id >= 0 replaces the config's (what pooling looks for).
+void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id);
+// The architecture name config_to_json writes when config.json has none.
+const char *config_architecture(const ModelConfig *cfg);
 
 // RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that
 // multiplies cos and sin (1 except for yarn).

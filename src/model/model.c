@@ -118,17 +118,20 @@ void model_free(Model *m) {
     free(m);
 }
 
-static int ignorable_extra(const Model *m, const char *name) {
-    if (m->cfg.tie_word_embeddings && !strcmp(name, "lm_head.weight")) return 1;  // transformers ignores it
+static int ignorable_extra(const Model *m, const char *name, int convert) {
+    if ((m->cfg.tie_word_embeddings || convert) && !strcmp(name, "lm_head.weight")) return 1;  // transformers ignores it
     size_t n = strlen(name), s = strlen("rotary_emb.inv_freq");
     return n >= s && !strcmp(name + n - s, "rotary_emb.inv_freq");  // buffer saved by old checkpoints
 }
 
-// Every tensor the table expects is in the checkpoint with its shape, and nothing else is.
-static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *set, const char *dir, Err *e) {
+// Every tensor the table expects is in the checkpoint with its shape, and nothing else is
+// (convert: a causal checkpoint becoming a classifier has no score head and may have lm_head).
+static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *set, const char *dir, int convert,
+                            Err *e) {
     const ModelConfig *cfg = &m->cfg;
     for (int i = 0; i < tt->n; i++) {
         const TensorInfo *t = &tt->t[i];
+        if (convert && t->kind == TK_SCORE) continue;
         const StTensor *s = st_find(set, t->name);
         if (!s)
             return err_set(e, ST_EINVAL, "%s: missing tensor \"%s\" (expected by config.json: %s)", dir, t->name,
@@ -145,40 +148,83 @@ static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *
     }
     for (int i = 0; i < set->n_tensors; i++) {
         const char *name = set->tensors[i].name;
-        if (!tensors_find(tt, name) && !ignorable_extra(m, name))
+        if (!tensors_find(tt, name) && !ignorable_extra(m, name, convert))
             return err_set(e, ST_EINVAL, "%s: unexpected tensor \"%s\" (not part of a %s model with this config.json)",
                            dir, name, cfg->model_type);
     }
     return ST_OK;
 }
 
-// Copy (converting) every tensor not used in place into params.
+// Copy (converting) every tensor not used in place into params (those the checkpoint has), 8 MiB
+// at a time through one stage buffer, each piece's pages of the mapping released once copied
+// (peak: the copies plus about 12 MiB, not the largest tensor twice or the file beside its copy).
+#define UPLOAD_CHUNK (8u << 20)
 static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
-    size_t stage_cap = 0;
-    void *stage = NULL;
+    void *stage = xmalloc(UPLOAD_CHUNK);
     for (int i = 0; i < m->tt.n; i++) {
         if (mapped && mapped[i]) continue;
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
-        size_t bytes = t->numel * dtype_size(t->dtype);
-        if (bytes > stage_cap) {
-            free(stage);
-            stage = xmalloc(bytes);
-            stage_cap = bytes;
+        if (!s) continue;  // a new score head (check_tensors allowed it)
+        size_t es = dtype_size(t->dtype), ss = dtype_size(s->dtype), step = UPLOAD_CHUNK / MAX(es, ss);
+        for (size_t j = 0; j < t->numel; j += step) {
+            size_t n = MIN(step, t->numel - j);
+            dtype_convert(stage, t->dtype, (const char *)s->data + j * ss, s->dtype, n);
+            m->be->upload(m->be, (char *)m->data[i] + j * es, stage, n * es);
+            st_release(set, s, j * ss, n * ss);
         }
-        dtype_convert(stage, t->dtype, s->data, s->dtype, t->numel);
-        m->be->upload(m->be, m->data[i], stage, bytes);
     }
     free(stage);
 }
 
-static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, Model **out, Err *e) {
+// Whether the checkpoint's kind (causal LM or classifier) is what o asks for; *convert when a
+// causal checkpoint is to become a classifier (cfg edited).
+static Status check_kind(const char *dir, ModelConfig *cfg, const ModelLoadOpts *o, int *convert, Err *e) {
+    *convert = 0;
+    if (cfg->num_labels > 0 && !o->classifier)
+        return err_set(e, ST_EINVAL, "%s is a %s (a sequence classifier: a score head, no LM head); still score, still "
+                                     "reward and --reward model:%s run it", dir, config_architecture(cfg), dir);
+    if (!o->classifier) return ST_OK;
+    if (cfg->num_labels == 0) {
+        if (o->num_labels <= 0)
+            return err_set(e, ST_EINVAL, "%s is a causal LM, not a sequence classifier (config.json architectures); make "
+                                         "one with: still init --model %s --num_labels 1 --output_dir DIR", dir, dir);
+        config_set_classifier(cfg, o->num_labels, o->pad_token_id);
+        *convert = 1;
+        return ST_OK;
+    }
+    if (o->num_labels > 0 && cfg->num_labels != o->num_labels)
+        return err_set(e, ST_EINVAL, "%s has %d labels (config.json id2label / num_labels), %d wanted", dir,
+                       cfg->num_labels, o->num_labels);
+    return ST_OK;
+}
+
+// The new score head of a converted checkpoint: normal(0, initializer_range), keyed by seed.
+static void init_score(Model *m, uint64_t seed) {
+    const TensorInfo *t = tensors_get(&m->tt, TK_SCORE, -1);
+    Rng rng;
+    rng_init(&rng, seed, 0);
+    float *h = xmalloc(t->numel * sizeof(float));
+    for (size_t j = 0; j < t->numel; j++) h[j] = (float)m->cfg.initializer_range * rng_normal(&rng);
+    void *stage = xmalloc(t->numel * dtype_size(t->dtype));
+    dtype_convert(stage, t->dtype, h, DT_F32, t->numel);
+    m->be->upload(m->be, model_data(m, t), stage, t->numel * dtype_size(t->dtype));
+    free(stage);
+    free(h);
+}
+
+static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e) {
     *out = NULL;
+    int frozen = o->frozen, convert = 0;
     char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
     Status st = config_load(cfg_path, &cfg, e);
     free(cfg_path);
-    if (st != ST_OK) return st;
+    if (st == ST_OK) st = check_kind(dir, &cfg, o, &convert, e);
+    if (st != ST_OK) {
+        config_free(&cfg);
+        return st;
+    }
     StSet *set = xcalloc(1, sizeof(StSet));
     st = st_open(dir, set, e);
     if (st != ST_OK) {
@@ -193,7 +239,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
     DType mdt = matrix_dtype >= 0 ? (DType)matrix_dtype : (ckpt == DT_BF16 ? DT_BF16 : DT_F32);
     Model probe = {.cfg = cfg};
     tensors_build(&probe.tt, &cfg, mdt);
-    st = check_tensors(&probe, &probe.tt, set, dir, e);
+    st = check_tensors(&probe, &probe.tt, set, dir, convert, e);
     // Frozen on host memory: tensors stored as they are computed with are used in place.
     uint8_t *mapped = NULL;
     size_t copied = probe.tt.param_bytes, in_place = 0;
@@ -203,7 +249,8 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
         for (int i = 0; i < probe.tt.n; i++) {
             const TensorInfo *t = &probe.tt.t[i];
             size_t bytes = t->numel * dtype_size(t->dtype);
-            mapped[i] = st_find(set, t->name)->dtype == t->dtype;
+            const StTensor *s = st_find(set, t->name);
+            mapped[i] = s && s->dtype == t->dtype;
             if (mapped[i]) in_place += bytes;
             else copied += bytes;
         }
@@ -227,6 +274,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
     for (int i = 0; mapped && i < m->tt.n; i++)
         if (mapped[i]) m->data[i] = (void *)st_find(set, m->tt.t[i].name)->data;
     upload_tensors(m, set, mapped);
+    if (convert) init_score(m, o->seed);
     free(mapped);
     if (in_place) {
         m->mapping = set;
@@ -240,11 +288,17 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, int frozen, M
 }
 
 Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
-    return load(dir, be, matrix_dtype, 0, out, e);
+    ModelLoadOpts o = {0};
+    return load(dir, be, matrix_dtype, &o, out, e);
 }
 
 Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e) {
-    return load(dir, be, matrix_dtype, 1, out, e);
+    ModelLoadOpts o = {.frozen = 1};
+    return load(dir, be, matrix_dtype, &o, out, e);
+}
+
+Status model_load_opts(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e) {
+    return load(dir, be, matrix_dtype, o, out, e);
 }
 
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e) {
@@ -278,6 +332,7 @@ Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed,
 }
 
 // Tensor data for the streaming writer: a range of a device tensor, converted to the saved dtype.
+#define SAVE_STAGE (2u << 20)
 typedef struct SaveFill {
     const Model *m;
     DType save_dtype;
@@ -300,12 +355,14 @@ static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst,
         f->m->be->download(f->m->be, dst, src, count * es);
         return ST_OK;
     }
-    if (count * es > f->stage_cap) {
-        free(f->stage);
-        f->stage = xmalloc(f->stage_cap = count * es);
+    // converted through a stage of at most SAVE_STAGE bytes (the writer's own buffer is 8 MiB)
+    size_t per = SAVE_STAGE / es, ds = dtype_size(f->save_dtype);
+    if (!f->stage) f->stage = xmalloc(f->stage_cap = SAVE_STAGE);
+    for (size_t j = 0; j < count; j += per) {
+        size_t n = MIN(per, count - j);
+        f->m->be->download(f->m->be, f->stage, src + j * es, n * es);
+        dtype_convert((char *)dst + j * ds, f->save_dtype, f->stage, t->dtype, n);
     }
-    f->m->be->download(f->m->be, f->stage, src, count * es);
-    dtype_convert(dst, f->save_dtype, f->stage, t->dtype, count);
     return ST_OK;
 }
 

@@ -50,6 +50,19 @@ Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, E
 // (converted dtypes) are copied into params. Such a model has no gradients and is never written;
 // its parameters are not one contiguous buffer (model_param / model_data per tensor).
 Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
+// What model_load_opts loads. model_load and model_load_frozen load causal LMs only: a
+// sequence-classification checkpoint is an error there, naming the commands that run it.
+typedef struct ModelLoadOpts {
+    int frozen;        // as model_load_frozen
+    int classifier;    // a sequence classifier is wanted (still score, still reward, reward models)
+    int num_labels;    // classifier: > 0 turns a causal checkpoint into a classifier with a new score
+                       // head of this many outputs (lm_head dropped) and requires it of a classifier
+                       // checkpoint; 0: the checkpoint must be a classifier already
+    int pad_token_id;  // conversion: the new config's pad_token_id (-1: keep the causal config's)
+    uint64_t seed;     // conversion: draw of the new score head, normal(0, initializer_range) as
+                       // transformers initialises a Linear
+} ModelLoadOpts;
+Status model_load_opts(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e);
 // A fresh model from a config: normal(0, initializer_range) matrices, norm weights 1, biases 0.
 Status model_create_random(const ModelConfig *cfg, Backend *be, uint64_t seed, Model **out, Err *e);
 // Write model.safetensors (in save_dtype) and config.json into dir (created if needed), tensor

@@ -128,7 +128,14 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
     p->row_correct = TAKE_F(N);
     p->row_entropy = TAKE_F(N);
     p->head_chunk = chunk;
-    p->head_scratch = TAKE_F((size_t)chunk * (V + C));
+    if (cfg->num_labels > 0) {  // a score head instead of the LM head
+        p->head_scratch = NULL;
+        p->pool_rows = TAKE_I(B);
+        p->cls_scores = TAKE_F((size_t)B * cfg->num_labels);
+        if (mode == PLAN_TRAIN) p->cls_dscores = TAKE_F((size_t)B * cfg->num_labels);
+    } else {
+        p->head_scratch = TAKE_F((size_t)chunk * (V + C));
+    }
     if (mode == PLAN_TRAIN) {
         p->dres = TAKE_F(N * C);
         p->dln = TAKE_F(N * C);

@@ -61,8 +61,12 @@ typedef struct Plan {
     float *row_loss;       // (N)
     float *row_correct;    // (N)
     float *row_entropy;    // (N)
-    float *head_scratch;   // (chunk, V + C)
+    float *head_scratch;   // (chunk, V + C); NULL for sequence classifiers (no LM head)
     int head_chunk;
+    // sequence classifiers (cfg num_labels NL > 0): the score head at one pooled row per sequence
+    int32_t *pool_rows;    // (B) pooled row of each sequence, in [0, N)
+    float *cls_scores;     // (B,NL) scores
+    float *cls_dscores;    // (B,NL) TRAIN: d loss / d score
     // backward scratch (TRAIN only), one layer's worth, reused by every layer
     float *dres;           // (N,C) gradient of the residual stream
     float *dln;            // (N,C)

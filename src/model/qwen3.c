@@ -349,3 +349,43 @@ void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float
                      pt->head_scratch, p->head_chunk, N, C, Ct, V);
     if (bw) qwen3_backward_from_lnf(m, p);
 }
+
+// ---- sequence classifiers ------------------------------------------------------------------
+void qwen3_cls_pool(const int32_t *ids, const int *lens, int B, int T, int pad_token_id, int32_t *rows) {
+    for (int b = 0; b < B; b++) {
+        int n = MIN(lens[b], T), last = n > 0 ? n - 1 : 0;
+        if (pad_token_id >= 0) {  // argmax of (index * (id != pad)): 0 when no token is a real one
+            last = 0;
+            for (int t = n - 1; t > 0; t--)
+                if (ids[(size_t)b * T + t] != pad_token_id) {
+                    last = t;
+                    break;
+                }
+        }
+        rows[b] = b * T + last;
+    }
+}
+
+void qwen3_cls_scores(Model *m, Plan *p, const int32_t *rows, float *scores) {
+    Backend *be = m->be;
+    int B = p->B, NL = m->cfg.num_labels;
+    CHECK_MSG(NL > 0 && p->cls_scores, "qwen3_cls_scores: %s is not a sequence classifier", m->dir ? m->dir : "model");
+    be->upload(be, p->pool_rows, rows, (size_t)B * sizeof(int32_t));
+    const TensorInfo *t = tensors_get(&m->tt, TK_SCORE, -1);
+    be->score_head(be, p->cls_scores, NULL, NULL, p->lnf, model_data(m, t), t->dtype, p->pool_rows, NULL, B,
+                   B * p->T, m->cfg.hidden_size, NL);
+    if (scores) be->download(be, scores, p->cls_scores, (size_t)B * NL * sizeof(float));
+}
+
+void qwen3_cls_backward(Model *m, Plan *p, const float *dscores) {
+    Backend *be = m->be;
+    int B = p->B, N = B * p->T, C = m->cfg.hidden_size, NL = m->cfg.num_labels;
+    CHECK_MSG(NL > 0 && p->mode == PLAN_TRAIN && m->grads && !m->lora,
+              "qwen3_cls_backward: needs a classifier, a train plan and gradients (no adapter)");
+    be->upload(be, p->cls_dscores, dscores, (size_t)B * NL * sizeof(float));
+    const TensorInfo *t = tensors_get(&m->tt, TK_SCORE, -1);
+    be->zero(be, p->dln, (size_t)N * C * sizeof(float));
+    be->score_head(be, NULL, p->dln, m->grads + t->goffset, p->lnf, model_data(m, t), t->dtype, p->pool_rows,
+                   p->cls_dscores, B, N, C, NL);
+    qwen3_backward_from_lnf(m, p);
+}

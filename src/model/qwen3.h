@@ -67,4 +67,17 @@ void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_l
 void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float beta, int top_k, float grad_scale,
                         int backward, float *row_kl);
 
+// ---- sequence classifiers (cfg.num_labels NL > 0: *ForSequenceClassification) ---------------
+// The pooled position of each row as transformers pools it (GenericForSequenceClassification):
+// the rightmost token whose id is not pad_token_id, 0 when every token is one; with no pad token
+// (pad_token_id < 0) the row's last token, as transformers does for a batch of one. ids (B,T) with
+// row b's real tokens at [0, lens[b]) (right padding); rows (B) = b*T + that position.
+void qwen3_cls_pool(const int32_t *ids, const int *lens, int B, int T, int pad_token_id, int32_t *rows);
+// Scores of the pooled rows (qwen3_forward has run): rows (B, host) into p->pool_rows, the score
+// head over p->lnf -> p->cls_scores and scores (B, NL, host; may be NULL).
+void qwen3_cls_scores(Model *m, Plan *p, const int32_t *rows, float *scores);
+// Backward of sum_{b,k} dscores[b,k] * scores[b,k] (dscores (B,NL) host) through the score head
+// and the model after qwen3_cls_scores on the same TRAIN plan: ACCUMULATES into m->grads.
+void qwen3_cls_backward(Model *m, Plan *p, const float *dscores);
+
 #endif

@@ -5,6 +5,8 @@
 // then the data; offsets are relative to the first byte after the header.
 #include "safetensors.h"
 
+#include "../core/meminfo.h"
+
 #include "../core/alloc.h"
 #include "../core/json.h"
 
@@ -365,6 +367,13 @@ const StTensor *st_find(const StSet *set, const char *name) {
         else hi = mid - 1;
     }
     return NULL;
+}
+
+void st_release(const StSet *set, const StTensor *t, size_t begin, size_t n) {
+    const MappedFile *f = &set->files[t->file_index];
+    const unsigned char *p = t->data;
+    if (p >= f->data && p + t->nbytes <= f->data + f->size && begin + n <= t->nbytes)  // in the mapping
+        mem_release_mapped(p + begin, n);
 }
 
 void st_close(StSet *set) {

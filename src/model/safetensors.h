@@ -38,6 +38,10 @@ typedef struct StSet {
 // mismatch, duplicate names. Messages name the file and the tensor.
 Status st_open(const char *path, StSet *set, Err *e);
 const StTensor *st_find(const StSet *set, const char *name);
+// Bytes [begin, begin + n) of a tensor have been copied (converted) and are not read again: drop
+// their pages of the mapping from the resident set, so weights are not resident twice while a
+// model loads (nothing for a tensor held as an aligned copy).
+void st_release(const StSet *set, const StTensor *t, size_t begin, size_t n);
 void st_close(StSet *set);
 
 typedef struct StWriteTensor {

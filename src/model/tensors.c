@@ -79,7 +79,8 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
         }
     }
     add(tt, "model.norm.weight", TK_NORM, -1, C, 0, matrix_dtype);
-    if (!cfg->tie_word_embeddings) add(tt, "lm_head.weight", TK_LM_HEAD, -1, V, C, matrix_dtype);
+    if (cfg->num_labels > 0) add(tt, "score.weight", TK_SCORE, -1, cfg->num_labels, C, matrix_dtype);
+    else if (!cfg->tie_word_embeddings) add(tt, "lm_head.weight", TK_LM_HEAD, -1, V, C, matrix_dtype);
     tt->param_bytes = (tt->param_bytes + 63) / 64 * 64;
 }
 

@@ -10,7 +10,8 @@
 typedef enum {
     TK_EMBED = 0,  // model.embed_tokens.weight     (V, C)
     TK_NORM,       // model.norm.weight             (C)
-    TK_LM_HEAD,    // lm_head.weight                (V, C)   untied only
+    TK_LM_HEAD,    // lm_head.weight                (V, C)   untied causal LMs only
+    TK_SCORE,      // score.weight                  (NL, C)  sequence classifiers only (no bias)
     // per layer:
     TK_LN1,        // input_layernorm.weight        (C)
     TK_WQ, TK_BQ,  // self_attn.q_proj              (NH*HD, C), (NH*HD)

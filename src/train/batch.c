@@ -146,20 +146,22 @@ void batcher_free(Batcher *bt) {
     bt->order = NULL;
 }
 
+void batch_epoch_order(int *order, int n, int shuffle, uint64_t seed, int epoch) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    if (!shuffle) return;
+    Rng r;  // Fisher-Yates keyed by (seed, epoch)
+    rng_init(&r, seed, 1000u + (uint64_t)epoch);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)rng_below(&r, (uint64_t)i + 1);
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 static void ensure_order(Batcher *bt, int epoch) {
     if (bt->order_epoch == epoch) return;
-    int n = bt->rows->n;
-    for (int i = 0; i < n; i++) bt->order[i] = i;
-    if (bt->cfg.shuffle) {  // Fisher-Yates keyed by (seed, epoch)
-        Rng r;
-        rng_init(&r, bt->cfg.seed, 1000u + (uint64_t)epoch);
-        for (int i = n - 1; i > 0; i--) {
-            int j = (int)rng_below(&r, (uint64_t)i + 1);
-            int t = bt->order[i];
-            bt->order[i] = bt->order[j];
-            bt->order[j] = t;
-        }
-    }
+    batch_epoch_order(bt->order, bt->rows->n, bt->cfg.shuffle, bt->cfg.seed, epoch);
     bt->order_epoch = epoch;
 }
 

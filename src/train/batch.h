@@ -63,6 +63,9 @@ typedef struct Batcher {
 } Batcher;
 
 void batcher_init(Batcher *bt, const Rows *rows, const BatchConfig *cfg);
+// order (n) = the items of an epoch in the order its batches take them: 0..n-1, or (shuffle) a
+// permutation keyed by (seed, epoch), the same one every run and every rank draws.
+void batch_epoch_order(int *order, int n, int shuffle, uint64_t seed, int epoch);
 void batcher_free(Batcher *bt);
 void host_batch_init(HostBatch *hb, const Batcher *bt);
 void host_batch_free(HostBatch *hb);

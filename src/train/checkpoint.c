@@ -367,6 +367,7 @@ static Status upload_tensor(Model *m, const StSet *set, const char *prefix, cons
         return err_set(e, ST_EINVAL, "%s: tensor %s must be F32 with %zu elements", what, name, t->numel);
     if (m) m->be->upload(m->be, dst, x->data, t->numel * sizeof(float));
     else memcpy(dst, x->data, t->numel * sizeof(float));
+    st_release(set, x, 0, x->nbytes);  // copied: the file's pages need not stay resident beside it
     return ST_OK;
 }
 
@@ -426,7 +427,7 @@ Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, Tr
                     st = err_set(e, ST_EINVAL, "%s/%s: %s must be F32 with %zu elements", dir, weights, t->name,
                                  t->numel);
                 else
-                    m->be->upload(m->be, p, x->data, t->numel * sizeof(float));
+                    m->be->upload(m->be, p, x->data, t->numel * sizeof(float)), st_release(&model_set, x, 0, x->nbytes);
             }
         }
         if (!with_master) st_close(&model_set);

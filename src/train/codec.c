@@ -74,3 +74,8 @@ void model_codec_free(ModelCodec *mc) {
     free(mc->eos_token);
     memset(mc, 0, sizeof *mc);
 }
+
+int32_t model_codec_pad_id(const ModelCodec *mc) {
+    int32_t pad = tokenizer_pad_id(mc->tok);
+    return pad >= 0 ? pad : mc->codec.eos_id;
+}

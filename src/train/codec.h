@@ -15,5 +15,8 @@ typedef struct ModelCodec {
 // tokenizer's EOS (TRL's eos_token); NULL keeps it.
 Status model_codec_load(ModelCodec *mc, const char *dir, const char *eos_token, Err *e);
 void model_codec_free(ModelCodec *mc);
+// The padding id TRL gives a sequence classifier: the tokenizer's pad token, else its EOS (the
+// codec's); -1 when it has neither.
+int32_t model_codec_pad_id(const ModelCodec *mc);
 
 #endif

@@ -587,3 +587,11 @@ void data_free(Dataset *d) {
     free(d->ex);
     memset(d, 0, sizeof *d);
 }
+
+Status data_int_list(const cJSON *row, const char *key, int vocab_size, I32Vec *out, Err *e) {
+    return get_int_list(row, key, vocab_size, out, e);
+}
+
+Status data_messages(const cJSON *arr, const char *field, cJSON **out, Err *e) {
+    return check_messages(arr, field, out, e);
+}

@@ -105,6 +105,11 @@ Status data_detect(const char *path, const DataConfig *cfg, DataFormat *format, 
 // "chat_template_kwargs" object (the row's keys win). *tools and *vars are new (NULL when
 // nothing); the caller deletes them. Errors name the column.
 Status data_template_vars(const cJSON *row, const cJSON *kwargs, cJSON **tools, cJSON **vars, Err *e);
+// The checks every format applies, for the trainers with formats of their own (reward_data.c):
+// row[key] as a list of token ids (each in [0, vocab_size) when vocab_size > 0) appended to out;
+// arr as a list of messages (ShareGPT rows converted), a new array in *out. Errors name the key.
+Status data_int_list(const cJSON *row, const char *key, int vocab_size, I32Vec *out, Err *e);
+Status data_messages(const cJSON *arr, const char *field, cJSON **out, Err *e);
 // A hub dataset id is an error with the export recipe.
 Status data_check_local(const char *path, Err *e);
 void data_free(Dataset *d);

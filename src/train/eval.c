@@ -189,6 +189,11 @@ Status eval_model(Model *m, ModelCodec *codec, const char *model_dir, const Eval
     if (st == ST_OK && c->n_metrics > 0)
         st = rewards_init(&rs, c->metrics, c->n_metrics, NULL, 0, c->reward_timeout, e);
     if (st == ST_OK && c->n_metrics > 0) st = prompts_check_rewards(&ps, &rs, c->dataset, e);
+    if (st == ST_OK && c->n_metrics > 0) {  // model: metrics run on the evaluated model's backend
+        rs.chat_template_kwargs = kwargs;
+        rs.model_pad_to_multiple_of = gc.pad_to_multiple_of;
+        st = rewards_load_models(&rs, m->be, -1, e);
+    }
     GenSeq *seqs = NULL;
     int nseq = 0;
     char **texts = NULL;

@@ -583,6 +583,12 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     if (st == ST_OK) st = rewards_init(&g->rs, c->reward_specs, c->n_rewards, c->reward_weights, c->n_reward_weights,
                                        c->reward_timeout, e);
     if (st == ST_OK) st = prompts_check_rewards(&g->ps, &g->rs, c->dataset, e);
+    if (st == ST_OK) {  // model: rewards, batched like the training micro-batches, on the policy's backend
+        g->rs.chat_template_kwargs = g->kwargs;
+        g->rs.model_batch_size = g->B;
+        g->rs.model_pad_to_multiple_of = c->pad_to_multiple_of;
+        st = rewards_load_models(&g->rs, m->be, c->dtype, e);
+    }
     if (st == ST_OK && c->beta != 0 && m->lora) {  // PEFT: the reference is the base with the adapter off
         g->ref = peft_base_model(m);
         log_info("reference model: the base weights with the adapter off (no copy)");

@@ -4,6 +4,7 @@
 #include "rewards.h"
 
 #include "../core/alloc.h"
+#include "reward_model.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -411,6 +412,18 @@ static Status parse_spec(RewardFn *f, const char *spec, Err *e) {
         f->kind = REWARD_FORMAT;
         f->name = xstrdup("format");
         TRY(compile_re(f, FORMAT_PATTERN, PCRE2_DOTALL, e));
+    } else if (IS("model")) {
+        if (!arg || !*arg) return err_set(e, ST_EINVAL, "reward %s: expected model:DIR (a reward model directory)", spec);
+        f->kind = REWARD_MODEL;
+        f->arg = xstrdup(arg);
+        TRY(reward_model_check(arg, e));
+        // TRL's name: the model id's last path component
+        size_t n = strlen(arg);
+        while (n > 1 && arg[n - 1] == '/') n--;
+        const char *base = arg;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (arg[i] == '/') base = arg + i + 1;
+        f->name = xstrndup(base, n - (size_t)(base - arg));
     } else if (IS("cmd")) {
         if (!arg || !*arg) return err_set(e, ST_EINVAL, "reward %s: expected cmd:PROGRAM", spec);
         f->kind = REWARD_CMD;
@@ -426,7 +439,7 @@ static Status parse_spec(RewardFn *f, const char *spec, Err *e) {
         TRY(cmd_start(f, e));
     } else {
         return err_set(e, ST_EINVAL, "reward %s: unknown reward; expected exact_match:COLUMN, regex:PATTERN, "
-                                     "length:TARGET, format or cmd:PROGRAM", spec);
+                                     "length:TARGET, format, model:DIR or cmd:PROGRAM", spec);
     }
 #undef IS
     return ST_OK;
@@ -488,6 +501,15 @@ Status rewards_init(RewardSet *rs, const char *const *specs, int n, const double
     return ST_OK;
 }
 
+Status rewards_load_models(RewardSet *rs, struct Backend *be, int dtype, Err *e) {
+    for (int k = 0; k < rs->n; k++) {
+        RewardFn *f = &rs->fns[k];
+        if (f->kind != REWARD_MODEL || f->model) continue;
+        TRY(reward_model_open(f->arg, be, dtype, &f->model, e));
+    }
+    return ST_OK;
+}
+
 static int any_row_has(const cJSON *const *rows, int n_rows, const char *col) {
     for (int i = 0; i < n_rows; i++)
         if (rows[i] && cJSON_GetObjectItemCaseSensitive(rows[i], col)) return 1;
@@ -518,6 +540,7 @@ void rewards_free(RewardSet *rs) {
     for (int k = 0; k < rs->n; k++) {
         RewardFn *f = &rs->fns[k];
         if (f->kind == REWARD_CMD) cmd_stop(f);
+        reward_model_close(f->model);
         if (f->md) pcre2_match_data_free((pcre2_match_data *)f->md);
         if (f->re) pcre2_code_free((pcre2_code *)f->re);
         free(f->spec), free(f->name), free(f->arg), free(f->rbuf), free(f->metric_mean), free(f->metric_std);
@@ -535,6 +558,14 @@ Status rewards_score(RewardSet *rs, const RewardInput *in, int n_in, double *out
             if (n_in > 0) TRY(cmd_score(rs, f, in, n_in, out + k, K, e));
             continue;
         }
+        if (f->kind == REWARD_MODEL) {
+            if (!f->model) return err_set(e, ST_EINVAL, "reward %s: the model is not loaded", f->spec);
+            int B = rs->model_batch_size > 0 ? rs->model_batch_size : 8;
+            if (n_in > 0)
+                TRY(reward_model_rewards(f->model, in, n_in, rs->chat_template_kwargs, B, rs->model_pad_to_multiple_of,
+                                         out + k, K, e));
+            continue;
+        }
         for (int i = 0; i < n_in; i++) {
             const char *text = in[i].completion ? in[i].completion : "";
             double *o = &out[(size_t)i * K + k];
@@ -543,7 +574,8 @@ Status rewards_score(RewardSet *rs, const RewardInput *in, int n_in, double *out
             case REWARD_REGEX:
             case REWARD_FORMAT: *o = re_match(f, text); break;
             case REWARD_LENGTH: *o = length_reward(f->target, text); break;
-            case REWARD_CMD: break;
+            case REWARD_CMD:
+            case REWARD_MODEL: break;
             }
         }
     }

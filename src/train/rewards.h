@@ -8,6 +8,10 @@
 //   length:TARGET        -|TARGET - characters| / 100  (characters = Unicode code points)
 //   format               1 when the completion is "<think>\n...\n</think>\n<answer>\n...\n</answer>"
 //                        (the think / answer format reward of the R1 recipes); else 0
+//   model:DIR            a reward model (a sequence classifier with one label: still reward, or a
+//                        Hugging Face *ForSequenceClassification checkpoint) scoring prompt +
+//                        completion as TRL does (reward_model.h), batched through the same engine;
+//                        loaded by rewards_load_models once the backend exists
 //   cmd:PROGRAM          an external program (run by /bin/sh -c, started once and kept running):
 //                        for every completion it reads one JSON line on stdin,
 //                        {"prompt", "completion", "completion_ids", "columns": {...}},
@@ -22,7 +26,10 @@
 #include <cjson/cJSON.h>
 #include <sys/types.h>
 
-typedef enum { REWARD_EXACT_MATCH = 0, REWARD_REGEX, REWARD_LENGTH, REWARD_FORMAT, REWARD_CMD } RewardKind;
+typedef enum { REWARD_EXACT_MATCH = 0, REWARD_REGEX, REWARD_LENGTH, REWARD_FORMAT, REWARD_CMD, REWARD_MODEL } RewardKind;
+
+struct Backend;
+struct RewardModel;
 
 typedef struct RewardFn {
     RewardKind kind;
@@ -31,7 +38,8 @@ typedef struct RewardFn {
                          // distinct within a set, and rewards_init refuses a set where they are not
     char *metric_mean;   // "rewards/<name>/mean"
     char *metric_std;    // "rewards/<name>/std"
-    char *arg;           // column, pattern, program (NULL for format)
+    char *arg;           // column, pattern, program, model directory (NULL for format)
+    struct RewardModel *model;  // model: once loaded (rewards_load_models)
     double target;       // length
     void *re;            // pcre2_code * (regex, format)
     void *md;            // pcre2_match_data *
@@ -47,10 +55,14 @@ typedef struct RewardSet {
     int n;
     double *weights;     // (n) reward_weights, 1 by default
     double timeout_s;    // cmd: seconds to wait for each answer
+    // model: how the reward models run (set by the trainer before rewards_load_models)
+    const cJSON *chat_template_kwargs;  // the trainer's --chat_template_kwargs (object or NULL)
+    int model_batch_size;               // rows per forward pass (<= 0: 8)
+    int model_pad_to_multiple_of;       // batch lengths rounded up to this
 } RewardSet;
 
 // One completion to score.
-typedef struct RewardInput {
+typedef struct RewardInput {  // (struct RewardInput in reward_model.h)
     const char *prompt;          // prompt text (decoded, skip_special_tokens)
     const char *completion;      // completion text (decoded, skip_special_tokens)
     const int32_t *ids;          // (n_ids) completion token ids
@@ -62,6 +74,9 @@ typedef struct RewardInput {
 // exactly n). Errors name the spec and what is wrong.
 Status rewards_init(RewardSet *rs, const char *const *specs, int n, const double *weights, int n_weights,
                     double timeout_s, Err *e);
+// Load every model: reward onto be (dtype < 0: each checkpoint's). Until then scoring a model:
+// reward is an error.
+Status rewards_load_models(RewardSet *rs, struct Backend *be, int dtype, Err *e);
 // Rewards that cannot be computed are errors, before any step: an exact_match:COLUMN whose column
 // no row of the dataset (path, n_rows rows) has names the column and the columns there are. A
 // row without it (or with null) where others have it scores NaN (None), as a datasets column does.

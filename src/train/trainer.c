@@ -347,7 +347,10 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
                           Err *e) {
     Trainable tr = model_trainable(m);
     size_t n = tr.tt->n_params;
-    float *mh = xmalloc(n * sizeof(float)), *vh = xmalloc(n * sizeof(float));
+    // One process on host memory reads the moments straight into the optimizer's buffers; otherwise
+    // through host copies that rank 0 broadcasts and every rank takes its block of.
+    int direct = d->world == 1 && m->be->host_memory;
+    float *mh = direct ? opt->m : xmalloc(n * sizeof(float)), *vh = direct ? opt->v : xmalloc(n * sizeof(float));
     char *dir = NULL;
     TrainState saved = {0};
     Status st = ST_OK;
@@ -393,13 +396,12 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     }
     if (st == ST_OK && src->load_state) st = dist_agree(d, src->load_state(src->ctx, dir, e), e);
     if (st == ST_OK) {
-        optim_load_state(opt, m->be, mh, vh);
+        if (!direct) optim_load_state(opt, m->be, mh, vh);
         opt->t = saved.step;
         ts->step = saved.step;
         ts->num_tokens = saved.num_tokens;
     }
-    free(mh);
-    free(vh);
+    if (!direct) free(mh), free(vh);
     free(dir);
     return st;
 }

@@ -5,30 +5,26 @@
 # input and broken templates fail with a message naming the problem.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
+source tests/e2e/lib.sh
 D=tests/data/chat/cli
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 n=0
 for args in "$D"/*.args; do
   name=$(basename "$args" .args)
   mapfile -t argv <"$args"
   if "$BIN" chat-template "${argv[@]}" <"$D/$name.in.json" >"$tmp/out" 2>"$tmp/err"; then
-    if cmp -s "$tmp/out" "$D/$name.out.txt"; then echo "ok cli_$name"
-    else echo "FAIL cli_$name: output differs from $D/$name.out.txt"; diff "$D/$name.out.txt" "$tmp/out" | head -5; fi
+    if cmp -s "$tmp/out" "$D/$name.out.txt"; then ok cli_$name
+    else fail cli_$name "output differs from $D/$name.out.txt"; diff "$D/$name.out.txt" "$tmp/out" | head -5; fi
   else
-    echo "FAIL cli_$name: $(head -c 300 "$tmp/err")"
+    fail cli_$name "$(head -c 300 "$tmp/err")"
   fi
   n=$((n + 1))
 done
-[ "$n" -gt 0 ] || echo "FAIL cli_fixtures: none found in $D"
+[ "$n" -gt 0 ] || fail cli_fixtures "none found in $D"
 
-expect_fail() {  # name, needle, stdin, args...
+chat_template_stdin() { local input=$1; shift; printf '%s' "$input" | "$BIN" chat-template "$@"; }
+expect_fail() {  # name, needle, stdin, args...: chat-template reading stdin fails naming needle
   local name=$1 needle=$2 input=$3; shift 3
-  if printf '%s' "$input" | "$BIN" chat-template "$@" >"$tmp/out" 2>"$tmp/err"; then
-    echo "FAIL $name: succeeded"
-  elif grep -qF -- "$needle" "$tmp/err"; then echo "ok $name"
-  else echo "FAIL $name: message lacks '$needle': $(head -c 300 "$tmp/err")"; fi
+  expect_err "$name" "$needle" chat_template_stdin "$input" "$@"
 }
 Q=tests/data/chat/models/qwen3
 expect_fail bad_json "invalid JSON at line 1" '[{"role": "user", ' --model $Q
@@ -48,15 +44,15 @@ expect_fail raise_exception "line 2: raise_exception: no system messages" '[]' -
 printf '{"chat_template": [{"name": "default", "template": "D{{ eos_token }}"}, {"name": "tool_use", "template": "T{{ messages|length }}"}], "eos_token": {"content": "<e>", "lstrip": false}}' >"$tmp/m/tokenizer_config.json"
 rm "$tmp/m/chat_template.jinja"
 out=$(echo '[{"role": "user", "content": "x"}]' | "$BIN" chat-template --model "$tmp/m")
-[ "$out" = "D<e>" ] && echo "ok named_default" || echo "FAIL named_default: got '$out'"
+[ "$out" = "D<e>" ] && ok named_default || fail named_default "got '$out'"
 out=$(echo '[{"role": "user", "content": "x"}]' | "$BIN" chat-template --model "$tmp/m" --chat_template_name tool_use)
-[ "$out" = "T1" ] && echo "ok named_pick" || echo "FAIL named_pick: got '$out'"
+[ "$out" = "T1" ] && ok named_pick || fail named_pick "got '$out'"
 expect_fail named_missing "available: 'default', 'tool_use'" '[]' --model "$tmp/m" --chat_template_name nope
 printf 'J{{ messages[0].content }}' >"$tmp/m/chat_template.jinja"
 out=$(echo '{"messages": [{"role": "user", "content": "x"}], "extra": 1}' | "$BIN" chat-template --model "$tmp/m")
-[ "$out" = "Jx" ] && echo "ok jinja_file_wins" || echo "FAIL jinja_file_wins: got '$out'"
+[ "$out" = "Jx" ] && ok jinja_file_wins || fail jinja_file_wins "got '$out'"
 # generation spans on stderr
 printf 'u{%% generation %%}{{ messages[0].content }}{%% endgeneration %%}' >"$tmp/m/chat_template.jinja"
 echo '[{"role": "assistant", "content": "é!"}]' | "$BIN" chat-template --model "$tmp/m" --spans >"$tmp/out" 2>"$tmp/err"
-grep -qF '{"start": 1, "end": 4, "char_start": 1, "char_end": 3}' "$tmp/err" && echo "ok spans_flag" || echo "FAIL spans_flag: $(cat "$tmp/err")"
+grep -qF '{"start": 1, "end": 4, "char_start": 1, "char_end": 3}' "$tmp/err" && ok spans_flag || fail spans_flag "$(cat "$tmp/err")"
 exit 0

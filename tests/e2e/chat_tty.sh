@@ -5,12 +5,9 @@
 # reason. Also, without a terminal: the conversation's cache kept between turns gives the same
 # replies as prefilling everything every turn, and prefills only the new turn.
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d)
+source tests/e2e/lib.sh
 sock="$tmp/tmux.sock"
-trap 'tmux -S "$sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+on_exit 'tmux -S "$sock" kill-server 2>/dev/null'
 mkdir -p "$tmp/tok"
 gzip -dc tests/data/tokenizer/qwen3/tokenizer.json.gz >"$tmp/tok/tokenizer.json"
 cp tests/data/tokenizer/qwen3/tokenizer_config.json "$tmp/tok/"
@@ -43,8 +40,8 @@ if [ ! -s "$tmp/out" ] && grep -q "unknown command /bogus" "$tmp/err" && grep -q
 else fail chat_commands_not_sent "$(cat "$tmp/out" "$tmp/err" | head -5)"; fi
 
 # 2. on a terminal
-if ! command -v tmux >/dev/null; then echo "skip chat_terminal: tmux is not installed (scripts/deps.sh installs it)"; exit 0; fi
-if ! $BIN --version | grep -q libedit; then echo "skip chat_terminal: this build has no libedit (libedit-dev)"; exit 0; fi
+if ! command -v tmux >/dev/null; then skip chat_terminal "tmux is not installed (scripts/deps.sh installs it)"; exit 0; fi
+if ! $BIN --version | grep -q libedit; then skip chat_terminal "this build has no libedit (libedit-dev)"; exit 0; fi
 screen() { tmux -S "$sock" capture-pane -p -t chat -S -200; }
 wait_for() {  # pattern, seconds: until the screen shows it
   for i in $(seq $(($2 * 20))); do screen | grep -qE -- "$1" && return 0; sleep 0.05; done; return 1

@@ -5,15 +5,12 @@
 # files is refused.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+source tests/e2e/lib.sh
 D="$tmp/demo"
 
 # Under ASan (several times slower) every stage runs a few steps only: the same code paths, no
 # numbers worth checking.
-asan=0; [ "${STILL_BUILD:-build}" = build-asan ] && asan=1
+asan=0; [ "$BUILD" = build-asan ] && asan=1
 SMOKE=; [ $asan = 1 ] && SMOKE="--max_steps 4"
 
 # 1. the quick demo
@@ -50,8 +47,8 @@ n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["stages"
 t=$(acc 0) s=$(acc 1) d=$(acc 2) g=$(acc 3)
 if [ "$n" = 4 ]; then ok four_stages; else fail four_stages "$n stages in demo.json"; fi
 if [ $asan = 1 ]; then
-  echo "skip teacher_learned: ASan smoke run ($SMOKE)"
-  echo "skip distill_raises_accuracy: ASan smoke run ($SMOKE)"
+  skip teacher_learned "ASan smoke run ($SMOKE)"
+  skip distill_raises_accuracy "ASan smoke run ($SMOKE)"
 else
 if awk -v t="$t" -v s="$s" 'BEGIN{exit !(t >= 0.2 && t > s)}'; then ok teacher_learned
 else fail teacher_learned "teacher $t, student after SFT $s"; fi
@@ -66,7 +63,7 @@ if [ "$e" = "$g" ]; then ok eval_json_matches; else fail eval_json_matches "eval
 # commands.sh without the teacher's section, re-run into a copy of the task files and the teacher
 # (not under ASan)
 if [ $asan = 1 ]; then
-  echo "skip commands_reproduce: ASan smoke run ($SMOKE)"
+  skip commands_reproduce "ASan smoke run ($SMOKE)"
 else
   R="$tmp/re"
   mkdir -p "$R" && cp -r "$D/task" "$D/configs" "$D/teacher" "$R/"

@@ -5,7 +5,6 @@
 # and no empty metrics.jsonl stay behind. Needs a tmpfs mount: as root, or in a user namespace
 # (unshare -rm); skipped with the reason otherwise.
 set -u
-BIN=${STILL_BIN:-./still}
 M=tests/data/models/qwen3_untied
 if [ "${DISK_FULL_INNER:-}" != 1 ]; then
   probe=$(mktemp -d)
@@ -16,13 +15,14 @@ if [ "${DISK_FULL_INNER:-}" != 1 ]; then
     umount "$probe"; rmdir "$probe"; DISK_FULL_INNER=1 exec bash "$0"
   fi
   rmdir "$probe"
-  echo "skip disk_full: cannot mount a tmpfs here (needs root or unprivileged user namespaces)"; exit 0
+  source tests/e2e/lib.sh
+  skip disk_full "cannot mount a tmpfs here (needs root or unprivileged user namespaces)"; exit 0
 fi
 # from here on in a mount namespace of our own (or as root): mounts are ours to make and remove
-tmp=$(mktemp -d); d="$tmp/fs"; mkdir -p "$d"
-trap 'umount "$d" 2>/dev/null; rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+# (the temp directory is made here, inside, so that the exec above leaves nothing behind)
+source tests/e2e/lib.sh
+d="$tmp/fs"; mkdir -p "$d"
+on_exit 'umount "$d" 2>/dev/null'
 S="--model $M --dataset tests/data/sft/ids.jsonl --max_steps 3 --save_steps 1 --per_device_train_batch_size 4
    --threads 1 --pad_to_multiple_of 16 --logging_steps 1"
 leftovers() { find "$d" -name '*.tmp.*'; find "$d" -name metrics.jsonl -empty; }

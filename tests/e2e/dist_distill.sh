@@ -6,13 +6,9 @@
 # tolerance): DistillationTrainer defaults, and GKD with its per-micro-batch coin and
 # gradient accumulation (student and teacher rollouts in one step).
 set -u
-BIN=${STILL_BIN:-./still}
-BUILD=${STILL_BUILD:-build}
+source tests/e2e/lib.sh
 source tests/mpi_env.sh
-if ! mpi_available "$BIN"; then echo "skip dist_distill: this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+if ! mpi_available "$BIN"; then skip dist_distill "this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
 MPI="timeout -s KILL 120 mpirun $MPI_FLAGS -np 2"
 M=tests/data/models
 $BIN init --model_config $M/qwen3_tied/config.json --output_dir "$tmp/stu" --tokenizer tests/data/sft/tok 2>/dev/null
@@ -27,7 +23,7 @@ rows() { cat "$@" | python3 -c '
 import json, sys
 for l in sorted(json.dumps({k: v for k, v in json.loads(l).items() if k != "kl_student_teacher"}, sort_keys=True) for l in sys.stdin):
     print(l)'; }
-check() {  # name, flags...
+same_on_two_ranks() {  # name, flags...
   local name=$1; shift
   $BIN distill $C "$@" --per_device_train_batch_size 4 --output_dir "$tmp/$name.1" --log_rollouts "$tmp/$name.1.jsonl" \
     >/dev/null 2>"$tmp/err1"
@@ -37,7 +33,7 @@ check() {  # name, flags...
   local rc2=$?
   rows "$tmp/$name.1.jsonl" >"$tmp/$name.r1"; rows "$tmp/$name.2.jsonl" "$tmp/$name.2.jsonl.rank1" >"$tmp/$name.r2"
   local d
-  d=$("$BUILD/tests/tools/st_diff" "$tmp/$name.1/model.safetensors" "$tmp/$name.2/model.safetensors" 1e-4 2>&1)
+  d=$("$BUILD/tests/tools/st_diff" --norm "$tmp/$name.1/model.safetensors" "$tmp/$name.2/model.safetensors" 1e-4 2>&1)
   local drc=$?
   if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -s "$tmp/$name.r1" ] && [ -s "$tmp/$name.2.jsonl.rank1" ] \
      && cmp -s "$tmp/$name.r1" "$tmp/$name.r2" && [ $drc -eq 0 ]; then
@@ -46,5 +42,5 @@ check() {  # name, flags...
     fail "$name" "rc $rc1/$rc2, rollouts $(cmp "$tmp/$name.r1" "$tmp/$name.r2" 2>&1 | head -1), $d; $(tail -2 "$tmp/err2")"
   fi
 }
-check distill_two_ranks_same_rollouts
-check gkd_two_ranks_same_rollouts --gkd --lmbda 0.5 --seq_kd --gradient_accumulation_steps 2
+same_on_two_ranks distill_two_ranks_same_rollouts
+same_on_two_ranks gkd_two_ranks_same_rollouts --gkd --lmbda 0.5 --seq_kd --gradient_accumulation_steps 2

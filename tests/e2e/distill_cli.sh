@@ -6,16 +6,7 @@
 # halves its kl_student_teacher on held-out prompts.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $(tail -3 <<<"$out")"; fi
-}
+source tests/e2e/lib.sh
 metric() {  # file, key, step -> value of key in the metrics line of that step
   grep "\"step\":$3}" "$1" | grep -o "\"$2\":[-0-9.e+]*" | head -1 | cut -d: -f2
 }
@@ -47,10 +38,9 @@ run() {  # name, flags...: a 2-step run must succeed
 
 # 1. the default (DistillationTrainer) and its logged metrics
 run default --teacher "$tmp/tea"
-for k in loss grad_norm learning_rate kl_student_teacher completions/mean_length completions/clipped_ratio \
-         generation_tokens_per_second train_tokens_per_second tokens_per_second num_tokens plans; do
-  grep -q "\"$k\"" "$tmp/default/metrics.jsonl" || { fail metric_names "no $k in metrics.jsonl"; break; }
-done && ok metric_names
+expect_keys metric_names "$tmp/default/metrics.jsonl" loss grad_norm learning_rate kl_student_teacher \
+  completions/mean_length completions/clipped_ratio generation_tokens_per_second train_tokens_per_second \
+  tokens_per_second num_tokens plans
 if grep -q "student-teacher KL" "$tmp/default/kl.svg" 2>/dev/null && [ ! -e "$tmp/default/reward.svg" ]; then ok kl_plot
 else fail kl_plot "$(ls "$tmp/default")"; fi
 grep -q "loss jsd (beta 1, top_k 0, temperature 1).*temperature 1, top_p 0.95, top_k 0, max_completion_length 8" \

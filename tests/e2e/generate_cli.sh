@@ -3,16 +3,7 @@
 # 2 layers) with the real Qwen3 tokenizer and chat template (tests/data/tokenizer/qwen3).
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $out"; fi
-}
+source tests/e2e/lib.sh
 
 mkdir -p "$tmp/tok"
 gzip -dc tests/data/tokenizer/qwen3/tokenizer.json.gz >"$tmp/tok/tokenizer.json"

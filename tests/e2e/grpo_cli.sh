@@ -5,16 +5,7 @@
 # answers garbage, batch sizes that do not divide).
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $(tail -3 <<<"$out")"; fi
-}
+source tests/e2e/lib.sh
 $BIN init --model_config tests/data/models/qwen3_tied/config.json --output_dir "$tmp/m" --tokenizer tests/data/sft/tok 2>/dev/null
 for i in 0 1 2 3 4 5 6 7; do
   echo "{\"prompt\": \"Q$i: what is $i + 1?\", \"answer\": $((i + 1)), \"x\": $i, \"completion\": \" $((i + 1))\"}"
@@ -30,11 +21,10 @@ for lt in grpo bnpo dr_grpo dapo; do
        --reward_weights 1,0.5 --beta 0.04 >"$tmp/out" 2>"$tmp/err" && [ -f "$tmp/g_$lt/model.safetensors" ] \
        && grep -q '"steps":2,' "$tmp/out"; then ok "grpo_$lt"; else fail "grpo_$lt" "$(tail -3 "$tmp/err")"; fi
 done
-for k in loss grad_norm reward reward_std rewards/regex/mean rewards/regex/std rewards/length/mean frac_reward_zero_std \
-         kl entropy clip_ratio/low_mean clip_ratio/high_mean clip_ratio/region_mean completions/mean_length \
-         completions/clipped_ratio completions/mean_terminated_length num_tokens time/generation time/training; do
-  grep -q "\"$k\"" "$tmp/g_dapo/metrics.jsonl" || { fail grpo_metric_names "no $k in metrics.jsonl"; break; }
-done && ok grpo_metric_names
+expect_keys grpo_metric_names "$tmp/g_dapo/metrics.jsonl" loss grad_norm reward reward_std rewards/regex/mean \
+  rewards/regex/std rewards/length/mean frac_reward_zero_std kl entropy clip_ratio/low_mean clip_ratio/high_mean \
+  clip_ratio/region_mean completions/mean_length completions/clipped_ratio completions/mean_terminated_length \
+  num_tokens time/generation time/training
 # the reward curve and the KL to the reference beside loss.svg
 if [ -s "$tmp/g_dapo/loss.svg" ] && grep -q "reward (2 points)" "$tmp/g_dapo/reward.svg" 2>/dev/null \
    && grep -q "KL to the reference" "$tmp/g_dapo/kl.svg" 2>/dev/null; then ok grpo_plots

@@ -2,14 +2,12 @@
 # interrupt.sh: SIGINT / SIGTERM at random moments (seeded) of a training run that saves often.
 # The first signal finishes the step, writes a complete checkpoint of that step, metrics and
 # loss.svg, prints "interrupted at step N; resume with --resume_from_checkpoint latest" and exits
-# 128 + the signal; no temp file is left and the run resumes from the newest checkpoint. A second
+# 130 (SIGTERM too, as for Ctrl-C); no temp file is left and the run resumes from the newest checkpoint. A second
 # signal ends the process at once; what it leaves is swept when the next run starts.
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); pid=0
-trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+source tests/e2e/lib.sh
+pid=0
+on_exit 'kill -9 $pid 2>/dev/null'
 M=tests/data/models/qwen3_untied
 K="--model $M --dataset tests/data/sft/ids.jsonl --max_steps 100000 --save_steps 7 --save_total_limit 2
    --per_device_train_batch_size 4 --threads 1 --pad_to_multiple_of 16 --learning_rate 1e-3 --logging_steps 5"
@@ -18,7 +16,7 @@ bad="" runs=0 term=0
 for i in $(seq 8); do
   o="$tmp/r$i"
   sig=INT want=130
-  if [ $((i % 3)) = 0 ]; then sig=TERM want=143; term=$((term + 1)); fi
+  if [ $((i % 3)) = 0 ]; then sig=TERM want=130; term=$((term + 1)); fi
   $BIN sft $K --output_dir "$o" >/dev/null 2>"$tmp/err" & pid=$!
   # once training runs, wait 0-400 ms more
   for t in $(seq 400); do [ -s "$o/metrics.jsonl" ] && break; sleep 0.02; done

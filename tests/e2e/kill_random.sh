@@ -4,9 +4,9 @@
 # it; at least one kill must have landed in the middle of a save (a temp file or a checkpoint
 # without its completion marker left behind), so the test really exercises crash-safe saving.
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+source tests/e2e/lib.sh
 pid=0
+on_exit 'kill -9 $pid 2>/dev/null'
 M=tests/data/models/qwen3_untied
 K="--model $M --dataset tests/data/sft/ids.jsonl --max_steps 100000 --save_steps 1 --save_total_limit 3
    --per_device_train_batch_size 4 --threads 1 --pad_to_multiple_of 16 --learning_rate 1e-3 --output_dir $tmp/k"
@@ -34,6 +34,6 @@ kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 latest=$(for d in "$tmp"/k/checkpoint-*; do [ -f "$d/checkpoint_complete.json" ] && echo "${d##*-} $d"; done | sort -n | tail -1 | cut -d' ' -f2)
 if [ -z "$bad" ] && [ -n "$latest" ] && $BIN loss --model "$latest" --ids "1 2 3 4" >/dev/null 2>&1; then
   ok=1; else ok=0; fi
-if [ $ok = 1 ]; then echo "ok random_kills_always_resume ($kills kills)"; else echo "FAIL random_kills_always_resume: $bad (latest: $latest)"; fi
-if [ $mid_save -ge 1 ]; then echo "ok some_kills_landed_mid_save ($mid_save of $kills)"
-else echo "FAIL some_kills_landed_mid_save: none of $kills kills interrupted a save"; fi
+if [ $ok = 1 ]; then ok "random_kills_always_resume ($kills kills)"; else fail random_kills_always_resume "$bad (latest: $latest)"; fi
+if [ $mid_save -ge 1 ]; then ok "some_kills_landed_mid_save ($mid_save of $kills)"
+else fail some_kills_landed_mid_save "none of $kills kills interrupted a save"; fi

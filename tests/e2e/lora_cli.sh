@@ -7,17 +7,7 @@
 # flag errors.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-BUILD=${STILL_BUILD:-build}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $(tail -3 <<<"$out")"; fi
-}
+source tests/e2e/lib.sh
 # the header of a safetensors file as JSON
 header() { python3 -c 'import json,struct,sys; f=open(sys.argv[1],"rb"); n=struct.unpack("<Q",f.read(8))[0]; print(json.dumps(json.loads(f.read(n))))' "$1"; }
 # max |a - b| / max(1, |b|) over two logits outputs (lines of numbers)
@@ -70,7 +60,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     else fail "saved_adapter_loads_as_peft_$d" "$(tail -2 <<<"$out")"; fi
   done
 else
-  echo "skip saved_adapter_loads_as_peft: /usr/bin/python3 has no torch (python3-torch)"
+  skip saved_adapter_loads_as_peft "/usr/bin/python3 has no torch (python3-torch)"
 fi
 if $BIN generate --model $M --adapter "$tmp/a" --ids "5 17" --max_new_tokens 4 >/dev/null 2>"$tmp/err"; then ok generate_with_adapter
 else fail generate_with_adapter "$(tail -2 "$tmp/err")"; fi
@@ -122,12 +112,12 @@ if mpi_available "$BIN"; then
   for z in 0 1; do
     out=$(timeout -s KILL 120 mpirun $MPI_FLAGS -np 2 $BIN sft $D --per_device_train_batch_size 2 --zero_stage $z \
       --output_dir "$tmp/r2z$z" 2>&1)
-    d=$("$BUILD/tests/tools/st_diff" "$tmp/r1/adapter_model.safetensors" "$tmp/r2z$z/adapter_model.safetensors" 1e-4 2>&1)
+    d=$("$BUILD/tests/tools/st_diff" --norm "$tmp/r1/adapter_model.safetensors" "$tmp/r2z$z/adapter_model.safetensors" 1e-4 2>&1)
     if [ $? -eq 0 ]; then ok "two_ranks_match_one_rank_zero$z ($d)"
     else fail "two_ranks_match_one_rank_zero$z" "$d; $(tail -3 <<<"$out")"; fi
   done
 else
-  echo "skip two_ranks_match_one_rank: this build has no MPI"
+  skip two_ranks_match_one_rank "this build has no MPI"
 fi
 
 # 7. errors

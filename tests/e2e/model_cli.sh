@@ -2,16 +2,7 @@
 # model_cli.sh: still init / info / logits / loss from the command line, and their errors.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $out"; fi
-}
+source tests/e2e/lib.sh
 
 cfg=tests/data/models/qwen3_tied/config.json
 if $BIN init --model_config $cfg --output_dir "$tmp/m" --seed 3 2>"$tmp/err" \

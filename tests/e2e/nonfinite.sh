@@ -3,18 +3,17 @@
 # --skip_nonfinite skips that step's update and says so in the log; every trainer takes the flag.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+source tests/e2e/lib.sh
 # a learning rate of 1e38 overflows the weights in the first update, so step 2 is not finite
 A="--model tests/data/models/qwen3_tied --dataset tests/data/sft/ids.jsonl --max_steps 4 --learning_rate 1e38
    --warmup_steps 0 --lr_scheduler_type constant --per_device_train_batch_size 4 --threads 2 --pad_to_multiple_of 16"
 out=$($BIN sft $A --output_dir "$tmp/a" 2>&1); rc=$?
-if [ $rc -ne 0 ] && grep -qE "step 2: the (loss|gradient norm) is (-?nan|-?inf)" <<<"$out"; then echo "ok nonfinite_stops_naming_the_step"
-else echo "FAIL nonfinite_stops_naming_the_step: rc=$rc $(tail -2 <<<"$out")"; fi
+if [ $rc -ne 0 ] && grep -qE "step 2: the (loss|gradient norm) is (-?nan|-?inf)" <<<"$out"; then ok nonfinite_stops_naming_the_step
+else fail nonfinite_stops_naming_the_step "rc=$rc $(tail -2 <<<"$out")"; fi
 out=$($BIN sft $A --output_dir "$tmp/b" --skip_nonfinite 2>&1); rc=$?
 n=$(grep -c "skipping this step's update (--skip_nonfinite)" <<<"$out")
-if [ $rc -eq 0 ] && [ "$n" -eq 3 ]; then echo "ok skip_nonfinite_skips_and_logs"
-else echo "FAIL skip_nonfinite_skips_and_logs: rc=$rc, $n skipped: $(tail -2 <<<"$out")"; fi
+if [ $rc -eq 0 ] && [ "$n" -eq 3 ]; then ok skip_nonfinite_skips_and_logs
+else fail skip_nonfinite_skips_and_logs "rc=$rc, $n skipped: $(tail -2 <<<"$out")"; fi
 
 # the on-policy trainers: rollouts from the overflowed weights, the same three skipped updates
 $BIN init --model_config tests/data/models/qwen3_tied/config.json --output_dir "$tmp/m" --tokenizer tests/data/sft/tok \
@@ -29,6 +28,6 @@ for cmd in distill grpo rloo; do
   esac
   out=$($BIN $cmd $P $extra --output_dir "$tmp/$cmd" --skip_nonfinite 2>&1); rc=$?
   n=$(grep -c "skipping this step's update (--skip_nonfinite)" <<<"$out")
-  if [ $rc -eq 0 ] && [ "$n" -eq 3 ]; then echo "ok skip_nonfinite_$cmd"
-  else echo "FAIL skip_nonfinite_$cmd: rc=$rc, $n skipped: $(tail -2 <<<"$out")"; fi
+  if [ $rc -eq 0 ] && [ "$n" -eq 3 ]; then ok skip_nonfinite_$cmd
+  else fail skip_nonfinite_$cmd "rc=$rc, $n skipped: $(tail -2 <<<"$out")"; fi
 done

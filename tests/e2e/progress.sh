@@ -3,12 +3,9 @@
 # step (micro-batch k/n), shows the loss metrics.jsonl logs, and is cleared before log lines; off
 # a terminal a plain line comes every 10 s at most (a long generation: "generate: ... rows").
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d)
+source tests/e2e/lib.sh
 sock="$tmp/tmux.sock"
-trap 'tmux -S "$sock" kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+on_exit 'tmux -S "$sock" kill-server 2>/dev/null'
 python3 -c "
 import json, sys
 c = json.load(open('tests/data/models/qwen3_untied/config.json'))
@@ -29,7 +26,7 @@ if [ -n "$total" ] && awk -v s="$secs" -v t="$total" 'BEGIN { n = split(s, a); p
 else fail plain_progress_lines "$n lines in ${total:-?} s: $(head -3 "$tmp/err")"; fi
 
 # 2. on a terminal
-if ! command -v tmux >/dev/null; then echo "skip progress_terminal: tmux is not installed (scripts/deps.sh installs it)"; exit 0; fi
+if ! command -v tmux >/dev/null; then skip progress_terminal "tmux is not installed (scripts/deps.sh installs it)"; exit 0; fi
 screen() { tmux -S "$sock" capture-pane -p -t run -S -100; }
 tmux -S "$sock" new-session -d -s run -x 200 -y 50 \
   "$BIN sft --model $tmp/mid --dataset tests/data/sft/ids.jsonl --max_steps 2 --device ref --threads 1 \

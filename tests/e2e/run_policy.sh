@@ -6,10 +6,7 @@
 # checks made before any model is loaded, and still --version / --help.
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
+source tests/e2e/lib.sh
 M=tests/data/models/qwen3_untied
 S="--model $M --dataset tests/data/sft/ids.jsonl --per_device_train_batch_size 4 --threads 1 --pad_to_multiple_of 16
    --learning_rate 1e-3 --logging_steps 1"

@@ -4,16 +4,7 @@
 # save, and the malformed-dataset corpus (tests/data/sft/malformed/manifest.tsv).
 # asan: yes
 set -u
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-expect_err() {  # name, expected substring, command...
-  local name=$1 want=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$out"; then ok "$name"; else fail "$name" "rc=$rc, stderr: $(tail -3 <<<"$out")"; fi
-}
+source tests/e2e/lib.sh
 M=tests/data/models/qwen3_tied
 IDS=tests/data/sft/ids.jsonl
 COMMON="--threads 2 --pad_to_multiple_of 16 --shuffle true --learning_rate 1e-3"
@@ -46,9 +37,8 @@ if [ $? -eq 0 ] && grep -q "plans replace compilation" <<<"$out" && [ -f "$tmp/t
    && [ -f "$tmp/tn/checkpoint-1/checkpoint_complete.json" ] && [ -s "$tmp/tn/loss.svg" ]; then
   ok torchneuron_command_line
 else fail torchneuron_command_line "$(tail -5 <<<"$out"; ls "$tmp/tn" "$tmp/tn/checkpoint-1" 2>&1)"; fi
-for k in loss grad_norm learning_rate epoch num_tokens mean_token_accuracy entropy tokens_per_second plans; do
-  grep -q "\"$k\"" "$tmp/tn/metrics.jsonl" || { fail metrics_names "no $k in metrics.jsonl"; break; }
-done && ok metrics_names
+expect_keys metrics_names "$tmp/tn/metrics.jsonl" loss grad_norm learning_rate epoch num_tokens mean_token_accuracy \
+  entropy tokens_per_second plans
 
 # 2. every format trains through the tokenizer and template
 for f in chat pc_std pc_conv text; do

@@ -3,19 +3,13 @@
 # tokenizers (ids from tests/data/tokenizer/*/expected.jsonl, the transformers.js references).
 # asan: yes
 set -u
-BUILD=${STILL_BUILD:-build}
-BIN=${STILL_BIN:-./still}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source tests/e2e/lib.sh
 for name in qwen3 llama2; do
   mkdir -p "$tmp/$name"
   gzip -dc "tests/data/tokenizer/$name/tokenizer.json.gz" >"$tmp/$name/tokenizer.json"
   cp "tests/data/tokenizer/$name/tokenizer_config.json" "$tmp/$name/"
 done
 Q=$tmp/qwen3 L=$tmp/llama2
-check() {  # name, condition-result (0 ok), detail
-  if [ "$2" -eq 0 ]; then echo "ok $1"; else echo "FAIL $1: $3"; fi
-}
 
 # Plain: all of stdin is one text; ids on one line. Hello, world! -> 9707 11 1879 0 (reference).
 out=$(printf 'Hello, world!' | "$BIN" tokenize --model "$Q")
@@ -43,7 +37,7 @@ a=[json.loads(l) for l in open(sys.argv[1])]; b=[json.loads(l) for l in open(sys
 sys.exit(0 if a==b else 1)' "$tmp/want_dec.jsonl" "$tmp/got_dec.jsonl"
   check jsonl_decode $? "decoded texts differ from the reference"
 else
-  echo "skip jsonl_encode: python3 not installed"
+  skip jsonl_encode "python3 not installed"
 fi
 
 # Errors name the line and the value, and exit non-zero.

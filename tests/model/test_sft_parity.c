@@ -1,6 +1,18 @@
 // test_sft_parity.c: `still sft` for one optimizer step against scripts/ref_sft.py (float64
-// PyTorch, TRL's loss normalisation, torch.optim.AdamW): the step's loss, the grad norm and every
-// parameter after the step, for padding + gradient accumulation, full masks, bfd and wrapped packing.
+// PyTorch, TRL's loss normalisation, torch.optim.AdamW): the step's loss, the grad norm, and for
+// every parameter the clipped gradient and AdamW's moments (checkpoint-1/optimizer.safetensors
+// against torch's optimizer state) and the update, for padding + gradient accumulation, full
+// masks, bfd and wrapped packing.
+//
+// Tolerances (norm-wise per tensor: |got - want| / |want|) hold for any sgemm kernel, thread
+// count or -march: the fp32 forward and backward differ from float64 by rounding only, ~1e-6 of
+// a tensor's norm (observed up to 2.2e-6). The first AdamW step is p -= lr (g / (|g| + eps) + wd p):
+// where |g| is near eps (1e-8) it turns a rounding-level difference of g into a difference of
+// order lr, so the update is compared only on elements with |g| > 1e3 eps, where it moves by at
+// most 1e-3 of g's relative error; what is left there is the fp32 rounding of the new weights
+// (half an ulp of |p| <= ~2 against lr 1e-3: observed 2.3e-5 norm-wise). The moments,
+// (1 - beta1) g and (1 - beta2) g^2, carry every element's gradient as well-conditioned as the
+// gradient itself. A wrong normaliser, mask or clip coefficient moves them by far more than 1e-3.
 #include "test.h"
 
 #include "core/alloc.h"
@@ -9,6 +21,9 @@
 #include "model/safetensors.h"
 
 #include <unistd.h>
+
+#define TOL_GRAD 5e-5    // the clipped gradient and exp_avg_sq, norm-wise per tensor
+#define TOL_UPDATE 1e-4  // the update on elements with |g| > 1e3 eps
 
 static const char *bin(void) { return getenv("STILL_BIN") ? getenv("STILL_BIN") : "./still"; }
 
@@ -42,7 +57,7 @@ static void run_case(const char *name) {
     if (cJSON_IsString(pk)) snprintf(packing, sizeof packing, "--packing --packing_strategy %s", pk->valuestring);
     snprintf(cmd, sizeof cmd,
              "%s sft --model tests/data/models/qwen3_tied --dataset tests/data/sft/ids.jsonl --output_dir %s/out "
-             "--max_steps 1 --shuffle false --logging_steps 1 --save_strategy no --threads 2 --learning_rate 1e-3 "
+             "--max_steps 1 --shuffle false --logging_steps 1 --save_steps 1 --threads 2 --learning_rate 1e-3 "
              "--weight_decay 0.1 --max_grad_norm 1 --per_device_train_batch_size %d --gradient_accumulation_steps %d "
              "--max_length %d --pad_to_multiple_of %d --completion_only_loss %s %s 2>%s/log >/dev/null",
              bin(), tmpl, cJSON_GetObjectItem(c, "B")->valueint, cJSON_GetObjectItem(c, "GA")->valueint,
@@ -52,10 +67,12 @@ static void run_case(const char *name) {
     EXPECT_MSG(rc == 0, "%s: still sft failed (rc %d)", name, rc);
     char path[600];
     snprintf(path, sizeof path, "tests/data/sft/%s.safetensors", name);
-    StSet exp, got, init;
+    StSet exp, got, init, opt;
     EXPECT_MSG(st_open(path, &exp, &e) == ST_OK, "%s", e.msg);
     snprintf(path, sizeof path, "%s/out/model.safetensors", tmpl);
     EXPECT_MSG(rc == 0 && st_open(path, &got, &e) == ST_OK, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/out/checkpoint-1/optimizer.safetensors", tmpl);
+    EXPECT_MSG(rc == 0 && st_open(path, &opt, &e) == ST_OK, "%s", e.msg);
     EXPECT_MSG(st_open("tests/data/models/qwen3_tied/model.safetensors", &init, &e) == ST_OK, "%s", e.msg);
     if (test_current_failed) return;
     snprintf(path, sizeof path, "%s/out", tmpl);
@@ -63,33 +80,56 @@ static void run_case(const char *name) {
     EXPECT_MSG(fabs(loss - want) <= 1e-5 * fabs(want), "%s: loss %.9g vs torch %.9g", name, loss, want);
     double gn = metric(path, "grad_norm", 1), wgn = ((const float *)st_find(&exp, "grad_norm")->data)[0];
     EXPECT_MSG(fabs(gn - wgn) <= 1e-4 * fabs(wgn), "%s: grad_norm %.9g vs torch %.9g", name, gn, wgn);
-    // every parameter: the AdamW update (after - before) against torch's, norm-wise per tensor, over the
-    // elements where |g| >> adam_epsilon. AdamW's first step moves a weight by lr * g / (|g| + eps) after the
-    // decoupled decay, so where |g| is near eps the update amplifies the gradient's rounding (another sgemm
-    // kernel changes it by percents); torch's own update tells those elements apart: |g| / (|g| + eps) < 0.999.
-    const double lr = 1e-3, wd = 0.1;
+    const double b1 = cJSON_GetObjectItem(cases, "adam_beta1")->valuedouble;
+    const double eps = cJSON_GetObjectItem(cases, "adam_epsilon")->valuedouble;
     int checked = 0;
+    double worst[3] = {0};  // clipped gradient, exp_avg_sq, update
     for (int i = 0; i < got.n_tensors; i++) {
         const StTensor *g = &got.tensors[i], *p0 = st_find(&init, g->name);
         char pname[200];
         snprintf(pname, sizeof pname, "param.%s", g->name);
         const StTensor *w = st_find(&exp, pname);
-        EXPECT_MSG(w && p0 && g->dtype == DT_F32 && w->numel == g->numel, "%s: tensor %s", name, g->name);
-        if (!w || !p0) continue;
+        const StTensor *m = NULL, *v = NULL, *wm = NULL, *wv = NULL;
+        snprintf(pname, sizeof pname, "exp_avg.%s", g->name);
+        m = st_find(&opt, pname), wm = st_find(&exp, pname);
+        snprintf(pname, sizeof pname, "exp_avg_sq.%s", g->name);
+        v = st_find(&opt, pname), wv = st_find(&exp, pname);
+        EXPECT_MSG(w && p0 && m && v && wm && wv && g->dtype == DT_F32 && w->numel == g->numel &&
+                       m->numel == g->numel && wm->numel == g->numel && v->numel == g->numel && wv->numel == g->numel,
+                   "%s: tensor %s (parameter, moments)", name, g->name);
+        if (test_current_failed) break;
         const float *a = g->data, *b = w->data, *z = p0->data;
-        double num = 0, den = 0;
+        const float *ma = m->data, *mb = wm->data, *va = v->data, *vb = wv->data;
+        // the clipped gradient g = exp_avg / (1 - beta1) and exp_avg_sq, over every element
+        double gd = 0, gs = 0, vd = 0, vs = 0, ud = 0, us = 0;
+        size_t n_upd = 0;
         for (size_t k = 0; k < g->numel; k++) {
-            double adam = -((double)b[k] - (double)z[k] * (1 - lr * wd)) / lr;  // g / (|g| + eps)
-            if (fabs(adam) < 0.999) continue;
-            double da = (double)a[k] - z[k], db = (double)b[k] - z[k];
-            num += (da - db) * (da - db);
-            den += db * db;
+            double ga = ma[k] / (1 - b1), gb = mb[k] / (1 - b1);
+            gd += (ga - gb) * (ga - gb), gs += gb * gb;
+            vd += ((double)va[k] - vb[k]) * ((double)va[k] - vb[k]), vs += (double)vb[k] * vb[k];
+            if (fabs(gb) > 1e3 * eps) {  // the update where it is well-conditioned
+                double da = (double)a[k] - z[k], db = (double)b[k] - z[k];
+                ud += (da - db) * (da - db), us += db * db;
+                n_upd++;
+            }
         }
-        double err = sqrt(num) / fmax(sqrt(den), 1e-30);
-        EXPECT_MSG(err <= 2e-3, "%s: AdamW update of %s: rel err %.3g", name, g->name, err);
+        double err[3] = {sqrt(gd) / fmax(sqrt(gs), 1e-30), sqrt(vd) / fmax(sqrt(vs), 1e-30),
+                         sqrt(ud) / fmax(sqrt(us), 1e-30)};
+        for (int j = 0; j < 3; j++) worst[j] = fmax(worst[j], err[j]);
+        EXPECT_MSG(err[0] <= TOL_GRAD, "%s: clipped gradient of %s: rel err %.3g", name, g->name, err[0]);
+        EXPECT_MSG(err[1] <= TOL_GRAD, "%s: exp_avg_sq of %s: rel err %.3g", name, g->name, err[1]);
+        EXPECT_MSG(err[2] <= TOL_UPDATE, "%s: AdamW update of %s (%zu elements with |g| > 1e3 eps): rel err %.3g", name,
+                   g->name, n_upd, err[2]);
+        // the update check covers most of every tensor (it is not vacuous)
+        EXPECT_MSG(n_upd >= g->numel / 2, "%s: %s: only %zu of %zu elements have |g| > 1e3 eps", name, g->name, n_upd,
+                   g->numel);
         checked++;
     }
-    EXPECT(checked == exp.n_tensors - 3);
+    if (getenv("SFT_PARITY_VERBOSE"))
+        printf("  %s: worst rel err: clipped gradient %.3g, exp_avg_sq %.3g, update %.3g\n", name, worst[0], worst[1],
+               worst[2]);
+    EXPECT(checked == got.n_tensors && 3 * checked == exp.n_tensors - 3);
+    st_close(&opt);
     st_close(&exp), st_close(&got), st_close(&init);
     cJSON_Delete(cases);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpl);

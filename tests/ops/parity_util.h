@@ -9,6 +9,18 @@ static Backend *R, *X;
 
 #define GUARD_WORDS 16
 
+// Run a test on inputs from a random stream of its own, keyed by its name: the same inputs in
+// every backend run, whatever ran before (one shared stream gave the bf16 run other inputs than
+// the fp32 runs, and every run other inputs on a machine with other backends, so a tolerance
+// checked on one machine held for other data on another).
+static void run_own_stream(const char *name, void (*fn)(void)) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the name
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    rng_init(&ops_rng, 4321, h);
+    test_run(name, fn);
+}
+#define RUN_OWN(fn) run_own_stream(#fn, fn)
+
 // ---------------------------------------------------------------- device buffers with guards
 // Guard word i after the buffer at dev: a signalling NaN (quiet bit clear) whose payload depends
 // on the buffer, so neither arithmetic (which would quiet it) nor a copy of a neighbour's guard
@@ -72,6 +84,34 @@ static void expect_close(const char *what, const void *got_dev, const float *wan
                nan_at, want[nan_at == (size_t)-1 ? 0 : nan_at]);
     EXPECT_MSG(rel <= tol, "%s: %s rel err %.3g > %.0g at [%zu]: %.8g vs ref %.8g", what, X->name, rel, tol, worst,
                got[worst], want[worst]);
+    free(got);
+}
+
+// max |z_v| over one row's logits z = (h W^T) / tau, in double.
+static double row_logit_scale(const float *h, const float *W, int C, int V, double tau) {
+    double m = 0;
+    for (int v = 0; v < V; v++) m = fmax(m, fabs(dot_d(h, W + (size_t)v * C, (size_t)C)));
+    return m / tau;
+}
+
+// Entropies got (device, N) against want, rows of logits (h W^T) / tau: a row's entropy
+// H = logsumexp(z) - E_p[z] is a difference of terms of its logits' size, so its rounding error
+// is relative to max_v |z_v|, not to H (a peaked row has H << |z|; the 520-wide cases reach
+// |z| ~ 500 at H ~ 0): each row held to tol of max(its max |z|, max |H|), NaN where want has none.
+static void expect_close_entropy(const char *what, const void *got_dev, const float *want, const float *h,
+                                 const float *W, int N, int C, int V, double tau, double tol) {
+    float *got = dev_fetch(what, got_dev, (size_t)N);
+    double hmax = 0, worst = 0;
+    int at = 0;
+    for (int n = 0; n < N; n++) hmax = fmax(hmax, fabs(want[n]));
+    for (int n = 0; n < N; n++) {
+        double scale = fmax(hmax, row_logit_scale(h + (size_t)n * C, W, C, V, tau));
+        double err = isnan(got[n]) != isnan(want[n]) ? INFINITY : fabs((double)got[n] - want[n]) / fmax(scale, 1e-30);
+        if (!(err <= worst)) worst = err, at = n;
+    }
+    if (getenv("OPS_VERBOSE")) printf("  %-34s rel err %.2e of the row's logit size (tol %.0e)\n", what, worst, tol);
+    EXPECT_MSG(worst <= tol, "%s: %s row %d entropy %.8g vs ref %.8g: error %.3g of the row's logit size > %.0g", what,
+               X->name, at, got[at], want[at], worst, tol);
     free(got);
 }
 

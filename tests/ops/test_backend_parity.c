@@ -27,6 +27,13 @@
 //                 second product (P V, dS K, P^T dout, dS^T q). Measured 1e-3..7.5e-3 norm-wise over
 //                 the shapes of test_attention; a wrong fragment index, mask or tile edge gives 0.3..1.
 //
+// The ce_head entropy, H = logsumexp(z) - E_p[z], is a difference of terms of the logits' size
+// (row 2 of each case predicts its target with a logit of |h|^2 ~ C at H ~ 0), so each row's error
+// is relative to max(its max |z|, max |H|) (expect_close_entropy), at TOL_RED / TOL_BF16
+// (measured 7e-7 / 1.1e-3 on the emulator). Every test draws its inputs from a stream of its own
+// (RUN_OWN, keyed by its name): the cpu, cuda fp32 and cuda bf16 runs see the same inputs whatever
+// ran before (one shared stream gave each run, and a machine without a backend, other data).
+//
 // The cuda backend runs twice: with STILL_CUDA_GEMM=fp32 (fp32 GEMM operands and the fp32 attention
 // kernels: every op held to the fp32 tolerances above) and with its bf16 default (the GEMM ops at
 // TOL_BF16, the tensor-core attention at TOL_ATT_BF16). The sampling ops
@@ -385,7 +392,7 @@ static void check_ce(CeCase cc) {
         free(got);
     }
     snprintf(what, sizeof what, "ce entropy %s", label);
-    expect_close(what, d_ent, ent, N, tol_gemm);
+    expect_close_entropy(what, d_ent, ent, h, W, N, C, V, 1.0, tol_gemm);
     snprintf(what, sizeof what, "ce dh %s", label);
     expect_close(what, d_dh, dh, nh, tol_gemm);
     snprintf(what, sizeof what, "ce dW %s", label);
@@ -666,7 +673,10 @@ static void test_adamw_all_backends(void) {
     for (size_t i = 0; i < ARRAY_LEN(backend_names); i++) {
         Backend *be = NULL;
         Err e = {0};
-        if (backend_create(backend_names[i], 2, &be, &e) != ST_OK) continue;
+        if (backend_create(backend_names[i], 2, &be, &e) != ST_OK) {
+            printf("skip adamw %s: %s\n", backend_names[i], e.msg);
+            continue;
+        }
         check_adamw(be);
         backend_destroy(be);
     }
@@ -684,11 +694,10 @@ static void test_cpu_expf(void) {
 }
 
 int main(void) {
-    rng_init(&ops_rng, 4321, 0);
     R = backend_ref_create(1);
     backend_ref_install_sampling(R);
-    RUN(test_adamw_all_backends);
-    RUN(test_cpu_expf);
+    RUN_OWN(test_adamw_all_backends);
+    RUN_OWN(test_cpu_expf);
     for (size_t i = 0; i < ARRAY_LEN(backend_runs); i++) {
         const BackendRun *br = &backend_runs[i];
         Err e = {0};
@@ -704,24 +713,24 @@ int main(void) {
         tol_attn = gemm_bf16 ? TOL_ATT_BF16 : TOL_RED;
         printf("# backend %s%s%s\n", X->name, br->gemm ? " gemm " : "", br->gemm ? br->gemm : "");
         if (gemm_bf16) {  // only the GEMM-based ops differ from the fp32 run
-            RUN(test_matmul);
-            RUN(test_ce_head);
-            RUN(test_determinism);
-            RUN(test_attention);  // the tensor-core kernels (after the others: same inputs for them)
-            RUN(test_weight_copies);
+            RUN_OWN(test_matmul);
+            RUN_OWN(test_ce_head);
+            RUN_OWN(test_determinism);
+            RUN_OWN(test_attention);  // the tensor-core kernels
+            RUN_OWN(test_weight_copies);
             backend_destroy(X);
             continue;
         }
-        RUN(test_embedding);
-        RUN(test_rmsnorm);
-        RUN(test_matmul);
-        RUN(test_rope);
-        RUN(test_attention);
-        RUN(test_swiglu);
-        RUN(test_elementwise);
-        RUN(test_ce_head);
-        RUN(test_determinism);
-        RUN(test_sampling);
+        RUN_OWN(test_embedding);
+        RUN_OWN(test_rmsnorm);
+        RUN_OWN(test_matmul);
+        RUN_OWN(test_rope);
+        RUN_OWN(test_attention);
+        RUN_OWN(test_swiglu);
+        RUN_OWN(test_elementwise);
+        RUN_OWN(test_ce_head);
+        RUN_OWN(test_determinism);
+        RUN_OWN(test_sampling);
         backend_destroy(X);
     }
     backend_destroy(R);

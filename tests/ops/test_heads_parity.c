@@ -10,22 +10,22 @@
 //   TOL 2e-5: TOL_RED of test_backend_parity.c (fp32 sums over ~5000 terms against double);
 //             the CPU evaluates each vocabulary term of the JSD in fp32 and sums in double,
 //             which stays well inside it (measured ~1e-6).
-//   TOL_ENT 1e-4: entropy = lse - E[z], a difference of logits of size ~30 when C = 520 makes
-//             the rows sharp; the fp32 GEMM's error in z (~1e-5 absolute) survives the
-//             cancellation against an entropy below 1.
+//   Entropies: H = lse - E[z] is a difference of terms of the logits' size (tens in the C = 520
+//             case, whose rows are sharp, H < 1), so each row's error is taken relative to
+//             max(its max |z|, max |H|) (expect_close_entropy) and held to the same TOL /
+//             TOL_BF16 (measured 1.9e-6 / 1.1e-3). Relative to max |H| it was 6.9e-5 on one
+//             machine's cpu backend against the 1e-4 it had then: a margin another kernel eats.
 //
 // The cuda backend runs twice, as in test_backend_parity.c: with STILL_CUDA_GEMM=fp32 (every
 // output held to the tolerances above) and with its bf16 default, where the logits carry the
-// bf16 GEMM error (TOL_BF16 1e-2 of test_backend_parity.c; entropy TOL_ENT_BF16 5e-2 for the
-// same cancellation as TOL_ENT). The bf16 run skips the top-k cases: a bf16 error in a teacher
-// logit may move a token across the support boundary, which is a different loss, not a
-// rounding error.
+// bf16 GEMM error (TOL_BF16 1e-2 of test_backend_parity.c). The bf16 run skips the top-k cases:
+// a bf16 error in a teacher logit may move a token across the support boundary, which is a
+// different loss, not a rounding error. Every test draws its inputs from a stream of its own
+// (RUN_OWN): the same inputs in every backend run.
 #include "parity_util.h"
 
 #define TOL 2e-5
-#define TOL_ENT 1e-4
 #define TOL_BF16 1e-2
-#define TOL_ENT_BF16 5e-2
 
 // Every backend held to ref; gemm: STILL_CUDA_GEMM for the run (NULL: leave it alone).
 typedef struct {
@@ -33,8 +33,7 @@ typedef struct {
 } BackendRun;
 static const BackendRun backend_runs[] = {{"cpu", NULL}, {"cuda", "fp32"}, {"cuda", "bf16"}};
 static int gemm_bf16 = 0;      // this run's GEMMs round operands to bf16
-static double tol = TOL;       // this run's tolerance for every output but the entropy
-static double tol_ent = TOL_ENT;
+static double tol = TOL;       // this run's tolerance
 
 typedef struct {
     int N, C, V, chunk;
@@ -72,7 +71,7 @@ static void check_logprob(LpCase lc) {
     snprintf(what, sizeof what, "logprob %s", label);
     expect_close(what, d_logp, logp, N, tol);
     snprintf(what, sizeof what, "logprob entropy %s", label);
-    expect_close(what, d_ent, ent, N, tol_ent);
+    expect_close_entropy(what, d_ent, ent, h, W, N, C, V, lc.tau, tol);
     snprintf(what, sizeof what, "logprob dh %s", label);
     expect_close(what, d_dh, dh, nh, tol);
     snprintf(what, sizeof what, "logprob dW %s", label);
@@ -165,7 +164,6 @@ static void test_distill_head(void) {
 }
 
 int main(void) {
-    rng_init(&ops_rng, 8642, 0);
     Err e = {0};
     if (backend_create("ref", 1, &R, &e) != ST_OK) {
         printf("FAIL backend ref: %s\n", e.msg);
@@ -183,10 +181,9 @@ int main(void) {
         }
         gemm_bf16 = br->gemm && !strcmp(br->gemm, "bf16");
         tol = gemm_bf16 ? TOL_BF16 : TOL;
-        tol_ent = gemm_bf16 ? TOL_ENT_BF16 : TOL_ENT;
         printf("# backend %s%s%s\n", X->name, br->gemm ? " gemm " : "", br->gemm ? br->gemm : "");
-        RUN(test_logprob_head);
-        RUN(test_distill_head);
+        RUN_OWN(test_logprob_head);
+        RUN_OWN(test_distill_head);
         backend_destroy(X);
     }
     backend_destroy(R);

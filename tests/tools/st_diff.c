@@ -1,8 +1,12 @@
 // st_diff.c: compare two safetensors files tensor by tensor (same names, shapes, F32 data).
-//   st_diff A.safetensors B.safetensors [TOL]
+//   st_diff [--norm] A.safetensors B.safetensors [TOL]
 // Prints the largest absolute difference (and the tensor holding it) on stdout; exits 0 when it
 // is <= TOL (default 0: identical values), 1 when larger, 2 when the files cannot be compared.
-// Test helper for runs that must end with the same weights (data-parallel equivalence).
+// --norm: the largest norm-wise relative difference of a tensor, |A - B| / |A|, instead.
+// Test helper for runs that must end with the same weights (data-parallel equivalence). Weights
+// after AdamW steps compare norm-wise: where a gradient is near adam_epsilon its update is
+// lr * g / (|g| + eps), so a rounding-level difference of g (another summation order) moves that
+// one element by up to ~lr, while a wrong batch or loss scale moves every element.
 #include "model/safetensors.h"
 
 #include <math.h>
@@ -11,8 +15,10 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
+    int norm = argc > 1 && !strcmp(argv[1], "--norm");
+    argv += norm, argc -= norm;
     if (argc < 3) {
-        fprintf(stderr, "usage: st_diff A.safetensors B.safetensors [TOL]\n");
+        fprintf(stderr, "usage: st_diff [--norm] A.safetensors B.safetensors [TOL]\n");
         return 2;
     }
     double tol = argc > 3 ? atof(argv[3]) : 0.0;
@@ -37,16 +43,23 @@ int main(int argc, char **argv) {
             break;
         }
         const float *p = x->data, *q = y->data;
+        double dd = 0, pp = 0;
         for (size_t k = 0; k < x->numel; k++) {
             double dlt = fabs((double)p[k] - (double)q[k]);
-            if (!(dlt <= worst)) {  // NaN counts as the worst
+            dd += dlt * dlt, pp += (double)p[k] * p[k];
+            if (!norm && !(dlt <= worst)) {  // NaN counts as the worst
                 worst = isnan(dlt) ? INFINITY : dlt;
                 where = x->name;
             }
         }
+        double rel = sqrt(dd) / fmax(sqrt(pp), 1e-30);
+        if (norm && !(rel <= worst)) {
+            worst = isnan(rel) ? INFINITY : rel;
+            where = x->name;
+        }
     }
     if (rc == 0) {
-        printf("max_abs_diff %.3g (%s)\n", worst, where);
+        printf("%s %.3g (%s)\n", norm ? "max_norm_rel_diff" : "max_abs_diff", worst, where);
         rc = worst <= tol ? 0 : 1;
     }
     st_close(&a);

@@ -213,7 +213,45 @@ static void cpu_distill_head(Backend *be, float *row_loss, float *row_kl, float 
     }
 }
 
+// ---------------------------------------------------------------- score_head
+// B pooled rows only: a few dot products per sequence. Parallel over the outputs (scores: (b, k);
+// dh and dW: columns c), so repeated rows accumulate without races; sums over b and k in double.
+static void cpu_score_head(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
+                           const int32_t *rows, const float *dscores, int B, int N, int C, int NL) {
+    CHECK_MSG(!dscores || dh, "score_head: dscores given without dh");
+    for (int b = 0; b < B; b++)
+        CHECK_MSG(rows[b] >= 0 && rows[b] < N, "score_head: pooled row %d of sequence %d outside [0, %d)", rows[b], b, N);
+    float *Wf = cpu_scratch(be, CPU_SCR_PANEL, (size_t)NL * C * sizeof(float));  // (NL,C) fp32 copy of W
+    cpu_convert_f32(Wf, W, wdt, 0, (size_t)NL * C);
+    if (scores) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)B * NL * C > 65536)
+        for (int i = 0; i < B * NL; i++) {
+            int b = i / NL, k = i % NL;
+            const float *hr = h + (size_t)rows[b] * C, *wk = Wf + (size_t)k * C;
+            double acc = 0;
+            for (int c = 0; c < C; c++) acc += (double)hr[c] * wk[c];
+            scores[i] = (float)acc;
+        }
+    }
+    if (!dscores) return;
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)B * NL * C > 65536)
+    for (int c = 0; c < C; c++) {
+        for (int b = 0; b < B; b++) {
+            double acc = 0;
+            for (int k = 0; k < NL; k++) acc += (double)dscores[(size_t)b * NL + k] * Wf[(size_t)k * C + c];
+            float *d = dh + (size_t)rows[b] * C + c;
+            *d = (float)(*d + acc);
+        }
+        for (int k = 0; dW && k < NL; k++) {
+            double acc = 0;
+            for (int b = 0; b < B; b++) acc += (double)dscores[(size_t)b * NL + k] * h[(size_t)rows[b] * C + c];
+            dW[(size_t)k * C + c] = (float)(dW[(size_t)k * C + c] + acc);
+        }
+    }
+}
+
 void backend_cpu_install_heads(Backend *be) {
+    be->score_head = cpu_score_head;
     be->logprob_head = cpu_logprob_head;
     be->distill_head = cpu_distill_head;
 }

@@ -238,5 +238,7 @@ void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, f
                      const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
                      const int32_t *targets, const float *weights, float tau, float beta, int top_k, float grad_scale,
                      float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V);
+void cu_score_head(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
+                   const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
 
 #endif

@@ -258,3 +258,59 @@ void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, f
         if (dW_s) cu_gemm(be, 1, 0, V, Cs, nr, 1.0f, G, V, Hs, Cs, 1.0f, dW_s, Cs);
     }
 }
+
+// ---- score_head --------------------------------------------------------------------------------
+// B pooled rows only. Forward: one block per (sequence, label), a double block sum over C.
+// Backward: one thread per column c, sequences in order, so repeated rows accumulate without
+// races and every sum has a fixed order.
+#define SCORE_THREADS 256
+
+__global__ void __launch_bounds__(SCORE_THREADS) score_fwd_kernel(float *scores, const float *h, const void *W,
+                                                                  DType wdt, const int32_t *rows, int N, int C,
+                                                                  int NL) {
+    __shared__ double redd[32];
+    const int i = blockIdx.x, b = i / NL, k = i % NL, r = rows[b];
+    if (r < 0 || r >= N) {
+        if (threadIdx.x == 0) printf("still: cuda score_head: pooled row %d of sequence %d outside [0, %d)\n", r, b, N);
+        __trap();
+    }
+    double acc = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        acc += (double)h[(size_t)r * C + c] * cu_wload(W, wdt, (size_t)k * C + c);
+    acc = block_sum(acc, redd);
+    if (threadIdx.x == 0) scores[i] = (float)acc;
+}
+
+__global__ void score_bwd_kernel(float *dh, float *dW, const float *h, const void *W, DType wdt, const int32_t *rows,
+                                 const float *dscores, int B, int C, int NL) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int b = 0; b < B; b++) {
+        double acc = 0;
+        for (int k = 0; k < NL; k++) acc += (double)dscores[(size_t)b * NL + k] * cu_wload(W, wdt, (size_t)k * C + c);
+        float *d = dh + (size_t)rows[b] * C + c;
+        *d = (float)(*d + acc);
+    }
+    if (!dW) return;
+    for (int k = 0; k < NL; k++) {
+        double acc = 0;
+        for (int b = 0; b < B; b++) acc += (double)dscores[(size_t)b * NL + k] * h[(size_t)rows[b] * C + c];
+        dW[(size_t)k * C + c] = (float)(dW[(size_t)k * C + c] + acc);
+    }
+}
+
+void cu_score_head(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
+                   const int32_t *rows, const float *dscores, int B, int N, int C, int NL) {
+    CHECK_MSG(!dscores || dh, "score_head: dscores given without dh");
+    CudaCtx *ctx = cu_ctx(be);
+    if (B <= 0) return;
+    if (scores) {
+        score_fwd_kernel<<<B * NL, SCORE_THREADS, 0, ctx->stream>>>(scores, h, W, wdt, rows, N, C, NL);
+        LAUNCH_CHECK();
+    }
+    if (!dscores) return;
+    if (dW) cu_weights_written(be, dW);
+    score_bwd_kernel<<<cu_blocks((size_t)C, SCORE_THREADS), SCORE_THREADS, 0, ctx->stream>>>(dh, dW, h, W, wdt, rows,
+                                                                                             dscores, B, C, NL);
+    LAUNCH_CHECK();
+}

@@ -144,7 +144,33 @@ static void ref_distill_head(Backend *be, float *row_loss, float *row_kl, float 
     }
 }
 
+// h (N,C), W (NL,C), rows (B) -> scores (B,NL); dh, dW += from dscores (see backend.h)
+static void ref_score_head(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
+                           const int32_t *rows, const float *dscores, int B, int N, int C, int NL) {
+    CHECK_MSG(!dscores || dh, "score_head: dscores given without dh");
+    for (int b = 0; b < B; b++) {
+        CHECK_MSG(rows[b] >= 0 && rows[b] < N, "score_head: pooled row %d of sequence %d outside [0, %d)", rows[b], b, N);
+        const float *hr = h + (size_t)rows[b] * C;
+        for (int k = 0; k < NL && scores; k++) {
+            double acc = 0;
+            for (int c = 0; c < C; c++) acc += (double)hr[c] * ref_wload(W, wdt, (size_t)k * C + c);
+            scores[(size_t)b * NL + k] = (float)acc;
+        }
+        if (!dscores) continue;
+        const float *g = dscores + (size_t)b * NL;
+        float *dhr = dh + (size_t)rows[b] * C;
+        for (int c = 0; c < C; c++) {
+            double acc = 0;
+            for (int k = 0; k < NL; k++) acc += (double)g[k] * ref_wload(W, wdt, (size_t)k * C + c);
+            dhr[c] = (float)(dhr[c] + acc);
+        }
+        for (int k = 0; dW && k < NL; k++)
+            for (int c = 0; c < C; c++) dW[(size_t)k * C + c] = (float)(dW[(size_t)k * C + c] + (double)g[k] * hr[c]);
+    }
+}
+
 void backend_ref_install_heads(Backend *be) {
+    be->score_head = ref_score_head;
     be->logprob_head = ref_logprob_head;
     be->distill_head = ref_distill_head;
 }
