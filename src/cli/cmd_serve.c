@@ -105,7 +105,7 @@ static Status run_serve(const Args *a, Err *e) {
                  o.host, serve_port(s), o.max_batch, o.max_cache_len, o.max_queue, o.api_key ? ", API key required" : "");
         const volatile sig_atomic_t *stop = interrupt_flag();
         while (!*stop) usleep(50 * 1000);
-        log_info("still serve: signal %d: answering the requests in flight, then stopping", interrupt_signal());
+        log_info("still serve: stop signal: answering the requests in flight, then stopping");
         serve_drain_and_stop(s);
         log_info("still serve: stopped");
     }
