@@ -78,6 +78,11 @@ static Status load(ServeRun *r, const Args *a, Err *e) {
     c->max_length = 0;
     c->prefill_chunk_size = (int)args_int(a, "prefill_chunk_size");
     c->max_cache_len = (int)args_int(a, "max_cache_len");
+    if (c->repetition_penalty != 1.0f) {  // its seen-id counts are per batch, not per slot
+        log_warn("generation_config.json's repetition_penalty %g is not served (continuous batching): off",
+                 c->repetition_penalty);
+        c->repetition_penalty = 1.0f;
+    }
     return gen_config_check(c, r->sm.m->cfg.vocab_size, e);
 }
 

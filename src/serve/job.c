@@ -1,10 +1,9 @@
-// job.c: one request through the engine on the scheduler thread (see serve_internal.h): prompt
-// ids from the chat template or the prompt text, a GenConfig from the request over the server's
-// defaults, gen_generate, then the OpenAI answer — one JSON body, or server-sent events written
-// as the tokens come.
+// job.c: one request on the scheduler thread (see serve_internal.h): prompt ids from the chat
+// template or the prompt text, a GenConfig from the request over the server's defaults; while its
+// sequences run in the decode slots (src/gen/slots.h) the text, stop strings and stream; then
+// the OpenAI answer — one JSON body, or the end of the server-sent events.
 #include "serve_internal.h"
 
-#include "../gen/gen_text.h"
 #include "tool_calls.h"
 
 #include <math.h>
@@ -90,24 +89,7 @@ void job_fail(Job *j, int status, const char *message) {
 
 // ---- generation state of one job -----------------------------------------------------------
 
-typedef struct RowOut {
-    size_t sent;       // bytes of the row's text already streamed
-    int n_tokens;
-    int done;          // a stop string was found: nothing after `cut` is text
-    size_t cut;
-    int role_sent;     // (stream, chat) the chunk with the role went out
-} RowOut;
 
-typedef struct Run {
-    const ServeOptions *o;
-    ServeModel *sm;
-    Job *j;
-    GenText gt;
-    RowOut *rows;      // (n)
-    int n;
-    size_t hold;       // bytes a stream holds back: the longest stop string - 1
-    int hold_all;      // tools: the text is parsed at the end, nothing streams before
-} Run;
 
 // The first occurrence of a stop string in text (at or after `from`), or -1.
 static long find_stop(const GenText *g, const char *text, size_t len, size_t from) {
@@ -407,7 +389,7 @@ static void stream_end(Run *r, const GenSeq *seqs) {
     pthread_mutex_unlock(&j->mu);
 }
 
-void job_run(const ServeOptions *o, ServeModel *sm, Job *j, pthread_mutex_t *metrics_mu, ServeMetrics *mt) {
+Run *job_prepare(const ServeOptions *o, ServeModel *sm, Job *j) {
     const ServeRequest *q = &j->req;
     Err e = {0};
     TokenIds ids = {0};
@@ -420,59 +402,81 @@ void job_run(const ServeOptions *o, ServeModel *sm, Job *j, pthread_mutex_t *met
     if (st != ST_OK) {
         tokenizer_ids_free(&ids);
         job_fail(j, 400, e.msg);
-        return;
+        return NULL;
     }
-    Run r = {.o = o, .sm = sm, .j = j, .n = q->n};
-    gen_text_init(&r.gt, sm->tok, 1, q->n, q->stop, q->n_stop);
-    r.rows = xcalloc((size_t)q->n, sizeof(RowOut));
-    r.hold = r.gt.max_stop ? r.gt.max_stop - 1 : 0;
-    r.hold_all = q->tools != NULL;
+    Run *r = xcalloc(1, sizeof *r);
+    r->o = o;
+    r->sm = sm;
+    r->j = j;
+    r->n = q->n;
+    r->ids = ids;
+    gen_text_init(&r->gt, sm->tok, 1, q->n, q->stop, q->n_stop);
+    r->rows = xcalloc((size_t)q->n, sizeof(RowOut));
+    r->seqs = xcalloc((size_t)q->n, sizeof(GenSeq));
+    r->hold = r->gt.max_stop ? r->gt.max_stop - 1 : 0;
+    r->hold_all = q->tools != NULL;
     cfg.on_token = on_token;
-    cfg.user = &r;
+    cfg.user = r;
+    r->cfg = cfg;
     j->prompt_tokens = (long)ids.n;
+    return r;
+}
+
+void job_begin(Run *r) {
+    Job *j = r->j;
     pthread_mutex_lock(&j->mu);
-    if (q->stream) {
+    if (j->req.stream) {
         j->state = JOB_STREAMING;
         j->status = 200;
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
-    pthread_mutex_lock(metrics_mu);
-    mt->running_rows = q->n;
-    pthread_mutex_unlock(metrics_mu);
+}
 
-    GenSeq *seqs = NULL;
-    const int32_t *prompt = ids.ids;
-    int len = (int)ids.n;
-    st = gen_generate(sm->m, &cfg, &prompt, &len, 1, &seqs, NULL, &e);
+int run_done(const Run *r) {
+    for (int i = 0; i < r->n; i++)
+        if (r->seqs[i].finish == GEN_FINISH_NONE) return 0;
+    return 1;
+}
+
+void job_complete(Run *r, Status st, const char *error, pthread_mutex_t *metrics_mu, ServeMetrics *mt) {
+    Job *j = r->j;
+    const ServeRequest *q = &j->req;
     long generated = 0;
-    for (int i = 0; st == ST_OK && i < q->n; i++) generated += seqs[i].n;
+    for (int i = 0; i < r->n; i++) generated += r->seqs[i].n;
     j->completion_tokens = generated;
     pthread_mutex_lock(metrics_mu);
-    mt->running_rows = 0;
-    mt->prompt_tokens += (long)ids.n;
+    mt->prompt_tokens += (long)r->ids.n;
     mt->completion_tokens += generated;
-    mt->cancelled += j->cancelled;
+    mt->cancelled += j->cancelled && !j->timed_out;
     mt->timed_out += j->timed_out;
     pthread_mutex_unlock(metrics_mu);
-    if (st != ST_OK) {
-        job_fail(j, st == ST_EINVAL ? 400 : 500, e.msg);
+    if (st != ST_OK || r->error) {
+        job_fail(j, st == ST_EINVAL ? 400 : 500, r->error ? r->error : error);
     } else if (j->timed_out) {
         char msg[128];
-        snprintf(msg, sizeof msg, "the request ran past its %.0f s timeout (--request_timeout)", o->request_timeout);
+        snprintf(msg, sizeof msg, "the request ran past its %.0f s timeout (--request_timeout)", r->o->request_timeout);
         job_fail(j, 504, msg);
+    } else if (j->cancelled) {
+        job_fail(j, 499, "the client closed the connection");
     } else if (q->stream) {
-        stream_end(&r, seqs);
+        stream_end(r, r->seqs);
     } else {
-        char *body = answer_json(&r, seqs);
+        char *body = answer_json(r, r->seqs);
         pthread_mutex_lock(&j->mu);
         j->status = 200;
         j->body = body;
         finish_locked(j);
         pthread_mutex_unlock(&j->mu);
     }
-    gen_seqs_free(seqs, st == ST_OK ? q->n : 0);
-    gen_text_free(&r.gt);
-    free(r.rows);
-    tokenizer_ids_free(&ids);
+    for (int i = 0; i < r->n; i++) {
+        free(r->seqs[i].ids);
+        free(r->seqs[i].logprobs);
+    }
+    free(r->seqs);
+    gen_text_free(&r->gt);
+    free(r->rows);
+    tokenizer_ids_free(&r->ids);
+    free(r->error);
+    free(r);
 }

@@ -4,6 +4,7 @@
 #define STILL_SERVE_INTERNAL_H
 
 #include "../core/alloc.h"
+#include "../gen/gen_text.h"
 #include "request.h"
 #include "server.h"
 
@@ -37,15 +38,46 @@ typedef struct ServeMetrics {
     long errors_4xx, errors_5xx;
     long prompt_tokens, completion_tokens;
     long cancelled, timed_out;
-    int running_rows;     // sequences of the request being decoded
+    int running_rows;     // sequences in the decode slots now
+    long decode_steps, decode_rows;  // decode steps run; busy slots summed over them
 } ServeMetrics;
+
+// One request's sequences on the scheduler (job.c).
+typedef struct RowOut {
+    size_t sent;       // bytes of the row's text already streamed
+    int n_tokens;
+    int done;          // a stop string was found: nothing after `cut` is text
+    size_t cut;
+    int role_sent;     // (stream, chat) the chunk with the role went out
+} RowOut;
+
+typedef struct Run {
+    const ServeOptions *o;
+    ServeModel *sm;
+    Job *j;
+    GenConfig cfg;     // the request's (on_token: job.c's, user: this run)
+    TokenIds ids;      // the prompt
+    GenText gt;
+    RowOut *rows;      // (n)
+    GenSeq *seqs;      // (n) filled by the slots
+    int n;
+    size_t hold;       // bytes a stream holds back: the longest stop string - 1
+    int hold_all;      // tools: the text is parsed at the end, nothing streams before
+    char *error;       // the slots refused a sequence: answered with this (500)
+} Run;
 
 double serve_now(void);
 Job *job_new(void);
 void job_unref(Job *j);
-// Run j on the scheduler thread: chat template, tokenizer, gen_generate; the answer (or SSE
-// events) into j. rows_out receives the sequences decoded together, for the metrics.
-void job_run(const ServeOptions *o, ServeModel *sm, Job *j, pthread_mutex_t *metrics_mu, ServeMetrics *mt);
+// On the scheduler thread: the prompt (chat template, tokenizer) and the GenConfig of j; NULL when
+// the request is refused (j answered with 400).
+Run *job_prepare(const ServeOptions *o, ServeModel *sm, Job *j);
+// Its sequences have joined the slots: a stream starts.
+void job_begin(Run *r);
+// Every sequence of r has finished.
+int run_done(const Run *r);
+// The answer (JSON, the end of the stream, or an error when st != ST_OK), the metrics; frees r.
+void job_complete(Run *r, Status st, const char *error, pthread_mutex_t *metrics_mu, ServeMetrics *mt);
 // {"error": {"message", "type", "param", "code"}} (caller frees).
 char *serve_error_json(int status, const char *message);
 // Finish j with an error answer.

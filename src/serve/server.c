@@ -5,6 +5,7 @@
 
 #include "../core/fileio.h"
 #include "../core/log.h"
+#include "../gen/slots.h"
 
 #include <string.h>
 
@@ -35,13 +36,15 @@ struct Server {
     pthread_cond_t cv;       // queue changes, the scheduler going idle, requests completing
     Job **queue;             // (max_queue) ring
     int qhead, qlen;
-    int running;             // the scheduler holds a job
+    int running;             // requests the scheduler holds (decoding, or prepared and waiting)
+    int waiting;             // of them, prepared and waiting for room in the slots (counts in the queue)
     int in_flight;           // requests between their first byte and their completion
     int stop, draining;
     unsigned long next_id;
     ServeMetrics mt;
     pthread_mutex_t mt_mu;
     pthread_t worker;
+    GenSlots *slots;         // the decode slots (the scheduler's)
 };
 
 // One request's connection state (MHD's con_cls).
@@ -53,46 +56,103 @@ typedef struct Conn {
 
 // ---- the scheduler ---------------------------------------------------------------------------
 
+// Answer j at once with an error: cancelled or late before it started.
+static int refuse_early(Server *s, Job *j) {
+    pthread_mutex_lock(&j->mu);
+    int gone = j->cancelled, late = serve_now() > j->deadline;
+    pthread_mutex_unlock(&j->mu);
+    if (!gone && !late) return 0;
+    char msg[160];
+    if (gone) snprintf(msg, sizeof msg, "the client closed the connection");
+    else snprintf(msg, sizeof msg, "the request waited past its %.0f s timeout (--request_timeout)", s->o.request_timeout);
+    job_fail(j, gone ? 499 : 504, msg);
+    pthread_mutex_lock(&s->mt_mu);
+    if (gone) s->mt.cancelled++;
+    else s->mt.timed_out++;
+    pthread_mutex_unlock(&s->mt_mu);
+    return 1;
+}
+
+// Continuous batching: requests join the slots in arrival order as soon as their sequences fit
+// (gen_slots_can_join); every iteration decodes one step of every busy slot; a request whose
+// sequences have all finished is answered and its slots take the next.
 static void *worker_main(void *arg) {
     Server *s = arg;
+    Run **active = xcalloc((size_t)s->o.max_batch, sizeof(Run *));
+    int n_active = 0;
+    Run *pending = NULL;  // the oldest request, prepared, waiting for room
     for (;;) {
+        Job *j = NULL;
         pthread_mutex_lock(&s->mu);
-        while (!s->qlen && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->qlen) {
+        while (!pending && !s->qlen && !n_active && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (!pending && !s->qlen && !n_active) {
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        Job *j = s->queue[s->qhead];
-        s->qhead = (s->qhead + 1) % s->o.max_queue;
-        s->qlen--;
-        s->running = 1;
-        pthread_mutex_unlock(&s->mu);
-
-        pthread_mutex_lock(&j->mu);
-        int gone = j->cancelled, late = serve_now() > j->deadline;
-        pthread_mutex_unlock(&j->mu);
-        if (gone) {
-            job_fail(j, 499, "the client closed the connection");
-            pthread_mutex_lock(&s->mt_mu);
-            s->mt.cancelled++;
-            pthread_mutex_unlock(&s->mt_mu);
-        } else if (late) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "the request waited past its %.0f s timeout in the queue (--request_timeout)",
-                     s->o.request_timeout);
-            job_fail(j, 504, msg);
-            pthread_mutex_lock(&s->mt_mu);
-            s->mt.timed_out++;
-            pthread_mutex_unlock(&s->mt_mu);
-        } else {
-            job_run(&s->o, s->sm, j, &s->mt_mu, &s->mt);
+        if (!pending && s->qlen) {
+            j = s->queue[s->qhead];
+            s->qhead = (s->qhead + 1) % s->o.max_queue;
+            s->qlen--;
         }
-        job_unref(j);
+        s->running = n_active + (pending != NULL) + (j != NULL);
+        s->waiting = (pending != NULL) + (j != NULL);
+        pthread_mutex_unlock(&s->mu);
+        if (j) {
+            if (!refuse_early(s, j)) pending = job_prepare(&s->o, s->sm, j);
+            job_unref(j);  // the queue's; a prepared run holds the job through its connection's
+        }
+        if (pending) {  // gone or late while waiting for room: answered (and counted) as such
+            Job *pj = pending->j;
+            pthread_mutex_lock(&pj->mu);
+            if (!pj->cancelled && serve_now() > pj->deadline) pj->timed_out = 1;
+            int stop = pj->cancelled || pj->timed_out;
+            pthread_mutex_unlock(&pj->mu);
+            if (stop) {
+                job_complete(pending, ST_OK, NULL, &s->mt_mu, &s->mt);
+                pending = NULL;
+            }
+        }
+        if (pending && n_active < s->o.max_batch &&
+            gen_slots_can_join(s->slots, &pending->cfg, (int)pending->ids.n, pending->n)) {
+            Err e = {0};
+            Status st = ST_OK;
+            for (int i = 0; i < pending->n && st == ST_OK; i++)
+                st = gen_slots_add(s->slots, &pending->cfg, i, pending->ids.ids, (int)pending->ids.n, &pending->seqs[i], &e);
+            if (st != ST_OK) {  // rows that did join stop at their next token; the answer is the error
+                pthread_mutex_lock(&pending->j->mu);
+                pending->j->cancelled = 1;
+                pthread_mutex_unlock(&pending->j->mu);
+                for (int i = 0; i < pending->n; i++)
+                    if (!pending->seqs[i].ids) pending->seqs[i].finish = GEN_FINISH_STOP;
+                pending->error = xstrdup(e.msg);
+                log_error("still serve: %s", e.msg);
+            } else {
+                job_begin(pending);
+            }
+            active[n_active++] = pending;
+            pending = NULL;
+        }
+        int busy = gen_slots_step(s->slots);
+        pthread_mutex_lock(&s->mt_mu);
+        s->mt.running_rows = busy;
+        s->mt.decode_steps += busy > 0;
+        s->mt.decode_rows += busy;
+        pthread_mutex_unlock(&s->mt_mu);
+        for (int k = 0; k < n_active;) {
+            if (!run_done(active[k])) {
+                k++;
+                continue;
+            }
+            job_complete(active[k], ST_OK, NULL, &s->mt_mu, &s->mt);
+            active[k] = active[--n_active];
+        }
         pthread_mutex_lock(&s->mu);
-        s->running = 0;
+        s->running = n_active + (pending != NULL);
+        s->waiting = pending != NULL;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
+    free(active);
     return NULL;
 }
 
@@ -138,7 +198,7 @@ static char *models_json(const Server *s) {
 
 static char *metrics_text(Server *s) {
     pthread_mutex_lock(&s->mu);
-    int qlen = s->qlen, running = s->running, in_flight = s->in_flight;
+    int qlen = s->qlen + s->waiting, running = s->running - s->waiting, in_flight = s->in_flight;
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&s->mt_mu);
     ServeMetrics m = s->mt;
@@ -162,17 +222,21 @@ static char *metrics_text(Server *s) {
               "# TYPE still_generation_tokens_total counter\nstill_generation_tokens_total %ld\n"
               "# HELP still_queue_depth Requests waiting for the scheduler.\n"
               "# TYPE still_queue_depth gauge\nstill_queue_depth %d\n"
-              "# HELP still_requests_running Requests the scheduler is generating for.\n"
+              "# HELP still_requests_running Requests whose sequences are in the decode slots.\n"
               "# TYPE still_requests_running gauge\nstill_requests_running %d\n"
               "# HELP still_requests_in_flight Requests received and not yet answered.\n"
               "# TYPE still_requests_in_flight gauge\nstill_requests_in_flight %d\n"
               "# HELP still_batch_slots Sequences decoded together at most (--max_batch).\n"
               "# TYPE still_batch_slots gauge\nstill_batch_slots %d\n"
               "# HELP still_batch_occupancy Sequences being decoded now over the slots.\n"
-              "# TYPE still_batch_occupancy gauge\nstill_batch_occupancy %.4f\n",
+              "# TYPE still_batch_occupancy gauge\nstill_batch_occupancy %.4f\n"
+              "# HELP still_decode_steps_total Decode steps run (every busy slot one token).\n"
+              "# TYPE still_decode_steps_total counter\nstill_decode_steps_total %ld\n"
+              "# HELP still_decode_rows_total Busy slots summed over the decode steps (/ steps: mean occupancy).\n"
+              "# TYPE still_decode_rows_total counter\nstill_decode_rows_total %ld\n",
               m.requests[3], m.errors_4xx, m.errors_5xx, m.cancelled, m.timed_out, m.prompt_tokens,
               m.completion_tokens, qlen, running, in_flight, s->o.max_batch,
-              (double)m.running_rows / s->o.max_batch);
+              (double)m.running_rows / s->o.max_batch, m.decode_steps, m.decode_rows);
     return sb_take(&sb);
 }
 
@@ -245,7 +309,7 @@ static enum MHD_Result generate(Server *s, struct MHD_Connection *c, Conn *cn, S
     j->deadline = j->arrived + s->o.request_timeout;
     pthread_mutex_lock(&s->mu);
     snprintf(j->id, sizeof j->id, "%s%016lx", kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", ++s->next_id);
-    int draining = s->draining, full = s->qlen >= s->o.max_queue;
+    int draining = s->draining, full = s->qlen + s->waiting >= s->o.max_queue;
     if (!draining && !full) {
         s->queue[(s->qhead + s->qlen) % s->o.max_queue] = j;
         s->qlen++;
@@ -383,6 +447,12 @@ Status serve_start(const ServeOptions *o, ServeModel *sm, Server **out, Err *e) 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->mt_mu, NULL);
+    Status st = gen_slots_open(sm->m, o->max_batch, o->max_cache_len, &s->slots, e);
+    if (st != ST_OK) {
+        free(s->queue);
+        free(s);
+        return st;
+    }
     pthread_create(&s->worker, NULL, worker_main, s);
     unsigned limit = (unsigned)(o->max_queue + o->max_batch + 64);
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
@@ -397,6 +467,7 @@ Status serve_start(const ServeOptions *o, ServeModel *sm, Server **out, Err *e) 
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->worker, NULL);
+        gen_slots_close(s->slots);
         free(s->queue);
         free(s);
         return err_set(e, ST_EIO, "cannot listen on %s:%d: %s", o->host, o->port, strerror(err));
@@ -406,7 +477,7 @@ Status serve_start(const ServeOptions *o, ServeModel *sm, Server **out, Err *e) 
     if (o->port_file) {
         char buf[16];
         int n = snprintf(buf, sizeof buf, "%d\n", s->port);
-        Status st = file_write_atomic(o->port_file, buf, (size_t)n, e);
+        st = file_write_atomic(o->port_file, buf, (size_t)n, e);
         if (st != ST_OK) {
             serve_drain_and_stop(s);
             return st;
@@ -438,6 +509,7 @@ void serve_drain_and_stop(Server *s) {
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->worker, NULL);
     MHD_stop_daemon(s->d);
+    gen_slots_close(s->slots);
     free(s->queue);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
