@@ -82,7 +82,7 @@ $(info still: OpenMP on ($(CC) -fopenmp))
 
 MARCH ?= -march=native
 OPT ?= -O2
-WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
+WARN := -Wall -Wextra -Werror -Wvla -Wno-unused-parameter -Wno-format-truncation -Wno-missing-field-initializers
 CFLAGS_BASE := -std=gnu11 -D_GNU_SOURCE -g $(WARN) -fopenmp $(PKG_CFLAGS) $(BLAS_CFLAGS) -Isrc
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(MARCH) $(EXTRA_CFLAGS)
 LDLIBS := -fopenmp $(PKG_LIBS) $(BLAS_LIBS) -lm -lpthread $(EXTRA_LDLIBS)
@@ -109,8 +109,16 @@ CUDA_SRCS := $(wildcard src/backend/cuda/*.cu)
 CFLAGS += -DSTILL_CUDA -I$(CUDA_HOME)/include
 # nvcc objects are C++: the C link adds libstdc++ (static-init guards, new/delete of the runtime).
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
-NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=[sm_90,compute_90] -Isrc -Xcompiler -Wall,-Wno-unused-parameter
-$(info still: CUDA on ($(NVCC)))
+# Machine code for the GPUs users have (A100 80, A10 / RTX 30 86, L4 / L40 / RTX 40 89, H100 / H200
+# 90), and PTX of the last, which newer GPUs compile when the program loads; the backend refuses
+# at startup a GPU none of them runs on. CUDA_ARCHS="90" builds one (faster to compile).
+CUDA_ARCHS ?= 80 86 89 90
+cuda_space := $(subst ,, )
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -DSTILL_CUDA_ARCHS=\"$(subst $(cuda_space),_,$(strip $(CUDA_ARCHS)))\" -Isrc \
+             -Xcompiler -Wall,-Wno-unused-parameter
+$(info still: CUDA on ($(NVCC), CUDA_ARCHS $(CUDA_ARCHS) + PTX $(lastword $(CUDA_ARCHS))))
 # NCCL carries the collectives of device buffers when MPI is on too (src/dist/dist_nccl.c).
 ifeq ($(MPI),1)
 NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)) $(CUDA_HOME))

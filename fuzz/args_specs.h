@@ -8,12 +8,12 @@
 static const ArgSpec fuzz_arg_specs[] = {
     {"model", ARG_STR, NULL, "model dir"},
     {"dataset", ARG_STR, NULL, "data"},
-    {"learning_rate", ARG_FLOAT, "2e-5", "lr"},
-    {"max_new_tokens", ARG_INT, "16", "tokens"},
+    {"learning_rate", ARG_FLOAT, "2e-5", "lr", "[0,inf)"},
+    {"max_new_tokens", ARG_INT, "16", "tokens", "[1,inf)"},
     {"packing", ARG_BOOL, "false", "pack"},
     {"do_sample", ARG_BOOL, "true", "sample"},
     {"reward", ARG_LIST, NULL, "rewards"},
-    {"seed", ARG_INT, "42", "a common flag declared again"},
+    {"seed", ARG_INT, "42", "a common flag declared again", "[0,inf)"},
     {NULL, 0, NULL, NULL},
 };
 

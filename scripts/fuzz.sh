@@ -42,7 +42,7 @@ dict_of() {
 }
 maxlen_of() {
   case "$1" in
-    safetensors|tokenizer_load) echo 65536 ;;
+    safetensors|tokenizer_load|gguf) echo 65536 ;;
     *) echo 16384 ;;
   esac
 }

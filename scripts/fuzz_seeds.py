@@ -35,6 +35,10 @@ for p in sorted(glob.glob("tests/data/**/*.safetensors", recursive=True)):
         b = b[: 8 + n + 4096]
     seed("safetensors", b)
 
+# gguf: the numpy-written fixtures (models and every quantized type).
+for p in sorted(glob.glob("tests/data/gguf/*.gguf")):
+    seed("gguf", read(p))
+
 # config.json: model fixtures, the malformed set, and the configs inside the RoPE references.
 for p in sorted(glob.glob("tests/data/**/config.json", recursive=True)):
     seed("config", read(p))

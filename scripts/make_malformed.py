@@ -191,6 +191,15 @@ cfg_case("cfg_hidden_act", "EUNSUPPORTED", 'hidden_act "gelu" is not supported',
 cfg_case("cfg_quantized", "EUNSUPPORTED", "quantization_config",
          patch={"quantization_config": {"quant_method": "fp8"}})
 cfg_case("cfg_huge_int", "EINVAL", 'field "vocab_size" is 4294967296', patch={"vocab_size": 4294967296})
+# sizes beyond what every backend holds are refused before anything is sized from them
+cfg_case("cfg_vocab_over_2p20", "EINVAL", 'field "vocab_size" is 1048577, more than the 1048576 still supports',
+         patch={"vocab_size": 1048577})
+cfg_case("cfg_heads_65536", "EINVAL", 'field "num_attention_heads" is 65536, more than the 1024 still supports',
+         patch={"num_attention_heads": 65536, "num_key_value_heads": 65536, "head_dim": 65536})
+cfg_case("cfg_head_dim_512", "EINVAL", 'field "head_dim" is 512, more than the 256 still supports',
+         patch={"head_dim": 512})
+cfg_case("cfg_layers_over_limit", "EINVAL", 'field "num_hidden_layers" is 4096, more than the 1024 still supports',
+         patch={"num_hidden_layers": 4096})
 
 
 with open(os.path.join(OUT, "manifest.json"), "w") as f:

@@ -8,21 +8,22 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <yaml.h>
 
 static const ArgSpec common_specs[] = {
     {"config", ARG_STR, NULL, "JSON or YAML file whose keys are flag names (the command line wins)"},
-    {"threads", ARG_INT, NULL, "CPU threads (default: OMP_NUM_THREADS, else all cores)"},
+    {"threads", ARG_INT, NULL, "CPU threads (default: OMP_NUM_THREADS, else all cores)", "[1,inf)"},
     {"dtype", ARG_STR, NULL, "weight storage: float32 | bfloat16 (compute stays fp32 on CPU)"},
     {"device", ARG_STR, "cpu", "backend: cpu | ref (scalar reference) | cuda"},
     {"log_level", ARG_STR, "info", "error | warning | info | debug"},
-    {"seed", ARG_INT, "42", "random seed"},
+    {"seed", ARG_INT, "42", "random seed (numpy's range, as transformers' set_seed)", "[0,4294967295]"},
     {"max_memory", ARG_STR, NULL, "memory budget for the process, e.g. 8GiB (default: what the machine has available)"},
     {"report_memory", ARG_BOOL, "false", "print the peak resident memory (VmHWM) on stderr when the command ends"},
     {"help", ARG_BOOL, "false", "print the flags of this command"},
-    {NULL, 0, NULL, NULL},
+    {NULL},
 };
 
 // TRL / Transformers spellings of still's flags.
@@ -132,22 +133,75 @@ static int parse_bool_text(const char *s, int *out) {
     return 0;
 }
 
+// ---- value intervals ----------------------------------------------------------------------
+
+typedef struct Interval {
+    double lo, hi;        // -inf / inf: unbounded
+    int lo_open, hi_open;
+} Interval;
+
+// "[a,b]", "(a,b)", ... with a, b numbers or -inf / inf. 0 when the text is not an interval.
+static int parse_interval(const char *r, Interval *iv) {
+    if (!r || (r[0] != '[' && r[0] != '(')) return 0;
+    iv->lo_open = r[0] == '(';
+    char *end;
+    const char *p = r + 1;
+    iv->lo = strtod(p, &end);
+    if (end == p || *end != ',') return 0;
+    p = end + 1;
+    iv->hi = strtod(p, &end);
+    if (end == p || (*end != ']' && *end != ')') || end[1] != '\0') return 0;
+    iv->hi_open = *end == ')';
+    return iv->lo <= iv->hi;
+}
+
+// The interval of a numeric spec; a spec without a valid one is a bug in the flag table.
+static Interval spec_interval(const ArgSpec *s) {
+    Interval iv;
+    CHECK_MSG(parse_interval(s->range, &iv), "--%s: numeric flag without a valid range (\"%s\")", s->name,
+              s->range ? s->range : "NULL");
+    return iv;
+}
+
+int args_in_range(const ArgSpec *s, double v, char *what, size_t cap) {
+    if (s->type != ARG_INT && s->type != ARG_FLOAT) return 1;
+    Interval iv = spec_interval(s);
+    const char *kind = s->type == ARG_INT ? "an integer" : "a number";
+    // integers are read into an int unless the interval says more (--seed)
+    double lo = s->type == ARG_INT && isinf(iv.lo) ? INT_MIN : iv.lo, hi = s->type == ARG_INT && isinf(iv.hi) ? INT_MAX : iv.hi;
+    if (what) {
+        if (isinf(lo) && isinf(hi)) snprintf(what, cap, "%s", kind);
+        else if (isinf(iv.hi) && !(v > hi)) snprintf(what, cap, "%s %s %.15g", kind, iv.lo_open ? ">" : ">=", iv.lo);
+        else if (isinf(iv.lo) && !(v < lo)) snprintf(what, cap, "%s %s %.15g", kind, iv.hi_open ? "<" : "<=", iv.hi);
+        else snprintf(what, cap, "%s in %c%.15g, %.15g%c", kind, iv.lo_open && !isinf(iv.lo) ? '(' : '[', lo, hi,
+                      iv.hi_open && !isinf(iv.hi) ? ')' : ']');
+    }
+    if (v < lo || (iv.lo_open && v == iv.lo)) return 0;  // INT_MIN / INT_MAX for an infinite end are closed
+    if (v > hi || (iv.hi_open && v == iv.hi)) return 0;
+    return 1;
+}
+
+static Status check_range(const ArgSpec *sp, const char *text, double v, const char *where, Err *e) {
+    char what[128];
+    if (args_in_range(sp, v, what, sizeof what)) return ST_OK;
+    return err_set(e, ST_EINVAL, "%s--%s %s is out of range: expected %s", where, sp->name, text, what);
+}
+
 static Status check_syntax(const ArgSpec *sp, const char *text, const char *where, Err *e) {
     char *end;
     errno = 0;
     switch (sp->type) {
     case ARG_INT: {
         long long v = strtoll(text, &end, 10);
-        (void)v;
         if (*text == '\0' || *end != '\0' || errno)
             return err_set(e, ST_EINVAL, "%s--%s expects an integer, got \"%s\"", where, sp->name, text);
-        break;
+        return check_range(sp, text, (double)v, where, e);
     }
     case ARG_FLOAT: {
         double v = strtod(text, &end);
         if (*text == '\0' || *end != '\0' || errno || !isfinite(v))
             return err_set(e, ST_EINVAL, "%s--%s expects a number, got \"%s\"", where, sp->name, text);
-        break;
+        return check_range(sp, text, v, where, e);
     }
     case ARG_BOOL: {
         int b;
@@ -369,6 +423,13 @@ Status args_parse(Args *a, const char *command, const ArgSpec *specs, int argc, 
             if (!strcmp(a->vals[i].spec->name, s->name)) dup = 1;
         if (!dup) a->vals[a->n_vals++].spec = s;
     }
+    for (int i = 0; i < a->n_vals; i++) {  // the table itself: every numeric flag bounded, its default inside
+        const ArgSpec *s = a->vals[i].spec;
+        if (s->type != ARG_INT && s->type != ARG_FLOAT) continue;
+        spec_interval(s);
+        CHECK_MSG(!s->def || args_in_range(s, strtod(s->def, NULL), NULL, 0), "--%s: default %s outside %s", s->name,
+                  s->def, s->range);
+    }
     // Pass 1: find --config so the file applies first and the command line wins.
     const char *config = NULL;
     for (int i = 0; i < argc; i++) {
@@ -484,7 +545,8 @@ void args_print_help(FILE *f, const char *command, const char *summary, const Ar
             static const char *tn[] = {"TEXT", "N", "X", "[true|false]", "VALUE (repeatable)"};
             size_t rl = strlen(ARG_REQUIRED);
             int req = s->help && !strncmp(s->help, ARG_REQUIRED, rl);
-            fprintf(f, "  --%s %s%s\n      %s", s->name, tn[s->type], req ? "  (required)" : "", req ? s->help + rl : s->help);
+            fprintf(f, "  --%s %s%s%s%s\n      %s", s->name, tn[s->type], s->range ? " in " : "", s->range ? s->range : "",
+                    req ? "  (required)" : "", req ? s->help + rl : s->help);
             if (s->def) fprintf(f, " (default: %s)", s->def);
             fputc('\n', f);
         }

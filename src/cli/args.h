@@ -22,11 +22,16 @@ typedef enum {
 // shows it as "(required)".
 #define ARG_REQUIRED "[required] "
 
+// Every ARG_INT and ARG_FLOAT flag carries its allowed values as an interval, "[1,inf)",
+// "(0,1]", "[-1,inf)" (inf: no bound), where torch / TRL / Transformers check the same value;
+// a value outside is a flag error (exit 2) naming the flag, the value and the interval. Values
+// that are only wrong together with another flag are the command's to check (ST_EUSAGE).
 typedef struct ArgSpec {
     const char *name;   // underscore spelling
     ArgType type;
     const char *def;    // default as text, or NULL (unset)
     const char *help;
+    const char *range;  // ARG_INT / ARG_FLOAT: allowed interval (required); NULL for the other types
 } ArgSpec;
 
 typedef struct ArgValue {
@@ -63,6 +68,10 @@ int args_list(const Args *a, const char *name, char ***values);
 // Print the flags of a command (for --help) to f: required ones marked, then the TRL /
 // Transformers spellings accepted for them.
 void args_print_help(FILE *f, const char *command, const char *summary, const ArgSpec *specs);
+
+// A numeric value against a spec's interval: 1 inside (or no interval), 0 outside. The interval
+// as text for messages ("an integer >= 1", "a number in (0, 1]") goes to what.
+int args_in_range(const ArgSpec *s, double v, char *what, size_t cap);
 
 // Levenshtein distance, used for "did you mean".
 int args_edit_distance(const char *a, const char *b);

@@ -73,6 +73,10 @@ int cli_fail(const char *command, const Err *e) {
         fprintf(stderr, "still %s: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
         return 128 + SIGINT;
     }
+    if (e->code == ST_EUSAGE) {  // printed and counted as a flag error
+        fprintf(stderr, "still %s: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
+        return 2;
+    }
     fprintf(stderr, "still %s: error: %s\n", command, e->msg[0] ? e->msg : status_name(e->code));
     return e->code == ST_EUNSUPPORTED ? 3 : 1;
 }
@@ -214,4 +218,14 @@ void cli_print_train_result(const TrainResult *r) {
     if (r->skipped_steps) cJSON_AddNumberToObject(o, "skipped_steps", r->skipped_steps);
     cli_print_json(o);
     cJSON_Delete(o);
+}
+
+Status cli_check_sampling(int do_sample, double temperature, int num_return_sequences, Err *e) {
+    if (do_sample && !(temperature > 0))
+        return err_set(e, ST_EUSAGE, "--temperature %g: must be > 0 when sampling (for greedy decoding pass --do_sample "
+                                     "false)", temperature);
+    if (!do_sample && num_return_sequences > 1)
+        return err_set(e, ST_EUSAGE, "--num_return_sequences %d needs sampling (--do_sample true): greedy decoding "
+                                     "gives one sequence per prompt", num_return_sequences);
+    return ST_OK;
 }

@@ -34,8 +34,8 @@ Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t
 // The flags of every trainer that runs under mpirun, and the Dist they make (dist_init with
 // --ddp_timeout; *zero_stage from --zero_stage, checked).
 #define CLI_DIST_FLAGS                                                                                                 \
-    {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)"},              \
-    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)"}
+    {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)", "(0,inf)"},              \
+    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)", "[0,1]"}
 Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e);
 // The end of such a command: on failure print the error and, with several ranks, abort the job
 // (the other ranks wait in a collective); MPI finalised. Returns the exit code.
@@ -51,6 +51,9 @@ void cli_print_json(cJSON *o);
 // A trainer's result line: steps, steps_run, loss (last window), train_loss (run mean),
 // eval_loss, train_seconds and save_seconds apart, tokens_per_second.
 void cli_print_train_result(const TrainResult *r);
+// The sampling flags transformers' GenerationConfig refuses together (ST_EUSAGE): a temperature
+// <= 0 when sampling, several sequences per prompt without sampling.
+Status cli_check_sampling(int do_sample, double temperature, int num_return_sequences, Err *e);
 // Round n up to a multiple of m (m <= 1: unchanged).
 int cli_round_up(int n, int m);
 

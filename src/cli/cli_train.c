@@ -13,33 +13,33 @@
 // whose help says more, passes its own entry (cli_train_specs).
 static const ArgSpec train_specs[] = {
     {"output_dir", ARG_STR, NULL, ARG_REQUIRED "directory for checkpoints, the final model and metrics.jsonl"},
-    {"learning_rate", ARG_FLOAT, "5e-5", "peak learning rate"},
+    {"learning_rate", ARG_FLOAT, "5e-5", "peak learning rate", "[0,inf)"},
     {"lr_scheduler_type", ARG_STR, "linear", "linear | cosine | constant | constant_with_warmup"},
-    {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps"},
-    {"warmup_ratio", ARG_FLOAT, "0", "warmup as a ratio of the total steps"},
-    {"weight_decay", ARG_FLOAT, "0", "AdamW weight decay (not on norms and biases)"},
-    {"adam_beta1", ARG_FLOAT, "0.9", "AdamW beta1"},
-    {"adam_beta2", ARG_FLOAT, "0.999", "AdamW beta2"},
-    {"adam_epsilon", ARG_FLOAT, "1e-8", "AdamW epsilon"},
+    {"warmup_steps", ARG_FLOAT, "0", "warmup steps; below 1 a ratio of the total steps", "[0,inf)"},
+    {"warmup_ratio", ARG_FLOAT, "0", "warmup as a ratio of the total steps", "[0,1]"},
+    {"weight_decay", ARG_FLOAT, "0", "AdamW weight decay (not on norms and biases)", "[0,inf)"},
+    {"adam_beta1", ARG_FLOAT, "0.9", "AdamW beta1", "[0,1)"},
+    {"adam_beta2", ARG_FLOAT, "0.999", "AdamW beta2", "[0,1)"},
+    {"adam_epsilon", ARG_FLOAT, "1e-8", "AdamW epsilon", "[0,inf)"},
     {"optim", ARG_STR, "adamw_torch", "adamw_torch (the only optimizer)"},
-    {"max_grad_norm", ARG_FLOAT, "1.0", "clip the global gradient norm (0 = off)"},
-    {"num_train_epochs", ARG_FLOAT, "3", "epochs"},
-    {"max_steps", ARG_INT, "-1", "optimizer steps (overrides num_train_epochs)"},
-    {"per_device_train_batch_size", ARG_INT, "8", "rows per micro-batch"},
-    {"gradient_accumulation_steps", ARG_INT, "1", "micro-batches per optimizer step"},
-    {"logging_steps", ARG_INT, "10", "one metrics.jsonl line every N steps"},
+    {"max_grad_norm", ARG_FLOAT, "1.0", "clip the global gradient norm (0 = off)", "[0,inf)"},
+    {"num_train_epochs", ARG_FLOAT, "3", "epochs", "[0,inf)"},
+    {"max_steps", ARG_INT, "-1", "optimizer steps (overrides num_train_epochs)", "[-1,inf)"},
+    {"per_device_train_batch_size", ARG_INT, "8", "rows per micro-batch", "[1,inf)"},
+    {"gradient_accumulation_steps", ARG_INT, "1", "micro-batches per optimizer step", "[1,inf)"},
+    {"logging_steps", ARG_INT, "10", "one metrics.jsonl line every N steps", "[1,inf)"},
     {"logging_first_step", ARG_BOOL, "false", "also log step 1"},
     {"save_strategy", ARG_STR, "steps", "steps | epoch | no"},
-    {"save_steps", ARG_INT, "500", "checkpoint every N steps"},
-    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints (older ones are removed after each save)"},
+    {"save_steps", ARG_INT, "500", "checkpoint every N steps", "[1,inf)"},
+    {"save_total_limit", ARG_INT, NULL, "keep only the newest N checkpoints (older ones are removed after each save)", "[0,inf)"},
     {"save_only_model", ARG_BOOL, "false", "checkpoints without optimizer state (cannot be resumed)"},
     {"save_dtype", ARG_STR, NULL, "dtype of saved weights (default: --dtype, else the input checkpoint's)"},
     {"gradient_checkpointing", ARG_BOOL, "false", "recompute each layer's forward in the backward pass (less memory)"},
     // TRL's ModelConfig PEFT flags (docs/lora.md)
     {"use_peft", ARG_BOOL, "false", "train a LoRA adapter on the frozen model (PEFT format)"},
-    {"lora_r", ARG_INT, "16", "LoRA rank"},
-    {"lora_alpha", ARG_FLOAT, "32", "LoRA alpha (scale alpha / r, or alpha / sqrt(r) with --use_rslora)"},
-    {"lora_dropout", ARG_FLOAT, "0.05", "dropout on the adapter's input while training"},
+    {"lora_r", ARG_INT, "16", "LoRA rank", "[1,inf)"},
+    {"lora_alpha", ARG_FLOAT, "32", "LoRA alpha (scale alpha / r, or alpha / sqrt(r) with --use_rslora)", "[0,inf)"},
+    {"lora_dropout", ARG_FLOAT, "0.05", "dropout on the adapter's input while training", "[0,1)"},
     {"lora_target_modules", ARG_LIST, NULL, "modules with adapters: names (q_proj v_proj ...) or all-linear "
                                             "(default: PEFT's for the architecture, q_proj v_proj)"},
     {"lora_modules_to_save", ARG_LIST, NULL, "modules trained in full and saved with the adapter (e.g. lm_head)"},
@@ -54,7 +54,7 @@ static const ArgSpec eval_specs[] = {
     {"eval_strategy", ARG_STR, "no", "no | steps: evaluate --eval_dataset every --eval_steps steps (no extra evaluation "
                                      "after the last step, as Trainer)"},
     {"eval_steps", ARG_INT, NULL, "with --eval_strategy steps: evaluate every N steps (default: logging_steps); alone it "
-                                  "turns nothing on"},
+                                  "turns nothing on", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -63,8 +63,8 @@ static const ArgSpec run_specs[] = {
     {"resume_from_checkpoint", ARG_STR, NULL, "checkpoint directory, or latest (in output_dir)"},
     {"skip_nonfinite", ARG_BOOL, "false", "skip the update of a step whose loss or gradient is NaN/Inf instead of stopping"},
     {"torch_compile", ARG_BOOL, "false", "accepted: plans replace compilation"},
-    {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)"},
-    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)"},
+    {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)", "[0,inf)"},
+    {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)", "[0,inf)"},
     CLI_DIST_FLAGS,
     {NULL, 0, NULL, NULL},
 };
@@ -171,15 +171,15 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
     TRY(read_optim(a, &t->opt, e));
     r->max_plans = (int)args_int(a, "max_plans");
     r->batch_size = (int)args_int(a, "per_device_train_batch_size");
-    if (r->batch_size <= 0) return err_set(e, ST_EINVAL, "--per_device_train_batch_size must be positive");
+    if (r->batch_size <= 0) return err_set(e, ST_EUSAGE, "--per_device_train_batch_size must be positive");
     t->grad_accum = (int)args_int(a, "gradient_accumulation_steps");
-    if (t->grad_accum <= 0) return err_set(e, ST_EINVAL, "--gradient_accumulation_steps must be positive");
+    if (t->grad_accum <= 0) return err_set(e, ST_EUSAGE, "--gradient_accumulation_steps must be positive");
     t->num_train_epochs = args_float(a, "num_train_epochs");
     t->max_steps = (int)args_int(a, "max_steps");
     t->warmup_steps = args_float(a, "warmup_steps");
     t->warmup_ratio = args_float(a, "warmup_ratio");
     if (t->warmup_steps < 0 || t->warmup_ratio < 0 || t->warmup_ratio > 1)
-        return err_set(e, ST_EINVAL, "--warmup_steps must be >= 0 and --warmup_ratio in [0, 1]");
+        return err_set(e, ST_EUSAGE, "--warmup_steps must be >= 0 and --warmup_ratio in [0, 1]");
     t->logging_steps = (int)args_int(a, "logging_steps");
     t->logging_first_step = args_bool(a, "logging_first_step");
     const char *save = args_str(a, "save_strategy");
@@ -196,7 +196,7 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
         // --eval_strategy steps turns evaluation on (every eval_steps, default logging_steps); --eval_steps
         // alone does not (TrainingArguments)
         if (eval) t->eval_steps = args_str(a, "eval_steps") ? (int)args_int(a, "eval_steps") : t->logging_steps;
-        if (eval && t->eval_steps <= 0) return err_set(e, ST_EINVAL, "--eval_steps must be positive");
+        if (eval && t->eval_steps <= 0) return err_set(e, ST_EUSAGE, "--eval_steps must be positive");
     }
     t->resume = args_str(a, "resume_from_checkpoint");
     if (t->resume && !strcmp(t->resume, "false")) t->resume = NULL;

@@ -13,7 +13,7 @@
 static const ArgSpec specs[] = {
     {"output_dir", ARG_STR, "demo-out", "a fresh directory for everything (an earlier demo's output is replaced)"},
     {"quick", ARG_BOOL, "false", "the under-a-minute variant: smaller step counts (the tests run it)"},
-    {"max_steps", ARG_INT, "0", "at most N optimizer steps per stage (0 = the demo's own; a smoke test)"},
+    {"max_steps", ARG_INT, "0", "at most N optimizer steps per stage (0 = the demo's own; a smoke test)", "[0,inf)"},
     {NULL, 0, NULL, NULL},
 };
 

@@ -15,19 +15,19 @@ static const ArgSpec specs[] = {
                                "cmd:PROGRAM"},
     {"output_dir", ARG_STR, NULL, "write eval.json and generations.jsonl here"},
     {"loss", ARG_BOOL, "true", "loss / perplexity of the dataset's completions (rows that have one)"},
-    {"reward_timeout", ARG_FLOAT, "60", "seconds a cmd: metric program may take to answer one completion"},
+    {"reward_timeout", ARG_FLOAT, "60", "seconds a cmd: metric program may take to answer one completion", "(0,inf)"},
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},
-    {"max_prompt_length", ARG_INT, "0", "keep the last N tokens of longer prompts (0 = no truncation)"},
+    {"max_prompt_length", ARG_INT, "0", "keep the last N tokens of longer prompts (0 = no truncation)", "[0,inf)"},
     {"skip_bad_rows", ARG_BOOL, "false", "skip malformed rows (counted) instead of failing"},
-    {"max_new_tokens", ARG_INT, "256", "tokens to generate at most per row"},
+    {"max_new_tokens", ARG_INT, "256", "tokens to generate at most per row", "[1,inf)"},
     {"do_sample", ARG_BOOL, "false", "sample instead of greedy decoding"},
-    {"temperature", ARG_FLOAT, "1.0", "sampling temperature"},
-    {"top_k", ARG_INT, "0", "top-k sampling (0 = off)"},
-    {"top_p", ARG_FLOAT, "1.0", "nucleus sampling (1 = off)"},
-    {"min_p", ARG_FLOAT, "0", "min-p sampling (0 = off)"},
-    {"num_return_sequences", ARG_INT, "1", "completions per prompt (metrics average over all)"},
-    {"batch_size", ARG_INT, "8", "rows decoded / scored together (static batch)"},
-    {"pad_to_multiple_of", ARG_INT, "128", "pad prompts to a multiple of this (static shapes)"},
+    {"temperature", ARG_FLOAT, "1.0", "sampling temperature", "[0,inf)"},
+    {"top_k", ARG_INT, "0", "top-k sampling (0 = off)", "[0,inf)"},
+    {"top_p", ARG_FLOAT, "1.0", "nucleus sampling (1 = off)", "(0,1]"},
+    {"min_p", ARG_FLOAT, "0", "min-p sampling (0 = off)", "[0,1]"},
+    {"num_return_sequences", ARG_INT, "1", "completions per prompt (metrics average over all)", "[1,inf)"},
+    {"batch_size", ARG_INT, "8", "rows decoded / scored together (static batch)", "[1,inf)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "pad prompts to a multiple of this (static shapes)", "[0,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -68,8 +68,7 @@ int cmd_eval(int argc, char **argv) {
     g->batch_size = (int)args_int(&a, "batch_size");
     g->pad_to_multiple_of = (int)args_int(&a, "pad_to_multiple_of");
     g->seed = (uint64_t)args_int(&a, "seed");
-    if (st == ST_OK && (g->num_return_sequences < 1 || g->batch_size < 1))
-        st = err_set(&e, ST_EINVAL, "--num_return_sequences and --batch_size must be positive");
+    if (st == ST_OK) st = cli_check_sampling(g->do_sample, g->temperature, g->num_return_sequences, &e);
     EvalResult r = {0};
     if (st == ST_OK) st = eval_run(dir, args_str(&a, "device"), (int)args_int(&a, "threads"), dtype, &c, &r, &e);
     if (st == ST_OK) {

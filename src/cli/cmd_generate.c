@@ -9,6 +9,7 @@
 #include "../gen/generate.h"
 #include "../core/interrupt.h"
 #include "../core/progress.h"
+#include "../model/gguf.h"
 #include "../tokenizer/chat.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli_common.h"
@@ -27,25 +28,25 @@
     {"system", ARG_STR, NULL, "system message (chat template)"},                                                       \
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra template variables, e.g. {\"enable_thinking\": false}"}, \
     {"chat_template_name", ARG_STR, NULL, "which named template of tokenizer_config.json (default: \"default\")"},     \
-    {"max_new_tokens", ARG_INT, "256", "tokens to generate at most per sequence (generation_config.json's max_new_tokens or max_length wins over the default; the flag over both)"}, \
-    {"min_new_tokens", ARG_INT, "0", "EOS is banned until this many tokens exist (replaces min_length)"},             \
-    {"min_length", ARG_INT, NULL, "EOS is banned while prompt + generated tokens are fewer (default: generation_config.json's, else 0)"}, \
+    {"max_new_tokens", ARG_INT, "256", "tokens to generate at most per sequence (generation_config.json's max_new_tokens or max_length wins over the default; the flag over both)", "[1,inf)"}, \
+    {"min_new_tokens", ARG_INT, "0", "EOS is banned until this many tokens exist (replaces min_length)", "[0,inf)"},             \
+    {"min_length", ARG_INT, NULL, "EOS is banned while prompt + generated tokens are fewer (default: generation_config.json's, else 0)", "[0,inf)"}, \
     {"do_sample", ARG_BOOL, NULL, "sample (true) or greedy argmax (false); default from generation_config.json"},      \
-    {"temperature", ARG_FLOAT, NULL, "softmax temperature when sampling (generation_config.json, else 1)"},            \
-    {"top_k", ARG_INT, NULL, "keep the k most likely tokens, ties kept (0 = off; default 50 or generation_config.json)"}, \
-    {"top_p", ARG_FLOAT, NULL, "nucleus: smallest set with this much probability (1 = off)"},                          \
-    {"min_p", ARG_FLOAT, NULL, "drop tokens below min_p times the top probability (0 = off)"},                         \
-    {"repetition_penalty", ARG_FLOAT, NULL, "CTRL repetition penalty on every seen id (1 = off)"},                     \
-    {"no_repeat_ngram_size", ARG_INT, NULL, "never repeat an n-gram of this size (0 = off)"},                          \
+    {"temperature", ARG_FLOAT, NULL, "softmax temperature when sampling (generation_config.json, else 1)", "[0,inf)"},            \
+    {"top_k", ARG_INT, NULL, "keep the k most likely tokens, ties kept (0 = off; default 50 or generation_config.json)", "[0,inf)"}, \
+    {"top_p", ARG_FLOAT, NULL, "nucleus: smallest set with this much probability (1 = off)", "(0,1]"},                          \
+    {"min_p", ARG_FLOAT, NULL, "drop tokens below min_p times the top probability (0 = off)", "[0,1]"},                         \
+    {"repetition_penalty", ARG_FLOAT, NULL, "CTRL repetition penalty on every seen id (1 = off)", "(0,inf)"},                     \
+    {"no_repeat_ngram_size", ARG_INT, NULL, "never repeat an n-gram of this size (0 = off)", "[0,inf)"},                          \
     {"bad_words_ids", ARG_STR, NULL, "JSON list of id lists that must not be generated, e.g. [[12],[7,8]]"},           \
     {"eos_token_id", ARG_LIST, NULL, "EOS id (repeatable); replaces generation_config.json's list"},                  \
     {"ignore_eos", ARG_BOOL, "false", "keep generating after EOS until max_new_tokens"},                               \
     {"stop_strings", ARG_LIST, NULL, "stop a sequence once its text contains this string (repeatable)"},               \
-    {"batch_size", ARG_INT, "8", "sequences decoded together (static batch; the last batch is filled)"},              \
-    {"pad_to_multiple_of", ARG_INT, "0", "left-pad prompts to a multiple of this: one prefill shape (0 = the backend's prefill buckets, 1 = exact lengths)"}, \
-    {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step, the largest bucket (a multiple of pad_to_multiple_of)"}, \
-    {"max_cache_len", ARG_INT, NULL, "KV cache slots per sequence (default: padded prompt + max_new_tokens, rounded up to 128)"}, \
-    {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)"}
+    {"batch_size", ARG_INT, "8", "sequences decoded together (static batch; the last batch is filled)", "[1,inf)"},              \
+    {"pad_to_multiple_of", ARG_INT, "0", "left-pad prompts to a multiple of this: one prefill shape (0 = the backend's prefill buckets, 1 = exact lengths)", "[0,inf)"}, \
+    {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step, the largest bucket (a multiple of pad_to_multiple_of)", "[1,inf)"}, \
+    {"max_cache_len", ARG_INT, NULL, "KV cache slots per sequence (default: padded prompt + max_new_tokens, rounded up to 128)", "[0,inf)"}, \
+    {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)", "[0,inf)"}
 
 static const ArgSpec generate_specs[] = {
     GEN_COMMON_FLAGS,
@@ -53,7 +54,7 @@ static const ArgSpec generate_specs[] = {
     {"prompts", ARG_STR, NULL, "JSONL file: one {\"prompt\": text or [messages]} per line -> generations.jsonl"},
     {"ids", ARG_STR, NULL, "prompt token ids, space-separated (no tokenizer needed)"},
     {"chat", ARG_BOOL, "false", "wrap text prompts in the chat template as a user message"},
-    {"num_return_sequences", ARG_INT, "1", "sequences per prompt"},
+    {"num_return_sequences", ARG_INT, "1", "sequences per prompt", "[1,inf)"},
     {"print_ids", ARG_BOOL, "false", "print the generated ids, space-separated, as the last stdout line"},
     {"output_dir", ARG_STR, NULL, "write generations.jsonl here (with --prompts; default: stdout)"},
     {NULL, 0, NULL, NULL},
@@ -170,6 +171,9 @@ static Status build_config(Session *s, const Args *a, Err *e) {
     if (s->n_stops && !s->tok) return err_set(e, ST_EINVAL, "--stop_strings needs the model's tokenizer.json");
     s->m->plans.max_plans = (int)args_int(a, "max_plans");
     if (args_is_set(a, "chat_template_kwargs")) TRY(chat_kwargs_parse(args_str(a, "chat_template_kwargs"), &s->tmpl_kwargs, e));
+    // a temperature the flags ask to sample with is a flag error; one from generation_config.json
+    // is the file's (gen_config_check)
+    if (args_is_set(a, "temperature") || args_is_set(a, "do_sample")) TRY(cli_check_sampling(c->do_sample, c->temperature, 1, e));
     return gen_config_check(c, s->m->cfg.vocab_size, e);
 }
 
@@ -181,6 +185,12 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     TRY(cli_backend(a, &s->be, e));
     TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
     TRY(cli_apply_adapter(a, s->m, e));
+    if (gguf_is_file(s->dir)) {  // the tokenizer is in the metadata; needed only for text
+        Status ts = tokenizer_load(s->dir, &s->tok, e);
+        if (ts != ST_OK && need_tokenizer) return ts;
+        err_clear(e);
+        return build_config(s, a, e);
+    }
     char *tj = path_join(s->dir, "tokenizer.json");
     int have_tok = file_exists(tj);
     free(tj);
@@ -377,8 +387,7 @@ static Status run_generate(const Args *a, Err *e) {
     int jsonl = args_is_set(a, "prompts");
     s.cfg.num_return_sequences = (int)args_int(a, "num_return_sequences");
     if (jsonl) s.cfg.logprobs = GEN_LOGPROBS_RAW;
-    if (st == ST_OK && s.cfg.num_return_sequences < 1)
-        st = err_set(e, ST_EINVAL, "--num_return_sequences %d: must be at least 1", s.cfg.num_return_sequences);
+    if (st == ST_OK) st = cli_check_sampling(s.cfg.do_sample, 1.0, s.cfg.num_return_sequences, e);
     if (st == ST_OK && args_is_set(a, "ids")) {
         TokenIds t = {0};
         int n;

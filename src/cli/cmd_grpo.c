@@ -18,25 +18,25 @@
                                "format | cmd:PROGRAM"},                                                                \
     {"reward_funcs", ARG_LIST, NULL, "alias of --reward"},                                                             \
     {"reward_weights", ARG_LIST, NULL, "one weight per reward function (default 1 each)"},                             \
-    {"reward_timeout", ARG_FLOAT, "60", "seconds a cmd: reward program may take to answer one completion"},            \
-    {"num_generations", ARG_INT, NULL, "completions per prompt (GRPO 8, RLOO 2)"},                                     \
-    {"max_completion_length", ARG_INT, "512", "tokens generated at most per completion"},                              \
-    {"max_prompt_length", ARG_INT, "0", "keep the last N tokens of longer prompts (0 = no truncation)"},               \
-    {"temperature", ARG_FLOAT, "1.0", "sampling temperature (the log-probs use logits / temperature too)"},            \
-    {"top_p", ARG_FLOAT, "1.0", "nucleus sampling (1 = off)"},                                                         \
-    {"top_k", ARG_INT, "0", "top-k sampling (0 = off)"},                                                               \
-    {"min_p", ARG_FLOAT, "0", "min-p sampling (0 = off)"},                                                             \
-    {"repetition_penalty", ARG_FLOAT, "1.0", "repetition penalty while sampling (1 = off)"},                           \
-    {"beta", ARG_FLOAT, NULL, "KL coefficient against the initial weights (GRPO 0: no reference; RLOO 0.05)"},        \
-    {"epsilon", ARG_FLOAT, "0.2", "clip the importance ratio below at 1 - epsilon"},                                   \
-    {"epsilon_high", ARG_FLOAT, NULL, "clip above at 1 + epsilon_high (default: epsilon)"},                            \
-    {"num_iterations", ARG_INT, "1", "optimizer steps per generation round (mu)"},                                     \
+    {"reward_timeout", ARG_FLOAT, "60", "seconds a cmd: reward program may take to answer one completion", "(0,inf)"},            \
+    {"num_generations", ARG_INT, NULL, "completions per prompt (GRPO 8, RLOO 2)", "[2,inf)"},                                     \
+    {"max_completion_length", ARG_INT, "512", "tokens generated at most per completion", "[1,inf)"},                              \
+    {"max_prompt_length", ARG_INT, "0", "keep the last N tokens of longer prompts (0 = no truncation)", "[0,inf)"},               \
+    {"temperature", ARG_FLOAT, "1.0", "sampling temperature (the log-probs use logits / temperature too)", "(0,inf)"},            \
+    {"top_p", ARG_FLOAT, "1.0", "nucleus sampling (1 = off)", "(0,1]"},                                                         \
+    {"top_k", ARG_INT, "0", "top-k sampling (0 = off)", "[0,inf)"},                                                               \
+    {"min_p", ARG_FLOAT, "0", "min-p sampling (0 = off)", "[0,1]"},                                                             \
+    {"repetition_penalty", ARG_FLOAT, "1.0", "repetition penalty while sampling (1 = off)", "(0,inf)"},                           \
+    {"beta", ARG_FLOAT, NULL, "KL coefficient against the initial weights (GRPO 0: no reference; RLOO 0.05)", "[0,inf)"},        \
+    {"epsilon", ARG_FLOAT, "0.2", "clip the importance ratio below at 1 - epsilon", "[0,inf)"},                                   \
+    {"epsilon_high", ARG_FLOAT, NULL, "clip above at 1 + epsilon_high (default: epsilon)", "[0,inf)"},                            \
+    {"num_iterations", ARG_INT, "1", "optimizer steps per generation round (mu)", "[1,inf)"},                                     \
     {"mask_truncated_completions", ARG_BOOL, "false", "no loss on completions that end without EOS"},                 \
-    {"steps_per_generation", ARG_INT, NULL, "accepted when equal to gradient_accumulation_steps"},                     \
-    {"generation_batch_size", ARG_INT, NULL, "accepted when equal to per_device_train_batch_size x GA"},               \
+    {"steps_per_generation", ARG_INT, NULL, "accepted when equal to gradient_accumulation_steps", "[1,inf)"},                     \
+    {"generation_batch_size", ARG_INT, NULL, "accepted when equal to per_device_train_batch_size x GA", "[1,inf)"},               \
     {"importance_sampling_level", ARG_STR, "token", "token (sequence-level GSPO is not supported yet)"},                \
-    {"decode_batch_size", ARG_INT, "0", "rows decoded together (0 = the whole generation round)"},                    \
-    {"pad_to_multiple_of", ARG_INT, "128", "pad prompts and scoring rows to a multiple of this (static shapes)"},      \
+    {"decode_batch_size", ARG_INT, "0", "rows decoded together (0 = the whole generation round)", "[0,inf)"},                    \
+    {"pad_to_multiple_of", ARG_INT, "128", "pad prompts and scoring rows to a multiple of this (static shapes)", "[0,inf)"},      \
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},                          \
     {"skip_bad_rows", ARG_BOOL, "false", "skip malformed rows (counted) instead of failing"},                          \
     {"shuffle_dataset", ARG_BOOL, "true", "reshuffle prompts every epoch (seeded)"},                                   \
@@ -59,9 +59,9 @@ static const ArgSpec rloo_specs[] = {
 
 // Shared training flags with GRPOConfig / RLOOConfig's default or this trainer's help.
 static const ArgSpec train_defaults[] = {
-    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate"},
-    {"num_train_epochs", ARG_FLOAT, "3", "epochs over the prompts"},
-    {"per_device_train_batch_size", ARG_INT, "8", "completions per micro-batch (as TRL)"},
+    {"learning_rate", ARG_FLOAT, "1e-6", "peak learning rate", "[0,inf)"},
+    {"num_train_epochs", ARG_FLOAT, "3", "epochs over the prompts", "[0,inf)"},
+    {"per_device_train_batch_size", ARG_INT, "8", "completions per micro-batch (as TRL)", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -188,6 +188,7 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;
+    if (st == ST_OK) st = grpo_check_config(&c, &e);  // TRL's checks, before anything is loaded
     TrainResult res;
     if (st == ST_OK) st = grpo_run(&c, &res, &e);
     if (st == ST_OK && d.rank == 0)

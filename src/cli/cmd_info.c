@@ -15,12 +15,12 @@
 static const ArgSpec specs[] = {
     {"model", ARG_STR, NULL, "model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
-    {"batch", ARG_INT, "1", "batch size B of the shape to plan"},
-    {"seq", ARG_INT, "128", "sequence length T of the shape to plan"},
+    {"batch", ARG_INT, "1", "batch size B of the shape to plan", "[1,inf)"},
+    {"seq", ARG_INT, "128", "sequence length T of the shape to plan", "[1,inf)"},
     {"teacher", ARG_STR, NULL, "also the memory of distillation: student training + this teacher's inference (or self)"},
     {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 (default: its checkpoint's)"},
-    {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)"},
-    {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)"},
+    {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)", "[1,inf)"},
+    {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -63,9 +63,7 @@ static Status distill_memory(const Args *a, const ModelConfig *scfg, int B, int 
     char *dir = NULL;
     if (!self) {
         TRY(cli_model_dir(a, "teacher", &dir, e));
-        char *cp = path_join(dir, "config.json");
-        Status st = config_load(cp, &tc, e);
-        free(cp);
+        Status st = model_config_load(dir, &tc, e);
         free(dir);
         TRY(st);
         if (tc.vocab_size != scfg->vocab_size) {
@@ -117,10 +115,8 @@ static void peak_rss(const Args *a, const ModelConfig *c, const char *dir, DType
 static Status run(const Args *a, Err *e) {
     char *dir;
     TRY(cli_model_dir(a, "model", &dir, e));
-    char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
-    Status st = config_load(cfg_path, &cfg, e);
-    free(cfg_path);
+    Status st = model_config_load(dir, &cfg, e);
     if (st != ST_OK) {
         free(dir);
         return st;

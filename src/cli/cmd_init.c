@@ -16,7 +16,7 @@ static const ArgSpec specs[] = {
                              "weights kept, lm_head dropped, a new score head"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model (--model)"},
     {"num_labels", ARG_INT, "0", "> 0: a *ForSequenceClassification model (a reward model: 1) with a score head of "
-                                 "this many outputs, normal(0, initializer_range)"},
+                                 "this many outputs, normal(0, initializer_range)", "[0,1048576]"},
     {"output_dir", ARG_STR, NULL, ARG_REQUIRED "directory to write the model into"},
     {"tokenizer", ARG_STR, NULL, "directory whose tokenizer files are copied into the model"},
     {NULL, 0, NULL, NULL},

@@ -13,7 +13,7 @@ static const ArgSpec logits_specs[] = {
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"ids", ARG_STR, NULL, ARG_REQUIRED "token ids, space-separated"},
     {"all", ARG_BOOL, "false", "print every position (default: the last)"},
-    {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)", "[0,inf)"},
     CLI_ADAPTER_FLAG,
     {NULL, 0, NULL, NULL},
 };
@@ -23,7 +23,7 @@ static const ArgSpec loss_specs[] = {
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"ids", ARG_STR, NULL, ARG_REQUIRED "token ids, space-separated"},
     {"grads", ARG_STR, NULL, "write every parameter's gradient (fp32, HF names) to this .safetensors file"},
-    {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)", "[0,inf)"},
     CLI_ADAPTER_FLAG,
     {NULL, 0, NULL, NULL},
 };

@@ -15,11 +15,11 @@ static const ArgSpec specs[] = {
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "preference pairs: chosen / rejected (text or messages, optional prompt) "
                                             "or chosen_ids / rejected_ids; optional margin (TRL formats)"},
     {"eval_dataset", ARG_STR, NULL, "evaluation pairs (same formats), evaluated with --eval_strategy steps"},
-    {"per_device_eval_batch_size", ARG_INT, "8", "pairs per eval batch"},
-    {"max_length", ARG_INT, "1024", "drop pairs whose chosen or rejected sequence is longer (TRL filters; 0 = off)"},
-    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
+    {"per_device_eval_batch_size", ARG_INT, "8", "pairs per eval batch", "[1,inf)"},
+    {"max_length", ARG_INT, "1024", "drop pairs whose chosen or rejected sequence is longer (TRL filters; 0 = off)", "[0,inf)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)", "[0,inf)"},
     {"center_rewards_coefficient", ARG_FLOAT, NULL, "add coef * mean((r_chosen + r_rejected)^2) to the loss "
-                                                    "(TRL's None: off; 0.01 recommended)"},
+                                                    "(TRL's None: off; 0.01 recommended)", "[0,inf)"},
     {"dataloader_drop_last", ARG_BOOL, "false", "drop the last incomplete batch"},
     {"shuffle", ARG_BOOL, "true", "reshuffle pairs every epoch (seeded); false: the file's order"},
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},
@@ -30,7 +30,7 @@ static const ArgSpec specs[] = {
 
 // Shared training flags with RewardConfig's own defaults.
 static const ArgSpec train_defaults[] = {
-    {"learning_rate", ARG_FLOAT, "1e-4", "peak learning rate (RewardConfig: 1e-4)"},
+    {"learning_rate", ARG_FLOAT, "1e-4", "peak learning rate (RewardConfig: 1e-4)", "[0,inf)"},
     {"gradient_checkpointing", ARG_BOOL, "true", "recompute each layer's forward in the backward pass (RewardConfig: "
                                                  "on)"},
     {NULL, 0, NULL, NULL},

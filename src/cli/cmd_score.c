@@ -17,8 +17,8 @@ static const ArgSpec specs[] = {
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "rows to score: text, prompt/completion, messages, input_ids, or "
                                             "preference pairs (chosen/rejected, chosen_ids/rejected_ids)"},
     {"output", ARG_STR, NULL, "write the rewards here (JSONL, one line per row; default: stdout)"},
-    {"batch_size", ARG_INT, "8", "rows per forward pass"},
-    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
+    {"batch_size", ARG_INT, "8", "rows per forward pass", "[1,inf)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)", "[0,inf)"},
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of extra chat template variables"},
     {"eos_token", ARG_STR, NULL, "EOS token appended to text rows that lack it (default: the tokenizer's)"},
     {"max_memory", ARG_STR, NULL, "memory budget, e.g. 8GiB (default: what the machine has available)"},

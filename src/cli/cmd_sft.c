@@ -12,13 +12,13 @@ static const ArgSpec specs[] = {
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "training data: a local JSONL or JSON file (TRL formats)"},
     {"eval_dataset", ARG_STR, NULL, "evaluation data (same formats)"},
-    {"max_length", ARG_INT, "1024", "truncate (keep_start) / pack to this many tokens"},
+    {"max_length", ARG_INT, "1024", "truncate (keep_start) / pack to this many tokens", "[1,inf)"},
     {"truncation_mode", ARG_STR, "keep_start", "keep_start (the only mode)"},
     {"packing", ARG_BOOL, "false", "pack examples into rows of max_length"},
     {"packing_strategy", ARG_STR, "bfd", "bfd | wrapped"},
     {"eval_packing", ARG_BOOL, NULL, "pack the eval set (default: as --packing, TRL's eval_packing None)"},
     {"padding", ARG_STR, "longest", "longest (rounded up to pad_to_multiple_of) | max_length (one shape)"},
-    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)"},
+    {"pad_to_multiple_of", ARG_INT, "128", "round batch lengths up to this (static shapes; 0 or 1 = off)", "[0,inf)"},
     {"dataloader_drop_last", ARG_BOOL, "false", "drop the last incomplete batch (else padded with empty rows)"},
     {"completion_only_loss", ARG_BOOL, NULL, "loss on completion tokens only; default (TRL's None): on when the first "
                                              "row has \"prompt\" and \"completion\", else off. It masks the prompt of "
@@ -31,13 +31,13 @@ static const ArgSpec specs[] = {
     {"eos_token", ARG_STR, NULL, "EOS token string (default: the tokenizer's)"},
     {"skip_bad_rows", ARG_BOOL, "false", "skip malformed rows (counted) instead of failing"},
     {"shuffle", ARG_BOOL, "true", "reshuffle rows every epoch (seeded, as the HF dataloader)"},
-    {"per_device_eval_batch_size", ARG_INT, "8", "rows per eval batch"},
+    {"per_device_eval_batch_size", ARG_INT, "8", "rows per eval batch", "[1,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
 // Shared training flags with SFTConfig's own default.
 static const ArgSpec train_defaults[] = {
-    {"learning_rate", ARG_FLOAT, "2e-5", "peak learning rate"},
+    {"learning_rate", ARG_FLOAT, "2e-5", "peak learning rate", "[0,inf)"},
     {"gradient_checkpointing", ARG_BOOL, "true", "recompute each layer's forward in the backward pass (SFTConfig: on)"},
     {NULL, 0, NULL, NULL},
 };

@@ -1,5 +1,6 @@
 // alloc.c: checked allocation, arena, string buffer.
 #include "alloc.h"
+#include "common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,8 +52,8 @@ void *xaligned_at(size_t n, const char *file, int line) {
 }
 
 void *arena_take(Arena *a, size_t bytes) {
-    size_t off = (a->size + 63) / 64 * 64;
-    a->size = off + bytes;
+    size_t off = size_mul(size_add(a->size, 63) / 64, 64);
+    a->size = size_add(off, bytes);  // SIZE_MAX once it does not fit: only measuring can get there
     if (!a->base) return NULL;
     if (a->size > a->cap) {
         fprintf(stderr, "still: internal error: arena overflow (%zu > %zu)\n", a->size, a->cap);

@@ -22,6 +22,7 @@ typedef enum {
     ST_ENOTFOUND = 5,   // a file, tensor, key or model that is not there
     ST_ERUNTIME = 6,    // a failure while running (NaN loss, timeout, child died)
     ST_EINTR = 7,       // stopped by SIGINT / SIGTERM (after saving what resuming needs)
+    ST_EUSAGE = 8,      // flag values that cannot go together (a usage error: exit 2, as a bad flag)
 } Status;
 
 #define ERR_MSG_MAX 2048
@@ -65,6 +66,17 @@ const char *status_name(Status s);
         Status try_st_ = (call);                                                               \
         if (try_st_ != ST_OK) return try_st_;                                                  \
     } while (0)
+
+// Size arithmetic that cannot wrap: the product or sum, or SIZE_MAX when it does not fit in size_t
+// (a memory check then refuses it).
+static inline size_t size_mul(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static inline size_t size_add(size_t a, size_t b) {
+    size_t r;
+    return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))

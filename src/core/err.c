@@ -44,6 +44,7 @@ const char *status_name(Status s) {
     case ST_ENOTFOUND: return "not found";
     case ST_ERUNTIME: return "runtime error";
     case ST_EINTR: return "interrupted";
+    case ST_EUSAGE: return "usage error";
     }
     return "unknown";
 }

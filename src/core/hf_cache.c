@@ -117,12 +117,13 @@ static Status not_cached(const char *model, const char *repo, Err *e) {
 Status hf_resolve_model(const char *model, const char *revision, char **dir, Err *e) {
     *dir = NULL;
     if (!model || !*model) return err_set(e, ST_EINVAL, "--model: empty model name");
-    if (dir_exists(model)) {
-        *dir = xstrdup(model);
+    size_t ml = strlen(model);
+    if (dir_exists(model) || (ml > 5 && !strcmp(model + ml - 5, ".gguf") && file_exists(model))) {
+        *dir = xstrdup(model);  // a model directory, or a GGUF file
         return ST_OK;
     }
     if (!hf_is_hub_id(model))
-        return err_set(e, ST_ENOTFOUND, "model \"%s\": no such directory (and not a hub id of the form org/name)",
+        return err_set(e, ST_ENOTFOUND, "model \"%s\": no such directory or .gguf file (and not a hub id of the form org/name)",
                        model);
     const char *rev = revision && *revision ? revision : "main";
     if (!safe_revision(rev)) return err_set(e, ST_EINVAL, "--revision \"%s\" is not a valid revision", rev);

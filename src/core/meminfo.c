@@ -108,7 +108,7 @@ Status mem_check(size_t need, size_t max_memory, const char *what, Err *e) {
     char a[32], b[32], c[32], d[32];
     if (max_memory > 0) {
         size_t rss = mem_rss();
-        if (rss + need > max_memory)
+        if (size_add(rss, need) > max_memory)
             return err_set(e, ST_ENOMEM, "%s needs %s, but --max_memory %s leaves %s (the process already holds %s)",
                            what, mem_fmt(need, a, sizeof a), mem_fmt(max_memory, b, sizeof b),
                            mem_fmt(max_memory > rss ? max_memory - rss : 0, c, sizeof c), mem_fmt(rss, d, sizeof d));

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <ctype.h>
 #include <string.h>
 
 // Sizes, step counts and learning rates of one demo variant.
@@ -68,7 +69,28 @@ static void cap_steps(DemoPlan *p, int max_steps) {
 
 // ---- command lines ------------------------------------------------------------------------
 
-static void flag_s(StrBuf *cmd, const char *name, const char *v) { sb_printf(cmd, " --%s %s", name, v); }
+// A value as one shell word: as it is when no shell treats any of its characters specially, else
+// in single quotes (a quote inside as '\''), so that a path with a space or `$(...)` in it stays
+// one argument and never runs.
+static void put_word(StrBuf *cmd, const char *v) {
+    int plain = *v != '\0';
+    for (const char *p = v; *p && plain; p++) plain = isalnum((unsigned char)*p) || strchr("_./:=+,-@%", *p);
+    if (plain) {
+        sb_puts(cmd, v);
+        return;
+    }
+    sb_putc(cmd, '\'');
+    for (const char *p = v; *p; p++) {
+        if (*p == '\'') sb_puts(cmd, "'\\''");
+        else sb_putc(cmd, *p);
+    }
+    sb_putc(cmd, '\'');
+}
+
+static void flag_s(StrBuf *cmd, const char *name, const char *v) {
+    sb_printf(cmd, " --%s ", name);
+    put_word(cmd, v);
+}
 static void flag_i(StrBuf *cmd, const char *name, long long v) { sb_printf(cmd, " --%s %lld", name, v); }
 
 // A number as the shortest text that reads back as the same double.
@@ -81,7 +103,10 @@ static void flag_f(StrBuf *cmd, const char *name, double v) {
     flag_s(cmd, name, buf);
 }
 
-static void cmd_begin(StrBuf *cmd, const DemoConfig *dc, const char *command) { sb_printf(cmd, "%s %s", dc->still, command); }
+static void cmd_begin(StrBuf *cmd, const DemoConfig *dc, const char *command) {
+    put_word(cmd, dc->still);
+    sb_printf(cmd, " %s", command);
+}
 
 // Flags every command of the demo gives: the seed and the thread count (the numbers depend on it).
 static void cmd_end(StrBuf *cmd, const DemoConfig *dc) {
@@ -468,10 +493,10 @@ Status demo_write_json(const DemoConfig *c, const DemoReport *r, Err *e) {
     free(text);
     TRY(st);
     StrBuf sh = {0};
-    sb_printf(&sh, "#!/bin/sh\n# The stages of `still demo --output_dir %s`, by hand. The task files (%s/task) and the\n"
-                   "# model configs (%s/configs) are the demo's own. Sleeping OpenMP waits, as the demo runs them.\n"
-                   "set -e\nexport OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}\n",
-              c->output_dir, c->output_dir, c->output_dir);
+    // the output directory appears only quoted, in the commands: in a comment a newline in it would end the comment
+    sb_printf(&sh, "#!/bin/sh\n# The stages of `still demo`, by hand. The task files (task/) and the model configs\n"
+                   "# (configs/) in the demo's output directory are the demo's own. Sleeping OpenMP waits, as the\n"
+                   "# demo runs them.\nset -e\nexport OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}\n");
     for (int i = 0; i < r->n_stages; i++) sb_printf(&sh, "\n# %s\n%s", r->stages[i].name, r->stages[i].commands);
     path = join(c->output_dir, "commands.sh");
     st = file_write_atomic(path, sh.data, sh.len, e);

@@ -315,6 +315,8 @@ typedef struct Batch {
     int32_t *h_ids, *h_pos, *h_seen, *h_mask, *h_ban, *h_next;  // (B*P) x3, (B*S), (B*ban_cap), (B)
     float *h_lp;       // (B)
     double *h_u;       // (B)
+    int *h_counts;     // (B) bans per row this step
+    SampleParams *h_sp;  // (B) the sampler's parameters per row
 } Batch;
 
 // Bans of one row for this step (no_repeat_ngram, bad words, min_length / min_new_tokens,
@@ -340,7 +342,7 @@ static int row_bans(const Batch *bt, const Row *r, int32_t *out, int cap) {
 static Status step_inputs(Batch *bt, int step, int *K_out, Err *e) {
     Backend *be = bt->m->be;
     int B = bt->B, cap = bt->dp->ban_cap, K = 0;
-    int counts[B];
+    int *counts = bt->h_counts;  // (B)
     for (int b = 0; b < B; b++) {
         Row *r = &bt->rows[b];
         counts[b] = r->live ? row_bans(bt, r, bt->h_ban + (size_t)b * cap, cap) : 0;
@@ -491,7 +493,7 @@ static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
 
 static void batch_params(Batch *bt) {
     const GenConfig *c = bt->cfg;
-    SampleParams sp[bt->B];
+    SampleParams *sp = bt->h_sp;  // (B)
     for (int b = 0; b < bt->B; b++) {
         SampleParams p = {.temperature = 1.0f, .repetition_penalty = c->repetition_penalty, .min_p = 0, .top_k = 0,
                           .top_p = 1.0, .do_sample = 0, .pad_ = 0};
@@ -504,7 +506,7 @@ static void batch_params(Batch *bt) {
         }
         sp[b] = p;
     }
-    bt->m->be->upload(bt->m->be, bt->dp->sparams, sp, sizeof sp);
+    bt->m->be->upload(bt->m->be, bt->dp->sparams, sp, (size_t)bt->B * sizeof *sp);
 }
 
 static Status run_batch(Batch *bt, GenStats *st, Err *e) {
@@ -583,6 +585,8 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
     bt.h_next = xmalloc((size_t)B * sizeof(int32_t));
     bt.h_lp = xmalloc((size_t)B * sizeof(float));
     bt.h_u = xmalloc((size_t)B * sizeof(double));
+    bt.h_counts = xmalloc((size_t)B * sizeof(int));
+    bt.h_sp = xmalloc((size_t)B * sizeof(SampleParams));
     int maxlen = 0;
     for (int i = 0; i < n_prompts; i++) maxlen = MAX(maxlen, lens[i]);
     for (int b = 0; b < B; b++) bt.rows[b].hist = xmalloc((size_t)(maxlen + cfg->max_new_tokens) * sizeof(int32_t));
@@ -621,6 +625,8 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
     free(bt.h_next);
     free(bt.h_lp);
     free(bt.h_u);
+    free(bt.h_counts);
+    free(bt.h_sp);
     st->batch_size = B;
     st->max_cache_len = S;
     st->plans_built = m->plans.n - plans_before;
@@ -743,10 +749,13 @@ Status gen_session_generate(Model *m, const GenConfig *cfg0, GenSession *s, cons
     bt.rep = 0;
     bt.want_lp = cfg.logprobs != GEN_LOGPROBS_NONE;
     bt.pad = cfg.pad_token_id >= 0 ? cfg.pad_token_id : (cfg.n_eos ? cfg.eos[0] : 0);
-    int32_t ban[dp->ban_cap > 0 ? dp->ban_cap : 1], next[1];
+    int32_t next[1];
     float lp[1];
     double u[1];
-    bt.h_ban = ban, bt.h_next = next, bt.h_lp = lp, bt.h_u = u;
+    int counts[1];
+    SampleParams sp[1];
+    bt.h_ban = xmalloc((size_t)MAX(dp->ban_cap, 1) * sizeof(int32_t));  // (ban_cap): S + 256 ids
+    bt.h_next = next, bt.h_lp = lp, bt.h_u = u, bt.h_counts = counts, bt.h_sp = sp;
     batch_params(&bt);
     double t0 = now_s();
     Status status = session_prefill(&bt, s, prompt, len, common, base, P, first, st, e);
@@ -773,5 +782,6 @@ Status gen_session_generate(Model *m, const GenConfig *cfg0, GenSession *s, cons
         gen_seqs_free(seq, 1);
     }
     free(row.hist);
+    free(bt.h_ban);
     return status;
 }

@@ -61,6 +61,13 @@ static Status get_int_field(const cJSON *obj, const char *key, const char *what,
     return ST_OK;
 }
 
+// A size beyond what every backend supports (CONFIG_MAX_*): an error naming the field and the limit.
+static Status check_max(const char *path, const char *key, int v, int max, const char *who, Err *e) {
+    if (v <= max) return ST_OK;
+    return err_set(e, ST_EINVAL, "%s: field \"%s\" is %d, more than the %d still supports%s%s%s", path, key, v, max,
+                   who ? " (" : "", who ? who : "", who ? ")" : "");
+}
+
 static Status get_double_field(const cJSON *obj, const char *key, const char *what, double dflt, double *out,
                                Err *e) {
     Status st = json_get_double(obj, key, what, 0, out, e);
@@ -342,6 +349,11 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(get_int_field(root, "intermediate_size", path, 1, 0, 1, &cfg->intermediate_size, e));
     TRY(get_int_field(root, "num_hidden_layers", path, 1, 0, 1, &cfg->num_hidden_layers, e));
     TRY(get_int_field(root, "num_attention_heads", path, 1, 0, 1, &cfg->num_attention_heads, e));
+    TRY(check_max(path, "vocab_size", cfg->vocab_size, CONFIG_MAX_VOCAB, "the sampler's fixed-point masses", e));
+    TRY(check_max(path, "hidden_size", cfg->hidden_size, CONFIG_MAX_HIDDEN, NULL, e));
+    TRY(check_max(path, "intermediate_size", cfg->intermediate_size, CONFIG_MAX_INTERMEDIATE, NULL, e));
+    TRY(check_max(path, "num_hidden_layers", cfg->num_hidden_layers, CONFIG_MAX_LAYERS, NULL, e));
+    TRY(check_max(path, "num_attention_heads", cfg->num_attention_heads, CONFIG_MAX_HEADS, NULL, e));
     TRY(get_int_field(root, "num_key_value_heads", path, 0, cfg->num_attention_heads, 1, &cfg->num_key_value_heads, e));
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
         return err_set(e, ST_EINVAL,
@@ -361,6 +373,7 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     if (cfg->head_dim % 2)
         return err_set(e, ST_EINVAL, "%s: head_dim is %d, expected an even number (RoPE rotates pairs)", path,
                        cfg->head_dim);
+    TRY(check_max(path, "head_dim", cfg->head_dim, CONFIG_MAX_HEAD_DIM, "the attention kernels", e));
 
     TRY(get_positive_double(root, "rms_norm_eps", path, DEFAULT_RMS_NORM_EPS, &cfg->rms_norm_eps, e));
     TRY(get_int_field(root, "max_position_embeddings", path, 0, fd->max_position_embeddings, 1,
@@ -383,6 +396,7 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(check_layer_types(root, path, fam, cfg, e));
     TRY(parse_rope(root, path, cfg, e));
     TRY(parse_architecture(root, path, fd, cfg, e));
+    TRY(check_max(path, "num_labels", cfg->num_labels, CONFIG_MAX_VOCAB, "as vocab_size", e));
     return ST_OK;
 }
 

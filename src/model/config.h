@@ -10,6 +10,17 @@
 
 #define MAX_EOS_IDS 8
 
+// The largest sizes config_parse accepts, the same for every backend: the sampler's fixed-point
+// masses sum exactly over at most 2^20 tokens; the attention kernels hold a head of at most 256;
+// with these, every tensor and plan size is a product that fits size_t, and every per-row width
+// (NH * HD, FF, V) an int.
+#define CONFIG_MAX_VOCAB (1 << 20)
+#define CONFIG_MAX_HIDDEN (1 << 16)
+#define CONFIG_MAX_INTERMEDIATE (1 << 18)
+#define CONFIG_MAX_LAYERS 1024
+#define CONFIG_MAX_HEADS 1024
+#define CONFIG_MAX_HEAD_DIM 256
+
 typedef enum { ROPE_DEFAULT = 0, ROPE_LLAMA3, ROPE_YARN, ROPE_LINEAR } RopeType;
 
 typedef struct RopeScaling {

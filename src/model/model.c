@@ -6,6 +6,7 @@
 #include "../core/log.h"
 #include "../core/meminfo.h"
 #include "../core/rng.h"
+#include "gguf_model.h"
 #include "lora.h"
 #include "safetensors.h"
 
@@ -213,21 +214,37 @@ static void init_score(Model *m, uint64_t seed) {
     free(h);
 }
 
+Status model_config_load(const char *dir_or_gguf, ModelConfig *cfg, Err *e) {
+    memset(cfg, 0, sizeof *cfg);
+    if (gguf_is_file(dir_or_gguf)) {
+        GgufFile g;
+        TRY(gguf_open(dir_or_gguf, &g, e));
+        Status st = gguf_model_config(&g, cfg, e);
+        gguf_close(&g);
+        return st;
+    }
+    char *path = path_join(dir_or_gguf, "config.json");
+    Status st = config_load(path, cfg, e);
+    free(path);
+    return st;
+}
+
 static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e) {
     *out = NULL;
     int frozen = o->frozen, convert = 0;
-    char *cfg_path = path_join(dir, "config.json");
     ModelConfig cfg;
-    Status st = config_load(cfg_path, &cfg, e);
-    free(cfg_path);
-    if (st == ST_OK) st = check_kind(dir, &cfg, o, &convert, e);
+    StSet *set = xcalloc(1, sizeof(StSet));
+    // A llama.cpp GGUF file: its metadata is the config, its tensors the checkpoint (docs/gguf.md).
+    int gguf = gguf_is_file(dir);
+    Status st = gguf ? gguf_model_open(dir, matrix_dtype, &cfg, set, e) : model_config_load(dir, &cfg, e);
     if (st != ST_OK) {
-        config_free(&cfg);
+        free(set);
         return st;
     }
-    StSet *set = xcalloc(1, sizeof(StSet));
-    st = st_open(dir, set, e);
+    st = check_kind(dir, &cfg, o, &convert, e);
+    if (st == ST_OK && !gguf) st = st_open(dir, set, e);
     if (st != ST_OK) {
+        st_close(set);
         free(set);
         config_free(&cfg);
         return st;

@@ -40,9 +40,12 @@ typedef struct Trainable {
 } Trainable;
 Trainable model_trainable(const Model *m);
 
+// The config of a model directory (DIR/config.json) or of a GGUF file (its metadata).
+Status model_config_load(const char *dir_or_gguf, ModelConfig *cfg, Err *e);
+
 // Load config.json and safetensors (single or sharded) from a directory. matrix_dtype < 0:
 // keep the checkpoint's dtype for 2-D weights when it is BF16, else F32. Missing, extra or
-// mis-shaped tensors are errors naming the tensor.
+// mis-shaped tensors are errors naming the tensor. dir may be a GGUF file instead (docs/gguf.md).
 Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
 // The same for a model that is only run (generation, eval, frozen teachers and reference
 // models): on a host-memory backend (ref, cpu) every tensor whose checkpoint dtype is its

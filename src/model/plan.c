@@ -30,8 +30,10 @@ int plan_head_chunk(int V) {
     return (int)(rows < 32 ? 32 : rows > 256 ? 256 : rows);
 }
 
-#define TAKE_F(n) ((float *)arena_take(a, (size_t)(n) * sizeof(float)))
-#define TAKE_I(n) ((int32_t *)arena_take(a, (size_t)(n) * sizeof(int32_t)))
+// Sizes are size_t products of a bounded config (CONFIG_MAX_*) and a bounded shape (plan_get_shape):
+// each fits; only their sum over every layer can pass SIZE_MAX, and the arena saturates there.
+#define TAKE_F(n) ((float *)arena_take(a, size_mul((size_t)(n), sizeof(float))))
+#define TAKE_I(n) ((int32_t *)arena_take(a, size_mul((size_t)(n), sizeof(int32_t))))
 
 static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t N, int B, int T) {
     size_t C = cfg->hidden_size, FF = cfg->intermediate_size;
@@ -79,7 +81,7 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->mode = mode, p->B = B, p->T = T;
     lora_plan_layout(lo, L, p, a);
     if (mode != PLAN_DECODE) return;
-    size_t cache = (size_t)L * B * cfg->num_key_value_heads * S * cfg->head_dim;
+    size_t cache = size_mul(size_mul((size_t)L * B, (size_t)cfg->num_key_value_heads * cfg->head_dim), (size_t)S);
     p->kcache = TAKE_F(cache);
     p->vcache = TAKE_F(cache);
     p->kmask = TAKE_I((size_t)B * S);
@@ -167,7 +169,7 @@ size_t plan_bytes_opts(const ModelConfig *cfg, PlanMode mode, int B, int T, int 
     Arena a = {0};
     plan_layout(&a, &p, cfg, mode, B, T, head_chunk, lo);
     free(layers);
-    return (a.size + 63) / 64 * 64;
+    return size_mul(size_add(a.size, 63) / 64, 64);
 }
 
 static size_t cached_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int S, const Lora *lo) {
@@ -178,7 +180,7 @@ static size_t cached_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, 
     Arena a = {0};
     plan_layout_cached(&a, &p, cfg, mode, B, T, S, lo);
     free(layers);
-    return (a.size + 63) / 64 * 64;
+    return size_mul(size_add(a.size, 63) / 64, 64);
 }
 
 size_t plan_bytes_cached(const ModelConfig *cfg, PlanMode mode, int B, int T, int S) {
@@ -209,6 +211,10 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
     char shape[96];
     shape_text(shape, sizeof shape, mode, B, T, S);
     if (B <= 0 || T <= 0) return err_set(e, ST_EINVAL, "plan shape %s: sizes must be positive", shape);
+    // rows B*T (and cache rows B*S) are ints in every op
+    if ((int64_t)B * T > PLAN_MAX_ROWS || (int64_t)B * S > PLAN_MAX_ROWS)
+        return err_set(e, ST_EINVAL, "plan shape %s: more than %d rows (batch x sequence); use a smaller batch or "
+                                     "sequence", shape, PLAN_MAX_ROWS);
     if (mode == PLAN_DECODE && (T != 1 || S <= 0))
         return err_set(e, ST_EINVAL, "plan shape %s: a decode plan has T = 1 and a positive cache length", shape);
     if (pc->max_plans > 0 && pc->n >= pc->max_plans)
@@ -228,7 +234,8 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
     size_t bytes = cached ? cached_bytes(cfg, mode, B, T, S, m->lora) : plan_bytes_opts(cfg, mode, B, T, chunk, ckpt, m->lora);
     char what[96];
     snprintf(what, sizeof what, "plan %s B=%d T=%d", plan_mode_name(mode), B, T);
-    Status st = mem_check(bytes, m->be->max_memory, what, e);
+    Status st = bytes == SIZE_MAX ? err_set(e, ST_ENOMEM, "%s: its buffers need more than the address space holds", what)
+                                  : mem_check(bytes, m->be->max_memory, what, e);
     if (st != ST_OK) {
         free(p->layers);
         free(p);

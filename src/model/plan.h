@@ -114,7 +114,11 @@ typedef struct PlanCache {
     size_t bytes;          // total over plans
 } PlanCache;
 
-// Bytes a plan of this shape needs (the estimator `still info` and memory checks use).
+// The most rows (B*T, and B*max_cache_len for a decode plan) one plan holds: rows index every op
+// as an int. A larger shape is an error from plan_get_shape, never a wrapped size.
+#define PLAN_MAX_ROWS (1 << 30)
+// Bytes a plan of this shape needs (the estimator `still info` and memory checks use); SIZE_MAX
+// when they pass what size_t holds.
 size_t plan_bytes(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk);
 // The same with gradient checkpointing (TRAIN only) and an adapter's buffers (lo may be NULL).
 size_t plan_bytes_opts(const ModelConfig *cfg, PlanMode mode, int B, int T, int head_chunk, int ckpt,

@@ -25,18 +25,21 @@ TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, i
     snprintf(t->name, sizeof t->name, "%s", name);
     t->kind = kind;
     t->layer = layer;
+    // every dimension comes from a config that config_parse bounded (CONFIG_MAX_*): nothing here wraps
+    CHECK_MSG(d0 > 0 && d1 >= 0, "%s: shape [%lld, %lld]", name, (long long)d0, (long long)d1);
     t->ndim = d1 > 0 ? 2 : 1;
     t->shape[0] = d0;
     t->shape[1] = d1 > 0 ? d1 : 0;
-    t->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    t->numel = size_mul((size_t)d0, (size_t)(d1 > 0 ? d1 : 1));
     t->is_matrix = t->ndim == 2;
     t->decay = t->is_matrix;
     t->dtype = t->is_matrix ? matrix_dtype : DT_F32;
-    tt->param_bytes = (tt->param_bytes + 63) / 64 * 64;
+    tt->param_bytes = size_mul(size_add(tt->param_bytes, 63) / 64, 64);
     t->offset = tt->param_bytes;
-    tt->param_bytes += t->numel * dtype_size(t->dtype);
+    tt->param_bytes = size_add(tt->param_bytes, size_mul(t->numel, dtype_size(t->dtype)));
     t->goffset = tt->n_params;
-    tt->n_params += t->numel;
+    tt->n_params = size_add(tt->n_params, t->numel);
+    CHECK_MSG(tt->param_bytes != SIZE_MAX && tt->n_params != SIZE_MAX, "%s: the parameter buffer overflows size_t", name);
     tt->n++;
     return t;
 }
@@ -50,9 +53,9 @@ static void add(TensorTable *tt, const char *name, TensorKind kind, int layer, i
 
 void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) {
     memset(tt, 0, sizeof *tt);
-    int L = cfg->num_hidden_layers, C = cfg->hidden_size, V = cfg->vocab_size, FF = cfg->intermediate_size;
-    int QD = cfg->num_attention_heads * cfg->head_dim, KD = cfg->num_key_value_heads * cfg->head_dim;
-    int HD = cfg->head_dim;
+    int L = cfg->num_hidden_layers;
+    int64_t C = cfg->hidden_size, V = cfg->vocab_size, FF = cfg->intermediate_size, HD = cfg->head_dim;
+    int64_t QD = (int64_t)cfg->num_attention_heads * HD, KD = (int64_t)cfg->num_key_value_heads * HD;
     tt->n_layers = L;
     tt->t = xcalloc((size_t)(3 + L * TK_COUNT), sizeof(TensorInfo));
     tt->index = xmalloc((size_t)(L + 1) * TK_COUNT * sizeof(int));
@@ -81,7 +84,7 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
     add(tt, "model.norm.weight", TK_NORM, -1, C, 0, matrix_dtype);
     if (cfg->num_labels > 0) add(tt, "score.weight", TK_SCORE, -1, cfg->num_labels, C, matrix_dtype);
     else if (!cfg->tie_word_embeddings) add(tt, "lm_head.weight", TK_LM_HEAD, -1, V, C, matrix_dtype);
-    tt->param_bytes = (tt->param_bytes + 63) / 64 * 64;
+    tt->param_bytes = size_mul(size_add(tt->param_bytes, 63) / 64, 64);
 }
 
 void tensors_free(TensorTable *tt) {

@@ -1,6 +1,7 @@
 // chat.c: loading a model's chat template (chat_template.jinja or tokenizer_config.json) with its
 // special tokens, and rendering it with transformers' variables.
 #include "chat_internal.h"
+#include "tok_gguf.h"
 
 #include "../core/fileio.h"
 #include "../core/json.h"
@@ -116,7 +117,25 @@ static Status pick_template(const cJSON *ct, const char *name, const char *path,
     return st;
 }
 
+// A GGUF file's tokenizer.chat_template, with the special tokens its metadata names.
+static Status load_gguf(const char *path, const char *name, ChatTemplate **out, Err *e) {
+    if (name && strcmp(name, "default"))
+        return err_set(e, ST_ENOTFOUND, "%s: a GGUF file holds one chat template; there is no template named '%s'", path, name);
+    cJSON *j, *cfg;
+    TRY(tok_gguf_json(path, &j, &cfg, e));
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    char what[1100];
+    snprintf(what, sizeof what, "%s (tokenizer.chat_template)", path);
+    Status st = cJSON_IsString(ct) ? chat_template_compile(ct->valuestring, what, out, e)
+                                   : err_set(e, ST_ENOTFOUND, "%s: no chat template (no tokenizer.chat_template in the GGUF metadata)", path);
+    if (st == ST_OK) add_special_tokens(*out, cfg);
+    cJSON_Delete(j);
+    cJSON_Delete(cfg);
+    return st;
+}
+
 Status chat_template_load(const char *model_dir, const char *name, ChatTemplate **out, Err *e) {
+    if (gguf_is_file(model_dir)) return load_gguf(model_dir, name, out, e);
     if (!dir_exists(model_dir)) return err_set(e, ST_ENOTFOUND, "%s: not a directory", model_dir);
     char *cfg_path = path_join(model_dir, "tokenizer_config.json");
     char *jinja_path = path_join(model_dir, "chat_template.jinja");

@@ -2,6 +2,7 @@
 // the settings transformers takes from tokenizer_config.json.
 #include "tok_internal.h"
 
+#include "tok_gguf.h"
 #include "unicode.h"
 
 #include "../core/fileio.h"
@@ -305,29 +306,14 @@ static char *dir_of(const char *path) {
     return xstrndup(path, (size_t)(slash - path) + (slash == path));
 }
 
-Status tokenizer_load(const char *dir_or_file, Tokenizer **out, Err *e) {
-    *out = NULL;
-    char *json_path, *dir;
-    if (dir_exists(dir_or_file)) {
-        json_path = path_join(dir_or_file, "tokenizer.json");
-        dir = xstrdup(dir_or_file);
-    } else {
-        json_path = xstrdup(dir_or_file);
-        dir = dir_of(dir_or_file);
-    }
-    char *cfg_path = path_join(dir, "tokenizer_config.json");
-    free(dir);
+// Build a tokenizer from a parsed tokenizer.json (j, named json_path) and tokenizer_config.json
+// (cfg, may be NULL, named cfg_path). Takes neither tree.
+static Status load_trees(const cJSON *j, const cJSON *cfg, const char *json_path, const char *cfg_path, Tokenizer **out,
+                         Err *e) {
     Tokenizer *tok = xcalloc(1, sizeof *tok);
-    tok->path = json_path;
+    tok->path = xstrdup(json_path);
     tok->bos_id = tok->eos_id = tok->pad_id = tok->unk_id = -1;
-    cJSON *j = NULL, *cfg = NULL;
     Status st;
-    if (!file_exists(json_path)) {
-        st = err_set(e, ST_ENOTFOUND, "%s: no such file (a tokenizer directory needs tokenizer.json)", json_path);
-        goto fail;
-    }
-    st = json_parse_file(json_path, &j, e);
-    if (st != ST_OK) goto fail;
     if (!cJSON_IsObject(j)) {
         st = err_set(e, ST_EINVAL, "%s: expected a JSON object", json_path);
         goto fail;
@@ -343,24 +329,59 @@ Status tokenizer_load(const char *dir_or_file, Tokenizer **out, Err *e) {
     if (st == ST_OK) st = parse_added(tok, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), json_path, e);
     if (st == ST_OK) st = parse_post(tok, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), json_path, e);
     if (st != ST_OK) goto fail;
-    if (file_exists(cfg_path)) {
-        st = json_parse_file(cfg_path, &cfg, e);
-        if (st == ST_OK && !cJSON_IsObject(cfg)) st = err_set(e, ST_EINVAL, "%s: expected a JSON object", cfg_path);
+    if (cfg) {
+        if (!cJSON_IsObject(cfg)) st = err_set(e, ST_EINVAL, "%s: expected a JSON object", cfg_path);
         if (st == ST_OK) st = apply_config(tok, cfg, cfg_path, e);
         if (st != ST_OK) goto fail;
     }
     st = finish(tok, json_path, e);
     if (st != ST_OK) goto fail;
-    cJSON_Delete(j);
-    cJSON_Delete(cfg);
-    free(cfg_path);
     *out = tok;
     return ST_OK;
 fail:
+    tokenizer_free(tok);
+    return st;
+}
+
+// A GGUF file's tokenizer metadata, through the same loader (tok_gguf.c says how it maps).
+static Status load_gguf(const char *path, Tokenizer **out, Err *e) {
+    cJSON *j, *cfg;
+    TRY(tok_gguf_json(path, &j, &cfg, e));
+    char what[1100];
+    snprintf(what, sizeof what, "%s (GGUF tokenizer metadata)", path);
+    Status st = load_trees(j, cfg, what, what, out, e);
     cJSON_Delete(j);
     cJSON_Delete(cfg);
+    return st;
+}
+
+Status tokenizer_load(const char *dir_or_file, Tokenizer **out, Err *e) {
+    *out = NULL;
+    if (gguf_is_file(dir_or_file)) return load_gguf(dir_or_file, out, e);
+    char *json_path, *dir;
+    if (dir_exists(dir_or_file)) {
+        json_path = path_join(dir_or_file, "tokenizer.json");
+        dir = xstrdup(dir_or_file);
+    } else {
+        json_path = xstrdup(dir_or_file);
+        dir = dir_of(dir_or_file);
+    }
+    char *cfg_path = path_join(dir, "tokenizer_config.json");
+    free(dir);
+    cJSON *j = NULL, *cfg = NULL;
+    Status st;
+    if (!file_exists(json_path)) {
+        st = err_set(e, ST_ENOTFOUND, "%s: no such file (a tokenizer directory needs tokenizer.json)", json_path);
+        goto done;
+    }
+    st = json_parse_file(json_path, &j, e);
+    if (st == ST_OK && file_exists(cfg_path)) st = json_parse_file(cfg_path, &cfg, e);
+    if (st == ST_OK) st = load_trees(j, cfg, json_path, cfg_path, out, e);
+done:
+    cJSON_Delete(j);
+    cJSON_Delete(cfg);
+    free(json_path);
     free(cfg_path);
-    tokenizer_free(tok);
     return st;
 }
 

@@ -85,9 +85,9 @@ static Status completion_loss(Model *m, const PromptSet *ps, const TextCodec *co
     double L = 0;
     long ntok = 0;
     float *loss = NULL;
+    const int32_t **pp = xmalloc((size_t)B * sizeof *pp), **cc = xmalloc((size_t)B * sizeof *cc);  // (B) prompts, completions
+    int *pl = xmalloc((size_t)B * sizeof *pl), *cl = xmalloc((size_t)B * sizeof *cl);            // (B) their lengths
     for (int s = 0; st == ST_OK && s < nc; s += B) {
-        const int32_t *pp[B], *cc[B];
-        int pl[B], cl[B];
         for (int b = 0; b < B; b++) {
             int i = rows[s + b < nc ? s + b : s];
             pp[b] = ps->rows[i].ids, pl[b] = ps->rows[i].n;
@@ -113,6 +113,7 @@ static Status completion_loss(Model *m, const PromptSet *ps, const TextCodec *co
         score_batch_free(&sb);
     }
     free(loss);
+    free(pp), free(cc), free(pl), free(cl);
     for (int i = 0; i < n; i++) i32vec_free(&comp[i]);
     free(comp), free(has), free(rows);
     TRY(st);

@@ -60,6 +60,11 @@ struct Grpo {
     float *mb_logp, *mb_coef, *mb_mask, *mb_old, *mb_ref;  // (B, C)
     double *mb_adv, *mb_seq; // (B)
     double *mb_stats;        // (GA, 8) per micro-batch sums, summed over the ranks
+    const int32_t **mb_p, **mb_c;  // (B) a scoring batch's prompts and completions
+    int *mb_pl, *mb_cl;      // (B) their lengths
+    // this rank's prompts of a generation round
+    const int32_t **gen_p;   // (ppr / W)
+    int *gen_pl, *gen_keys;  // (ppr / W)
 };
 
 void grpo_config_default(GrpoConfig *c, GrpoAlgo algo) {
@@ -109,8 +114,8 @@ static int is_eos(const Grpo *g, int32_t id) {
 
 // Rows rows[0..B) of the round as a scoring batch (B rows, T = padded longest prompt + C).
 static Status build_batch(Grpo *g, const int *rows, ScoreBatch *sb, Err *e) {
-    const int32_t *pp[g->B], *cc[g->B];
-    int pl[g->B], cl[g->B];
+    const int32_t **pp = g->mb_p, **cc = g->mb_c;
+    int *pl = g->mb_pl, *cl = g->mb_cl;
     for (int b = 0; b < g->B; b++) {
         int i = rows[b];
         const PromptRow *pr = &g->ps.rows[g->prompt[i]];
@@ -139,9 +144,8 @@ static void scatter_completion(const ScoreBatch *sb, const float *in, float *fla
 // policy at generation time) -> out (n, C).
 static Status score_round(Grpo *g, Model *mm, float *out, Err *e) {
     Backend *be = mm->be;
-    int rows[g->B];
     for (int s = 0; s < g->GA; s++) {
-        for (int b = 0; b < g->B; b++) rows[b] = g->mine[s * g->B + b];
+        const int *rows = g->mine + (size_t)s * g->B;  // (B)
         ScoreBatch sb = {0};
         TRY(build_batch(g, rows, &sb, e));
         Plan *p;
@@ -372,8 +376,8 @@ static Status generate_round(Grpo *g, int round, StepReport *r, Err *e) {
     int epoch = round / g->rounds_per_epoch, j = round % g->rounds_per_epoch;
     int npl = g->ppr / g->W, first = j * g->ppr + g->R * npl, lo = g->R * g->n_local;
     prompt_order(g, epoch);
-    const int32_t *pp[npl];
-    int pl[npl], keys[npl];
+    const int32_t **pp = g->gen_p;
+    int *pl = g->gen_pl, *keys = g->gen_keys;
     for (int k = 0; k < npl; k++) {
         const PromptRow *pr = &g->ps.rows[g->perm[first + k]];
         pp[k] = pr->ids, pl[k] = pr->n, keys[k] = g->R * npl + k;
@@ -537,29 +541,34 @@ StepSource grpo_source(Grpo *g) {
 
 // ---- setup -------------------------------------------------------------------------------------
 
-static Status check_config(const GrpoConfig *c, Err *e) {
+Status grpo_check_config(const GrpoConfig *c, Err *e) {
     if (c->num_generations < 2)
-        return err_set(e, ST_EINVAL, "--num_generations %d: at least 2 completions per prompt are needed for a "
+        return err_set(e, ST_EUSAGE, "--num_generations %d: at least 2 completions per prompt are needed for a "
                                      "baseline", c->num_generations);
     if (c->per_device_train_batch_size <= 0 || c->train.grad_accum <= 0)
-        return err_set(e, ST_EINVAL, "--per_device_train_batch_size and --gradient_accumulation_steps must be positive");
-    int n = c->per_device_train_batch_size * c->train.grad_accum;
+        return err_set(e, ST_EUSAGE, "--per_device_train_batch_size and --gradient_accumulation_steps must be positive");
+    long long n = (long long)c->per_device_train_batch_size * c->train.grad_accum;
+    int world = c->dist && c->dist->world > 1 ? c->dist->world : 1;
+    if (n * world > (1 << 24))
+        return err_set(e, ST_EUSAGE, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
+                                     "%d%s = %lld completions) is more than %d", c->per_device_train_batch_size,
+                       c->train.grad_accum, world > 1 ? " x ranks" : "", n * world, 1 << 24);
     if (n % c->num_generations)
-        return err_set(e, ST_EINVAL, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
-                                     "%d = %d completions%s) must be a multiple of --num_generations %d",
-                       c->per_device_train_batch_size, c->train.grad_accum, n,
-                       c->dist && c->dist->world > 1 ? " per rank" : "", c->num_generations);
-    if (c->max_completion_length <= 0) return err_set(e, ST_EINVAL, "--max_completion_length must be positive");
-    if (c->num_iterations <= 0) return err_set(e, ST_EINVAL, "--num_iterations must be positive");
-    if (c->epsilon < 0) return err_set(e, ST_EINVAL, "--epsilon must be >= 0");
-    if (c->beta < 0) return err_set(e, ST_EINVAL, "--beta must be >= 0");
-    if (!(c->temperature > 0)) return err_set(e, ST_EINVAL, "--temperature must be positive");
+        return err_set(e, ST_EUSAGE, "the generation batch (per_device_train_batch_size %d x gradient_accumulation_steps "
+                                     "%d = %lld completions%s) must be a multiple of --num_generations %d",
+                       c->per_device_train_batch_size, c->train.grad_accum, n, world > 1 ? " per rank" : "",
+                       c->num_generations);
+    if (c->max_completion_length <= 0) return err_set(e, ST_EUSAGE, "--max_completion_length must be positive");
+    if (c->num_iterations <= 0) return err_set(e, ST_EUSAGE, "--num_iterations must be positive");
+    if (c->epsilon < 0) return err_set(e, ST_EUSAGE, "--epsilon must be >= 0");
+    if (c->beta < 0) return err_set(e, ST_EUSAGE, "--beta must be >= 0");
+    if (!(c->temperature > 0)) return err_set(e, ST_EUSAGE, "--temperature must be positive");
     return ST_OK;
 }
 
 Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     *out = NULL;
-    TRY(check_config(c, e));
+    TRY(grpo_check_config(c, e));
     Grpo *g = xcalloc(1, sizeof *g);
     g->c = c, g->m = m, g->round = -1, g->perm_epoch = -1;
     g->G = c->num_generations, g->B = c->per_device_train_batch_size, g->GA = c->train.grad_accum;
@@ -663,6 +672,11 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     g->mb_ref = xcalloc(BC, sizeof(float));
     g->mb_adv = xcalloc((size_t)g->B, sizeof(double));
     g->mb_seq = xcalloc((size_t)g->B, sizeof(double));
+    g->mb_p = xcalloc((size_t)g->B, sizeof *g->mb_p), g->mb_c = xcalloc((size_t)g->B, sizeof *g->mb_c);
+    g->mb_pl = xcalloc((size_t)g->B, sizeof(int)), g->mb_cl = xcalloc((size_t)g->B, sizeof(int));
+    size_t npl = (size_t)MAX(1, g->ppr / g->W);
+    g->gen_p = xcalloc(npl, sizeof *g->gen_p);
+    g->gen_pl = xcalloc(npl, sizeof(int)), g->gen_keys = xcalloc(npl, sizeof(int));
     *out = g;
     return ST_OK;
 }
@@ -682,6 +696,7 @@ void grpo_free(Grpo *g) {
     free(g->rewards), free(g->total), free(g->adv), free(g->order), free(g->mask), free(g->ref_logp), free(g->old_logp);
     free(g->h_flat), free(g->h_ent), free(g->mb_logp), free(g->mb_coef), free(g->mb_mask), free(g->mb_old);
     free(g->mb_ref), free(g->mb_adv), free(g->mb_seq), free(g->mine), free(g->mb_stats);
+    free(g->mb_p), free(g->mb_c), free(g->mb_pl), free(g->mb_cl), free(g->gen_p), free(g->gen_pl), free(g->gen_keys);
     free(g);
 }
 

@@ -82,6 +82,9 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e);
 // ---- the pieces grpo_run composes (tests drive them directly) ------------------------------
 typedef struct Grpo Grpo;
 
+// The values TRL's GRPOConfig / RLOOConfig refuse, alone or together (ST_EUSAGE): checked before
+// anything is loaded, and again by grpo_create.
+Status grpo_check_config(const GrpoConfig *c, Err *e);
 // Everything but the policy: tokenizer, prompts, rewards, reference model, buffers. m is the
 // policy (fp32 master weights, not owned); its current weights are the reference's.
 Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e);

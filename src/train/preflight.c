@@ -14,14 +14,13 @@ Status preflight_output_dir(const char *output_dir, Err *e) {
 }
 
 int preflight_vocab_size(const char *model_dir) {
-    char *cp = path_join(model_dir, "config.json");
     ModelConfig mc;
+    Err e = {0};
     int v = 0;
-    if (config_load(cp, &mc, NULL) == ST_OK) {
+    if (model_config_load(model_dir, &mc, &e) == ST_OK) {
         v = mc.vocab_size;
         config_free(&mc);
     }
-    free(cp);
     return v;
 }
 

@@ -2,6 +2,7 @@
 // precision throughout; NaN follows torch's nan* reductions.
 #include "rl_math.h"
 
+#include "../core/alloc.h"
 #include "../core/common.h"
 
 #include <math.h>
@@ -84,8 +85,9 @@ void rl_rloo_advantages(double *adv, const double *total, const double *seq_kl, 
                         int normalize, int n, int G) {
     CHECK(G >= 1 && n % G == 0);
     CHECK(beta == 0 || seq_kl);
+    double *r = xmalloc((size_t)G * sizeof *r);  // (G) one group's rewards
     for (int g0 = 0; g0 < n; g0 += G) {
-        double r[G], sum = 0;  // G is small (num_generations)
+        double sum = 0;
         int scorable = 0;
         for (int j = 0; j < G; j++) {
             double x = total[g0 + j];
@@ -96,6 +98,7 @@ void rl_rloo_advantages(double *adv, const double *total, const double *seq_kl, 
         }
         for (int j = 0; j < G; j++) adv[g0 + j] = G > 1 ? r[j] - (sum - r[j]) / (scorable - 1) : 0.0;
     }
+    free(r);
     if (normalize) {
         double m = nanmean(adv, n, 1), s = nanstd(adv, n);
         for (int i = 0; i < n; i++) adv[i] = (adv[i] - m) / (s + 1e-4);

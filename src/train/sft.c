@@ -40,14 +40,12 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) c->data.completion_only_loss = completion_only;
     c->data.truncate = !c->packing;
     {  // the model's vocabulary bounds pre-tokenised ids (checked per row, with file:line)
-        char *cp = path_join(c->model_dir, "config.json");
         ModelConfig mcfg;
         Err ce = {0};  // a bad config.json is model_load's error to report
-        if (config_load(cp, &mcfg, &ce) == ST_OK) {
+        if (model_config_load(c->model_dir, &mcfg, &ce) == ST_OK) {
             c->data.vocab_size = mcfg.vocab_size;
             config_free(&mcfg);
         }
-        free(cp);
     }
     // the eval set is packed like the training set unless --eval_packing says otherwise (TRL's
     // eval_packing None), and truncated exactly when it is not packed

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # demo_quick.sh: `still demo --quick` end to end: every stage ran and wrote its model, metrics and
 # loss curve; the table was printed; distillation raised the student's accuracy; the printed
-# commands (commands.sh) reproduce the student's stages bit for bit; a directory holding other
-# files is refused.
+# commands (commands.sh) reproduce the student's stages bit for bit and quote every value (the
+# output directory has a space and a `$(...)` in its name); a directory holding other files is
+# refused.
 # asan: yes
 set -u
 source tests/e2e/lib.sh
-D="$tmp/demo"
+on_exit 'rm -f still-demo-pwned'
+D="$tmp/demo out \$(touch still-demo-pwned)"
+rm -f still-demo-pwned
 
 # Under ASan (several times slower) every stage runs a few steps only: the same code paths, no
 # numbers worth checking.
@@ -38,6 +41,14 @@ for f in task/train.jsonl task/prompts.jsonl task/test.jsonl task/tokenizer/toke
   [ -s "$D/$f" ] || missing="$missing $f"
 done
 if [ -z "$missing" ] && grep -q "<svg" "$D/student-distill/loss.svg"; then ok stage_files; else fail stage_files "missing:$missing"; fi
+
+# 3b. commands.sh quotes every value: the output directory stays one argument and its $(...) never runs
+# (the init line, its binary replaced by printf: one argument a line)
+args=$(grep -E "^[^ #]*still(-asan)? init " "$D/commands.sh" | head -1 | sed -E "s#^[^ ]* init #printf '%s\\\\n' #" | sh)
+if grep -qF -- "$D/" <<<"$args"; then
+  if [ ! -e still-demo-pwned ] && sh -n "$D/commands.sh"; then ok commands_quoted
+  else fail commands_quoted "a \$(...) in the output directory ran, or commands.sh does not parse"; fi
+else fail commands_quoted "the output directory split: $args"; fi
 
 # 4. the numbers: four stages, accuracies in [0, 1], the teacher learned, distillation raised the student
 acc() {  # stage index -> accuracy
@@ -81,6 +92,7 @@ else
       b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"]["exact_match:answer"])' "$R/eval/$m/eval.json")
       [ "$a" = "$b" ] || diffs="$diffs eval/$m($a vs $b)"
     done
+    [ ! -e still-demo-pwned ] || diffs="$diffs [a \$(...) in the output directory ran]"
     if [ -z "$diffs" ]; then ok commands_reproduce; else fail commands_reproduce "differ:$diffs"; fi
   else
     fail commands_reproduce "commands.sh failed: $(tail -3 "$tmp/re.err")"

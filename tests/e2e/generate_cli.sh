@@ -100,3 +100,16 @@ mkdir -p "$tmp/notok"; cp "$M/config.json" "$M/model.safetensors" "$tmp/notok/"
 expect_err text_needs_tokenizer "has no tokenizer.json" $BIN generate --model "$tmp/notok" --prompt "hi"
 ids=$($BIN generate --model "$tmp/notok" --ids "1 2" --max_new_tokens 3 --ignore_eos 2>/dev/null)
 if [ "$(wc -w <<<"$ids")" = 3 ]; then ok ids_without_tokenizer; else fail ids_without_tokenizer "'$ids'"; fi
+
+# A big batch works or fails with a message, never overflows the stack: no buffer sized by the
+# batch lives there (50000 rows' sampler parameters were a 1.6 MB array on a 1 MB stack).
+cat >"$tmp/nano.json" <<'JSON'
+{"vocab_size": 16, "hidden_size": 4, "intermediate_size": 4, "num_hidden_layers": 1, "num_attention_heads": 1,
+ "num_key_value_heads": 1, "head_dim": 2, "model_type": "qwen3", "eos_token_id": 2, "torch_dtype": "float32"}
+JSON
+$BIN init --model_config "$tmp/nano.json" --output_dir "$tmp/nano" 2>/dev/null
+out=$( (ulimit -s 1024; $BIN generate --model "$tmp/nano" --ids "1 3" --max_new_tokens 1 --do_sample true \
+  --num_return_sequences 50000 --batch_size 50000 --threads 1 2>&1 >"$tmp/big.out") ); rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c . "$tmp/big.out")" -ge 1 ]; then ok big_batch_no_stack_overflow
+elif [ $rc -eq 1 ] && grep -q "needs .* but" <<<"$out"; then ok "big_batch_no_stack_overflow (refused: $(tail -1 <<<"$out"))"
+else fail big_batch_no_stack_overflow "rc=$rc $(tail -2 <<<"$out")"; fi

@@ -56,7 +56,7 @@ if $BIN grpo $RL --output_dir "$tmp/l3" --reward length:1 --reward length:2 --re
      && grep -q '"rewards/length_2/mean"' "$tmp/l3/metrics.jsonl" && grep -q '"rewards/length_3/mean"' "$tmp/l3/metrics.jsonl"
 then ok three_length_rewards; else fail three_length_rewards "$(tail -3 "$tmp/err")"; fi
 expect_err bad_regex "bad regular expression" $BIN grpo $RL --output_dir "$tmp/x" --reward 'regex:(a'
-expect_err one_generation "at least 2 completions" $BIN grpo $RL --output_dir "$tmp/x" --reward format --num_generations 1
+expect_err one_generation "--num_generations 1 is out of range: expected an integer >= 2" $BIN grpo $RL --output_dir "$tmp/x" --reward format --num_generations 1
 expect_err not_multiple "must be a multiple of --num_generations 3" \
   $BIN grpo $RL --output_dir "$tmp/x" --reward format --num_generations 3
 expect_err weights_count "--reward_weights has 2 values for 1" \

@@ -61,14 +61,29 @@ if [[ "$loss" =~ ^[0-9]\.[0-9]+$ ]] && [ -s "$tmp/g.safetensors" ]; then ok loss
 
 expect_err ids_outside_vocab "token id 99999 is outside the vocabulary" $BIN logits --model "$tmp/m" --ids "1 99999"
 expect_err ids_not_numbers "\"x\" is not a token id" $BIN loss --model "$tmp/m" --ids "1 x 3"
-expect_err missing_model "nonexistent" $BIN logits --model "$tmp/nonexistent" --ids "1"
-expect_err unknown_flag "did you mean --ids" $BIN logits --model "$tmp/m" --idz "1"
+# usage errors exit 2 (docs/errors.md), a file that cannot be read 1
+expect_rc missing_model 1 "nonexistent" $BIN logits --model "$tmp/nonexistent" --ids "1"
+expect_rc unknown_flag 2 "did you mean --ids" $BIN logits --model "$tmp/m" --idz "1"
 expect_err unsupported_flag "not supported yet" $BIN loss --model "$tmp/m" --ids "1 2" --use_peft true
 echo '{"model_type":"qwen3","vocab_size":10}' > "$tmp/bad.json"
 expect_err config_missing_field "hidden_size" $BIN init --model_config "$tmp/bad.json" --output_dir "$tmp/bad"
+# config.json sizes are bounded before anything is sized from them: heads x head_dim = 2^32 once
+# wrapped an int, and `still init` wrote a 1-D o_proj and exited 0
+sed -E 's/"num_attention_heads": 4/"num_attention_heads": 65536/; s/"num_key_value_heads": 2/"num_key_value_heads": 65536/;
+        s/"head_dim": 16/"head_dim": 65536/' $cfg > "$tmp/heads65536.json"
+expect_err init_refuses_heads_65536 'field "num_attention_heads" is 65536, more than the 1024 still supports' \
+  $BIN init --model_config "$tmp/heads65536.json" --output_dir "$tmp/heads65536"
+if [ ! -e "$tmp/heads65536/model.safetensors" ]; then ok init_writes_nothing_for_heads_65536
+else fail init_writes_nothing_for_heads_65536 "model.safetensors written"; fi
+sed -E 's/"head_dim": 16/"head_dim": 512/' $cfg > "$tmp/hd512.json"
+expect_err init_refuses_head_dim_512 'field "head_dim" is 512, more than the 256 still supports (the attention kernels)' \
+  $BIN init --model_config "$tmp/hd512.json" --output_dir "$tmp/hd512"
+sed -E 's/"vocab_size": 384/"vocab_size": 1048577/' $cfg > "$tmp/v2p20.json"
+expect_err init_refuses_vocab_over_2p20 'field "vocab_size" is 1048577, more than the 1048576 still supports' \
+  $BIN init --model_config "$tmp/v2p20.json" --output_dir "$tmp/v2p20" --device ref
 cp -r "$tmp/m" "$tmp/trunc"; head -c 1000 "$tmp/m/model.safetensors" > "$tmp/trunc/model.safetensors"
 expect_err truncated_checkpoint "model.safetensors" $BIN logits --model "$tmp/trunc" --ids "1"
-expect_err unknown_command "did you mean 'logits'" $BIN logit
+expect_rc unknown_command 2 "did you mean 'logits'" $BIN logit
 # memory: a model or a plan that does not fit the budget is refused before allocation
 expect_err memory_refuses_model "needs" $BIN logits --model "$tmp/m" --ids "1 2" --max_memory 1KiB
 out=$($BIN logits --model "$tmp/m" --ids "1 2" --pad_to_multiple_of 200000 --max_memory 256MiB 2>&1 >/dev/null); rc=$?

@@ -16,7 +16,7 @@ $BIN init --model_config "$tmp/mid.json" --output_dir "$tmp/mid" >/dev/null 2>&1
 # 1. off a terminal: a generation of 10-30 s on the scalar backend prints a line every 10 s, no more
 #    (the last line, with the totals, says how long it took)
 $BIN generate --model "$tmp/mid" --ids "1 2 3" --max_new_tokens 800 --ignore_eos --device ref --threads 1 \
-  --num_return_sequences 2 >/dev/null 2>"$tmp/err"
+  --num_return_sequences 2 --do_sample true >/dev/null 2>"$tmp/err"
 secs=$(grep "^generate: 0/2 rows" "$tmp/err" | grep -oE "[0-9]+m[0-9]+s elapsed" | sed 's/m/ /; s/s elapsed//' | awk '{ print $1 * 60 + $2 }')
 total=$(grep "^generate: 2/2 rows" "$tmp/err" | grep -oE "[0-9]+m[0-9]+s elapsed" | sed 's/m/ /; s/s elapsed//' | awk '{ print $1 * 60 + $2 }')
 n=$(wc -w <<<"$secs")

@@ -54,3 +54,10 @@ check error_missing_model $([ $rc -ne 0 ] && grep -q 'no such directory' "$tmp/e
 mkdir -p "$tmp/bad" && echo '{"model": {"type": "Unigram", "vocab": []}}' >"$tmp/bad/tokenizer.json"
 "$BIN" tokenize --model "$tmp/bad" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 check error_unsupported_model $([ $rc -ne 0 ] && grep -q 'model type "Unigram" is not supported' "$tmp/err"; echo $?) "rc=$rc $(cat "$tmp/err")"
+
+# A hub id already in the local cache is resolved like a model directory (the cache's layout:
+# models--ORG--NAME/refs/main names the snapshot).
+hub=$tmp/hub/models--acme--tiny commit=0123456789abcdef0123456789abcdef01234567
+mkdir -p "$hub/refs" "$hub/snapshots/$commit" && printf '%s' $commit >"$hub/refs/main" && cp "$Q"/* "$hub/snapshots/$commit/"
+out=$(printf 'Hello, world!' | HF_HUB_CACHE=$tmp/hub $BIN tokenize --model acme/tiny 2>&1)
+check tokenize_hub_id "$([ "$out" = "9707 11 1879 0" ]; echo $?)" "$out"

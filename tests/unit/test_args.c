@@ -8,8 +8,8 @@
 
 static const ArgSpec specs[] = {
     {"model", ARG_STR, NULL, "model dir"},
-    {"learning_rate", ARG_FLOAT, "2e-5", "lr"},
-    {"max_new_tokens", ARG_INT, "16", "tokens"},
+    {"learning_rate", ARG_FLOAT, "2e-5", "lr", "[0,inf)"},
+    {"max_new_tokens", ARG_INT, "16", "tokens", "[1,inf)"},
     {"packing", ARG_BOOL, "false", "pack"},
     {"do_sample", ARG_BOOL, "true", "sample"},
     {"reward", ARG_LIST, NULL, "rewards"},
@@ -79,6 +79,74 @@ static void test_unsupported(void) {
     args_free(&a);
 }
 
+static const ArgSpec bounded[] = {
+    {"top_p", ARG_FLOAT, "1.0", "nucleus", "(0,1]"},
+    {"beta1", ARG_FLOAT, "0.9", "AdamW beta1", "[0,1)"},
+    {"max_steps", ARG_INT, "-1", "steps", "[-1,inf)"},
+    {"top_k", ARG_INT, "0", "k", "[0,inf)"},
+    {NULL},
+};
+
+static Status parse_bounded(Args *a, Err *e, int argc, char **argv) {
+    memset(e, 0, sizeof *e);
+    return args_parse(a, "test", bounded, argc, argv, e);
+}
+
+// One value against the table: ST_OK or a flag error naming the flag, the value and the interval.
+static void expect_value(const char *flag, const char *value, int ok, const char *msg) {
+    char *argv[] = {(char *)flag, (char *)value};
+    Args a;
+    Err e;
+    Status st = parse_bounded(&a, &e, 2, argv);
+    EXPECT_MSG(ok ? st == ST_OK : st == ST_EINVAL, "%s %s: %s", flag, value, e.msg);
+    if (!ok) EXPECT_STR_CONTAINS(e.msg, msg);
+    args_free(&a);
+}
+
+static void test_ranges(void) {
+    // open and closed ends
+    expect_value("--top_p", "1", 1, NULL);
+    expect_value("--top_p", "1e-9", 1, NULL);
+    expect_value("--top_p", "0", 0, "--top_p 0 is out of range: expected a number in (0, 1]");
+    expect_value("--top_p", "1.5", 0, "--top_p 1.5 is out of range: expected a number in (0, 1]");
+    expect_value("--beta1", "0", 1, NULL);
+    expect_value("--beta1", "1", 0, "--beta1 1 is out of range: expected a number in [0, 1)");
+    expect_value("--max_steps", "-1", 1, NULL);
+    expect_value("--max_steps", "-2", 0, "--max_steps -2 is out of range: expected an integer >= -1");
+    expect_value("--top_k", "-1", 0, "--top_k -1 is out of range: expected an integer >= 0");
+    // integers are read into an int: beyond INT_MAX is out of range, not wrapped
+    expect_value("--top_k", "2147483647", 1, NULL);
+    expect_value("--top_k", "2147483648", 0, "--top_k 2147483648 is out of range: expected an integer in [0, 2147483647]");
+    // the common flags are bounded too
+    expect_value("--seed", "-1", 0, "--seed -1 is out of range: expected an integer in [0, 4294967295]");
+    expect_value("--seed", "4294967295", 1, NULL);
+    expect_value("--threads", "0", 0, "--threads 0 is out of range: expected an integer >= 1");
+    // from a config file: the file is named
+    char dir[] = "/tmp/still-args-XXXXXX";
+    EXPECT(mkdtemp(dir) != NULL);
+    char *yml = path_join(dir, "c.yaml");
+    const char *y = "top_k: -3\n";
+    Err e = {0};
+    EXPECT(file_write_atomic(yml, y, strlen(y), &e) == ST_OK);
+    char *argv[] = {"--config", yml};
+    Args a;
+    EXPECT(parse_bounded(&a, &e, 2, argv) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "c.yaml:1: --top_k -3 is out of range");
+    args_free(&a);
+    // the help shows each interval
+    char *help = NULL;
+    size_t hl = 0;
+    FILE *f = open_memstream(&help, &hl);
+    args_print_help(f, "test", "t", bounded);
+    fclose(f);
+    EXPECT_STR_CONTAINS(help, "--top_p X in (0,1]");
+    EXPECT_STR_CONTAINS(help, "--seed N in [0,4294967295]");
+    free(help);
+    unlink(yml);
+    rmdir(dir);
+    free(yml);
+}
+
 static void test_list_and_config(void) {
     char dir[] = "/tmp/still-args-XXXXXX";
     EXPECT(mkdtemp(dir) != NULL);
@@ -131,5 +199,6 @@ int main(void) {
     RUN(test_bad_number);
     RUN(test_unsupported);
     RUN(test_list_and_config);
+    RUN(test_ranges);
     TEST_MAIN_END();
 }

@@ -4,6 +4,8 @@
 #include "core/fileio.h"
 #include "core/json.h"
 #include "model/config.h"
+#include "model/plan.h"
+#include "model/tensors.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -223,6 +225,55 @@ static void test_rope_fixtures(void) {
     printf("# rope fixtures: %d files, %d of %d inv_freq values bit-exact\n", files, exact, total);
 }
 
+// A qwen3 config with these sizes (heads = kv heads).
+static Status sized(ModelConfig *c, Err *e, long long V, long long C, long long FF, long long L, long long NH,
+                    long long HD) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"model_type\":\"qwen3\",\"vocab_size\":%lld,\"hidden_size\":%lld,\"intermediate_size\":%lld,"
+             "\"num_hidden_layers\":%lld,\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld}",
+             V, C, FF, L, NH, NH, HD);
+    memset(e, 0, sizeof *e);
+    return parse(text, c, e);
+}
+
+// Every size is bounded before anything is sized from it; within the bounds every tensor and
+// plan size is exact (heads = head_dim = 65536 once made an int product of 2^32 = 0 and a 1-D
+// o_proj).
+static void test_size_limits(void) {
+    ModelConfig c;
+    Err e;
+    EXPECT(sized(&c, &e, 64, 32, 48, 1, 65536, 65536) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "config.json: field \"num_attention_heads\" is 65536, more than the 1024 still supports");
+    EXPECT(sized(&c, &e, 64, 32, 48, 1, 4, 512) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "field \"head_dim\" is 512, more than the 256 still supports (the attention kernels)");
+    EXPECT(sized(&c, &e, (1 << 20) + 1, 32, 48, 1, 4, 8) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "field \"vocab_size\" is 1048577, more than the 1048576 still supports");
+    EXPECT(sized(&c, &e, 64, 1 << 17, 48, 1, 4, 8) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "\"hidden_size\" is 131072");
+    EXPECT(sized(&c, &e, 64, 32, 1 << 19, 1, 4, 8) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "\"intermediate_size\" is 524288");
+    EXPECT(sized(&c, &e, 64, 32, 48, 1025, 4, 8) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "\"num_hidden_layers\" is 1025");
+    // the largest config accepted: every tensor has its shape, the sizes are exact products
+    EXPECT(sized(&c, &e, CONFIG_MAX_VOCAB, CONFIG_MAX_HIDDEN, CONFIG_MAX_INTERMEDIATE, CONFIG_MAX_LAYERS,
+                 CONFIG_MAX_HEADS, CONFIG_MAX_HEAD_DIM) == ST_OK);
+    TensorTable tt;
+    tensors_build(&tt, &c, DT_BF16);
+    const TensorInfo *o = tensors_get(&tt, TK_WO, CONFIG_MAX_LAYERS - 1), *q = tensors_get(&tt, TK_WQ, 0);
+    EXPECT(o && o->ndim == 2 && o->shape[0] == CONFIG_MAX_HIDDEN && o->shape[1] == (int64_t)CONFIG_MAX_HEADS * CONFIG_MAX_HEAD_DIM);
+    EXPECT(q && q->numel == (size_t)CONFIG_MAX_HEADS * CONFIG_MAX_HEAD_DIM * CONFIG_MAX_HIDDEN);
+    size_t C = CONFIG_MAX_HIDDEN, QD = (size_t)CONFIG_MAX_HEADS * CONFIG_MAX_HEAD_DIM, FF = CONFIG_MAX_INTERMEDIATE;
+    size_t per_layer = 4 * QD * C + 3 * FF * C + 2 * C + 2 * CONFIG_MAX_HEAD_DIM;  // q k v o, gate up down, norms
+    size_t want = per_layer * CONFIG_MAX_LAYERS + 2 * (size_t)CONFIG_MAX_VOCAB * C + C;  // + embed, lm_head, norm
+    EXPECT(tt.n_params == want);
+    tensors_free(&tt);
+    // a plan of it: sized in size_t (terabytes here), not wrapped
+    size_t bytes = plan_bytes(&c, PLAN_TRAIN, 4, 1024, plan_head_chunk(c.vocab_size));
+    EXPECT(bytes > (size_t)CONFIG_MAX_LAYERS * 4096 * FF * 3 * sizeof(float));
+    config_free(&c);
+}
+
 int main(void) {
     RUN(test_qwen3);
     RUN(test_qwen3_defaults);
@@ -232,5 +283,6 @@ int main(void) {
     RUN(test_errors_inline);
     RUN(test_to_json);
     RUN(test_rope_fixtures);
+    RUN(test_size_limits);
     TEST_MAIN_END();
 }

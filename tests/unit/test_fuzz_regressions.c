@@ -77,6 +77,9 @@ static void test_smoke(void) {
     expect_file_status("safetensors", "tests/data/st/reference.safetensors", 1);
     expect_file_status("safetensors", "tests/data/malformed/st/overlap.safetensors", 0);
     expect_file_status("config", "tests/data/models/qwen3_tied/config.json", 1);
+    expect_file_status("gguf", "tests/data/gguf/qwen3_tied.gguf", 1);
+    expect_file_status("gguf", "tests/data/gguf/quant.gguf", 1);
+    EXPECT_ERR("gguf", "GGUF\x03\0\0\0\xff\xff\xff\xff\xff\xff\xff\xff\0\0\0\0\0\0\0\0");
     expect_file_status("config", "tests/data/malformed/config/cfg_rope_longrope/config.json", 0);
     EXPECT_OK("tokenizer_load", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}}"
                                 "\0{\"bos_token\": \"a\"}");

@@ -102,9 +102,10 @@ void cpu_rmsnorm_backward(Backend *be, float *dinp, float *dw, const float *dout
 static void rope_apply(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
                        int HD, float dir) {
     int half = HD / 2;
+    CHECK_MSG(half <= 128, "rope: head_dim %d (config.json's CONFIG_MAX_HEAD_DIM is 256)", HD);
 #pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)N * NH * HD > PAR_MIN)
     for (int n = 0; n < N; n++) {
-        float cs[half], sn[half];
+        float cs[128], sn[128];  // (half) one position's cos and sin
         for (int i = 0; i < half; i++) {
             float angle = (float)pos[n] * inv_freq[i];
             float s, c;

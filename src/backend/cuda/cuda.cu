@@ -165,6 +165,34 @@ static void cuda_destroy(Backend *be) {
     free(be);
 }
 
+#ifndef STILL_CUDA_ARCHS
+#define STILL_CUDA_ARCHS "unknown"
+#endif
+
+#ifndef CUEMU_CUDA_RUNTIME_H
+// A kernel that does nothing: whether the runtime finds an image of it for this GPU says whether
+// the build holds machine code (or PTX it can compile) for the GPU's architecture.
+__global__ static void cu_probe_kernel() {}
+#endif
+
+// The GPU must be one this build has kernels for (Makefile CUDA_ARCHS): refused at startup, not
+// at the first launch.
+static Status check_kernel_image(const cudaDeviceProp *prop, Err *e) {
+#ifndef CUEMU_CUDA_RUNTIME_H
+    cudaFuncAttributes fa;
+    cudaError_t r = cudaFuncGetAttributes(&fa, cu_probe_kernel);
+    if (r == cudaSuccess) return ST_OK;
+    cudaGetLastError();  // clear it
+    return err_set(e, ST_EUNSUPPORTED,
+                   "--device cuda: this build has no kernels for %s (compute capability %d.%d; built for CUDA_ARCHS "
+                   "%s): rebuild with make CUDA=1 CUDA_ARCHS=\"%d%d\" (%s)",
+                   prop->name, prop->major, prop->minor, STILL_CUDA_ARCHS, prop->major, prop->minor,
+                   cudaGetErrorString(r));
+#else
+    return ST_OK;
+#endif
+}
+
 extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     int n = 0;
     cudaError_t st = cudaGetDeviceCount(&n);
@@ -187,6 +215,11 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
         free(ctx), free(be);
         return err_set(e, ST_EUNSUPPORTED, "--device cuda: %s has compute capability %d.%d; still needs 8.0 or newer",
                        prop.name, prop.major, prop.minor);
+    }
+    Status kst = check_kernel_image(&prop, e);
+    if (kst != ST_OK) {
+        free(ctx), free(be);
+        return kst;
     }
     ctx->num_sms = prop.multiProcessorCount;
     ctx->smem_optin = prop.sharedMemPerBlockOptin;

@@ -2,6 +2,8 @@
 // time, every score in double; the backward pass recomputes probabilities from the saved lse.
 #include "ref.h"
 
+#include "../../core/alloc.h"
+
 #include <math.h>
 
 // Query t attends key s iff s <= t and seg[s] == seg[t] != 0.
@@ -19,7 +21,7 @@ void ref_attention_forward(Backend *be, float *out, float *lse, const float *q, 
     CHECK(NKV > 0 && NH % NKV == 0);
     int rep = NH / NKV;
     double scale = 1.0 / sqrt((double)HD);
-    double sc[T], acc[HD];  // scores and output of one query
+    double *sc = xmalloc((size_t)T * sizeof *sc), *acc = xmalloc((size_t)HD * sizeof *acc);  // (T), (HD): one query
     for (int b = 0; b < B; b++) {
         const int32_t *segb = seg + (size_t)b * T;
         for (int h = 0; h < NH; h++) {
@@ -54,6 +56,8 @@ void ref_attention_forward(Backend *be, float *out, float *lse, const float *q, 
             }
         }
     }
+    free(sc);
+    free(acc);
 }
 
 // The backward pass's inputs, so that helpers can index them.
@@ -85,7 +89,7 @@ void ref_attention_backward(Backend *be, float *dq, float *dk, float *dv, const 
                             int B, int T, int NH, int NKV, int HD) {
     CHECK(NKV > 0 && NH % NKV == 0);
     AttnBwd a = {dout, out, lse, q, k, v, T, NH, NKV, HD, NH / NKV, 1.0 / sqrt((double)HD)};
-    double acc_a[HD], acc_b[HD];
+    double *acc_a = xmalloc((size_t)HD * sizeof *acc_a), *acc_b = xmalloc((size_t)HD * sizeof *acc_b);  // (HD) each
     for (int b = 0; b < B; b++) {
         const int32_t *segb = seg + (size_t)b * T;
         for (int h = 0; h < NH && dq; h++) {
@@ -127,4 +131,6 @@ void ref_attention_backward(Backend *be, float *dq, float *dk, float *dv, const 
             }
         }
     }
+    free(acc_a);
+    free(acc_b);
 }

@@ -2,6 +2,8 @@
 // ops of backend.h). One query at a time, scores and the weighted sum in double.
 #include "ref.h"
 
+#include "../../core/alloc.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -29,7 +31,7 @@ static void ref_attention_cached(Backend *be, float *out, const float *q, const 
     int rep = NH / NKV;
     double scale = 1.0 / sqrt((double)HD);
     int nkeys = start + T;
-    double sc[nkeys], acc[HD];
+    double *sc = xmalloc((size_t)nkeys * sizeof *sc), *acc = xmalloc((size_t)HD * sizeof *acc);  // (nkeys), (HD)
     for (int b = 0; b < B; b++) {
         const int32_t *mb = kmask + (size_t)b * S;
         for (int h = 0; h < NH; h++) {
@@ -63,6 +65,8 @@ static void ref_attention_cached(Backend *be, float *out, const float *q, const 
             }
         }
     }
+    free(sc);
+    free(acc);
 }
 
 void backend_ref_install_kv(Backend *be) {

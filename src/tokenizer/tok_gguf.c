@@ -1,0 +1,211 @@
+// tok_gguf.c: the tokenizer of a GGUF file (tokenizer.ggml.*) as the tokenizer.json and
+// tokenizer_config.json it stands for, so that one loader builds both (docs/gguf.md).
+//
+// tokenizer.ggml.model "gpt2" (byte-level BPE): tokens of type normal / byte / unknown form the
+// BPE vocabulary, control tokens become special added tokens and user-defined ones non-special
+// added tokens; merges are "a b" strings. The pre-tokenizer follows tokenizer.ggml.pre as
+// llama.cpp maps it: "qwen2" (NFC, Qwen2's split regex), "llama-bpe" (Llama 3's regex,
+// ignore_merges), "gpt-2" (GPT-2's byte-level regex).
+#include "tok_gguf.h"
+
+#include "../core/alloc.h"
+
+#include <string.h>
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+static const char QWEN2_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static cJSON *byte_level(int use_regex) {
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "type", "ByteLevel");
+    cJSON_AddBoolToObject(b, "add_prefix_space", 0);
+    cJSON_AddBoolToObject(b, "trim_offsets", 0);
+    cJSON_AddBoolToObject(b, "use_regex", use_regex);
+    return b;
+}
+
+static Status pre_tokenizer(const GgufFile *g, const char *pre, cJSON *j, int *ignore_merges, Err *e) {
+    const char *regex = NULL;
+    *ignore_merges = 0;
+    if (!strcmp(pre, "qwen2")) {
+        regex = QWEN2_REGEX;
+        cJSON *n = cJSON_AddObjectToObject(j, "normalizer");
+        cJSON_AddStringToObject(n, "type", "NFC");
+    } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3")) {
+        regex = LLAMA3_REGEX;
+        *ignore_merges = 1;
+    } else if (!strcmp(pre, "gpt-2") || !strcmp(pre, "gpt2")) {
+        cJSON_AddItemToObject(j, "pre_tokenizer", byte_level(1));
+        return ST_OK;
+    } else {
+        return err_set(e, ST_EUNSUPPORTED, "%s: tokenizer.ggml.pre \"%s\" is not supported (qwen2, llama-bpe, gpt-2)",
+                       g->path, pre);
+    }
+    cJSON *seq = cJSON_AddObjectToObject(j, "pre_tokenizer");
+    cJSON_AddStringToObject(seq, "type", "Sequence");
+    cJSON *arr = cJSON_AddArrayToObject(seq, "pretokenizers");
+    cJSON *split = cJSON_CreateObject();
+    cJSON_AddStringToObject(split, "type", "Split");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex", regex);
+    cJSON_AddStringToObject(split, "behavior", "Isolated");
+    cJSON_AddBoolToObject(split, "invert", 0);
+    cJSON_AddItemToArray(arr, split);
+    cJSON_AddItemToArray(arr, byte_level(0));
+    return ST_OK;
+}
+
+static cJSON *str_json(const GgufStr *s) {
+    char *c = xstrndup(s->p, s->len);
+    cJSON *v = cJSON_CreateString(c);
+    free(c);
+    return v;
+}
+
+// A special token id of tokenizer.ggml.*_token_id as its string in tokenizer_config.json.
+static Status config_token(const GgufFile *g, const GgufKV *tokens, const char *key, const char *field, cJSON *cfg, int64_t *id,
+                           Err *e) {
+    *id = -1;
+    Status st = gguf_get_int(g, key, 0, id, e);
+    if (st == ST_ENOTFOUND) return ST_OK;
+    if (st != ST_OK) return st;
+    if (*id < 0 || (uint64_t)*id >= tokens->arr_n)
+        return err_set(e, ST_EINVAL, "%s: %s is %lld, outside the %llu tokens", g->path, key, (long long)*id,
+                       (unsigned long long)tokens->arr_n);
+    cJSON_AddItemToObject(cfg, field, str_json(&tokens->arr_str[*id]));
+    return ST_OK;
+}
+
+static cJSON *id_list(int64_t id) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *ids = cJSON_AddArrayToObject(o, "ids");
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)id));
+    return o;
+}
+
+// TemplateProcessing "single": [bos] $A [eos] as add_bos_token / add_eos_token ask.
+static void post_processor(cJSON *j, const GgufKV *tokens, int64_t bos, int add_bos, int64_t eos, int add_eos) {
+    if (!(add_bos && bos >= 0) && !(add_eos && eos >= 0)) return;
+    cJSON *pp = cJSON_AddObjectToObject(j, "post_processor");
+    cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+    cJSON *single = cJSON_AddArrayToObject(pp, "single");
+    cJSON *specials = cJSON_AddObjectToObject(pp, "special_tokens");
+    for (int part = 0; part < 3; part++) {
+        int64_t id = part == 0 ? (add_bos ? bos : -1) : part == 2 ? (add_eos ? eos : -1) : -1;
+        cJSON *piece = cJSON_CreateObject();
+        if (part == 1) {
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(piece, "Sequence"), "id", "A");
+        } else if (id >= 0) {
+            char *name = xstrndup(tokens->arr_str[id].p, tokens->arr_str[id].len);
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(piece, "SpecialToken"), "id", name);
+            if (!cJSON_HasObjectItem(specials, name)) cJSON_AddItemToObject(specials, name, id_list(id));
+            free(name);
+        } else {
+            cJSON_Delete(piece);
+            continue;
+        }
+        cJSON_AddItemToArray(single, piece);
+    }
+}
+
+static Status build(const GgufFile *g, cJSON *j, cJSON *cfg, Err *e) {
+    char *model = NULL, *pre = NULL;
+    TRY(gguf_get_str(g, "tokenizer.ggml.model", 1, &model, e));
+    Status st = ST_OK;
+    if (strcmp(model, "gpt2")) {
+        st = err_set(e, ST_EUNSUPPORTED, "%s: tokenizer.ggml.model \"%s\" is not supported (gpt2: byte-level BPE)", g->path,
+                     model);
+        goto done;
+    }
+    st = gguf_get_str(g, "tokenizer.ggml.pre", 0, &pre, e);
+    if (st == ST_ENOTFOUND) st = ST_OK, pre = xstrdup("gpt-2");
+    if (st != ST_OK) goto done;
+    const GgufKV *tokens, *types = NULL, *merges;
+    if ((st = gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_STRING, 1, &tokens, e)) != ST_OK) goto done;
+    if ((st = gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_STRING, 1, &merges, e)) != ST_OK) goto done;
+    st = gguf_get_arr(g, "tokenizer.ggml.token_type", GGUF_I32, 0, &types, e);
+    if (st == ST_ENOTFOUND) st = ST_OK, types = NULL;
+    if (st != ST_OK) goto done;
+    if (types && types->arr_n != tokens->arr_n) {
+        st = err_set(e, ST_EINVAL, "%s: tokenizer.ggml.token_type has %llu entries for %llu tokens", g->path,
+                     (unsigned long long)types->arr_n, (unsigned long long)tokens->arr_n);
+        goto done;
+    }
+    int ignore_merges;
+    if ((st = pre_tokenizer(g, pre, j, &ignore_merges, e)) != ST_OK) goto done;
+    cJSON *m = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(m, "type", "BPE");
+    cJSON_AddBoolToObject(m, "ignore_merges", ignore_merges);
+    cJSON *vocab = cJSON_AddObjectToObject(m, "vocab");
+    cJSON *added = cJSON_AddArrayToObject(j, "added_tokens");
+    for (uint64_t i = 0; i < tokens->arr_n; i++) {
+        int64_t type = types ? gguf_arr_int(types, i) : TT_NORMAL;
+        const GgufStr *s = &tokens->arr_str[i];
+        if (memchr(s->p, 0, s->len)) {
+            st = err_set(e, ST_EINVAL, "%s: tokenizer.ggml.tokens[%llu] holds a NUL byte", g->path, (unsigned long long)i);
+            goto done;
+        }
+        if (type == TT_UNUSED) continue;
+        if (type == TT_CONTROL || type == TT_USER_DEFINED) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", (double)i);
+            cJSON_AddItemToObject(a, "content", str_json(s));
+            cJSON_AddBoolToObject(a, "special", type == TT_CONTROL);
+            cJSON_AddBoolToObject(a, "normalized", 0);
+            cJSON_AddItemToArray(added, a);
+            continue;
+        }
+        char *c = xstrndup(s->p, s->len);
+        cJSON_AddNumberToObject(vocab, c, (double)i);
+        free(c);
+    }
+    cJSON *marr = cJSON_AddArrayToObject(m, "merges");
+    for (uint64_t i = 0; i < merges->arr_n; i++) cJSON_AddItemToArray(marr, str_json(&merges->arr_str[i]));
+    cJSON_AddItemToObject(j, "decoder", byte_level(1));
+    int64_t bos, eos, id;
+    if ((st = config_token(g, tokens, "tokenizer.ggml.bos_token_id", "bos_token", cfg, &bos, e)) != ST_OK) goto done;
+    if ((st = config_token(g, tokens, "tokenizer.ggml.eos_token_id", "eos_token", cfg, &eos, e)) != ST_OK) goto done;
+    if ((st = config_token(g, tokens, "tokenizer.ggml.padding_token_id", "pad_token", cfg, &id, e)) != ST_OK) goto done;
+    if ((st = config_token(g, tokens, "tokenizer.ggml.unknown_token_id", "unk_token", cfg, &id, e)) != ST_OK) goto done;
+    // llama.cpp adds BOS by default for Llama 3's pre-tokenizer and not for the others.
+    int add_bos = !strcmp(pre, "llama-bpe"), add_eos = 0;
+    st = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", 0, &add_bos, e);
+    if (st == ST_OK || st == ST_ENOTFOUND) st = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", 0, &add_eos, e);
+    if (st == ST_ENOTFOUND) st = ST_OK;
+    if (st != ST_OK) goto done;
+    post_processor(j, tokens, bos, add_bos, eos, add_eos);
+    // llama.cpp cleans up tokenization spaces when decoding byte-level BPE, except for the
+    // pre-tokenizers that turn it off (qwen2 among those still reads), as transformers' configs do.
+    cJSON_AddBoolToObject(cfg, "clean_up_tokenization_spaces", strcmp(pre, "qwen2") != 0);
+done:
+    free(model);
+    free(pre);
+    return st;
+}
+
+Status tok_gguf_json(const char *path, cJSON **tokenizer_json, cJSON **tokenizer_config, Err *e) {
+    *tokenizer_json = *tokenizer_config = NULL;
+    GgufFile g;
+    TRY(gguf_open(path, &g, e));
+    cJSON *j = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+    Status st = build(&g, j, cfg, e);
+    if (st == ST_OK) {
+        char *tmpl = NULL;
+        Status ts = gguf_get_str(&g, "tokenizer.chat_template", 0, &tmpl, e);
+        if (ts == ST_OK) cJSON_AddStringToObject(cfg, "chat_template", tmpl);
+        else if (ts != ST_ENOTFOUND) st = ts;
+        free(tmpl);
+    }
+    gguf_close(&g);
+    if (st != ST_OK) {
+        cJSON_Delete(j);
+        cJSON_Delete(cfg);
+        return st;
+    }
+    *tokenizer_json = j;
+    *tokenizer_config = cfg;
+    return ST_OK;
+}
