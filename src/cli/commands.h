@@ -27,6 +27,7 @@ int cmd_grpo(int argc, char **argv);
 int cmd_rloo(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_export_gguf(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_reward(int argc, char **argv);
 

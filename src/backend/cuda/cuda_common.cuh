@@ -174,9 +174,13 @@ __device__ inline int block_argmax(float v, int i, float *shv, int *shi) {
     return i;
 }
 
-// Weights and tables as fp32 whatever their storage.
+// Weights and tables as fp32 whatever their storage (Q8_0: dequantized, fp16(d) * q).
 __device__ inline float cu_wload(const void *w, DType dt, size_t i) {
     if (dt == DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+    if (dt == DT_Q8_0) {
+        const BlockQ8_0 *b = (const BlockQ8_0 *)w + i / Q8_0_BLOCK;
+        return __half2float(__ushort_as_half(b->d)) * (float)b->qs[i % Q8_0_BLOCK];
+    }
     if (dt == DT_F16) return __half2float(((const __half *)w)[i]);
     return ((const float *)w)[i];
 }
