@@ -1,9 +1,12 @@
 // gen_bench.c: generation speed on the static KV cache — prefill and decode tokens/s at batch 1
-// and 8, fp32 and bf16 weight storage — beside the memory read bandwidth measured in the same
-// process, so that batch-1 decode can be stated as GB/s of weight traffic against what the
+// and 8, fp32, bf16 and q8_0 weight storage — beside the memory read bandwidth measured in the
+// same process, so that batch-1 decode can be stated as GB/s of weight traffic against what the
 // machine streams.
-//   build/bench/gen_bench CONFIG.json PROMPT_LEN NEW_TOKENS [dtypes: f32,bf16] [batches: 1,8]
-// Weights are random (the speed does not depend on them). Prints one JSON object on stdout.
+//   build/bench/gen_bench CONFIG.json PROMPT_LEN NEW_TOKENS [dtypes: f32,bf16,q8_0] [batches: 1,8]
+// Weights are random (the speed does not depend on them), written once as a bf16 checkpoint
+// (GEN_BENCH_CKPT=f32: fp32) and loaded as the commands load them (model_load_frozen: tensors
+// stored as they run are used from the mapping). GEN_BENCH_DIR=DIR writes the checkpoint there
+// and keeps it (bench_generate.sh times `still generate` on it). Prints one JSON object on stdout.
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -72,14 +75,14 @@ static double weight_bytes(const Model *m) {
     double bytes = 0;
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *t = &m->tt.t[i];
-        bytes += (double)t->numel * (t->is_matrix ? dtype_size(t->dtype) : 4);
+        bytes += (double)dtype_bytes(t->is_matrix ? t->dtype : DT_F32, t->numel);
     }
     return bytes;
 }
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: gen_bench CONFIG.json PROMPT_LEN NEW_TOKENS [f32,bf16] [1,8]\n");
+        fprintf(stderr, "usage: gen_bench CONFIG.json PROMPT_LEN NEW_TOKENS [f32,bf16,q8_0] [1,8]\n");
         return 2;
     }
     log_set_level(LOG_WARN);
@@ -97,12 +100,19 @@ int main(int argc, char **argv) {
     // minutes at this size and the speed does not depend on the values.
     ModelConfig cfg;
     if (config_load(cfg_path, &cfg, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
-    char dir[] = "/tmp/still_gen_bench_XXXXXX";
-    if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+    char dir[4096] = "/tmp/still_gen_bench_XXXXXX";
+    const char *keep = getenv("GEN_BENCH_DIR"), *ck = getenv("GEN_BENCH_CKPT");
+    DType ckpt_dt = ck && !strcmp(ck, "f32") ? DT_F32 : DT_BF16;
+    if (keep) {
+        snprintf(dir, sizeof dir, "%s", keep);
+        if (dir_create(dir, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
+    } else if (!mkdtemp(dir)) {
+        return perror("mkdtemp"), 1;
+    }
     double t0 = now();
     {
         TensorTable tt;
-        tensors_build(&tt, &cfg, DT_BF16);
+        tensors_build(&tt, &cfg, ckpt_dt);
         StWriteTensor *wt = xcalloc((size_t)tt.n, sizeof(StWriteTensor));
         void **bufs = xcalloc((size_t)tt.n, sizeof(void *));
         uint64_t x = 88172645463325252ull;
@@ -111,11 +121,13 @@ int main(int argc, char **argv) {
             wt[i] = (StWriteTensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim};
             wt[i].shape[0] = t->shape[0];
             wt[i].shape[1] = t->shape[1];
-            if (t->dtype == DT_BF16) {
-                uint16_t *b = xmalloc(t->numel * 2);
+            if (t->is_matrix) {
+                void *b = xmalloc(dtype_bytes(t->dtype, t->numel));
                 for (size_t k = 0; k < t->numel; k++) {
                     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                    b[k] = f32_to_bf16(((float)(x >> 40) / (float)(1 << 24) - 0.5f) * 0.1f);
+                    float v = ((float)(x >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
+                    if (t->dtype == DT_BF16) ((uint16_t *)b)[k] = f32_to_bf16(v);
+                    else ((float *)b)[k] = v;
                 }
                 bufs[i] = b;
             } else {
@@ -139,9 +151,9 @@ int main(int argc, char **argv) {
            NEW);
     int first = 1;
     for (const char *d = dtypes; *d;) {
-        int bf = !strncmp(d, "bf16", 4);
-        DType dt = bf ? DT_BF16 : DT_F32;
-        if (model_load(dir, be, dt, &m, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
+        DType dt = !strncmp(d, "bf16", 4) ? DT_BF16 : !strncmp(d, "q8_0", 4) ? DT_Q8_0 : DT_F32;
+        const char *dname = dt == DT_BF16 ? "bf16" : dt == DT_Q8_0 ? "q8_0" : "f32";
+        if (model_load_frozen(dir, be, dt, &m, &e) != ST_OK) return fprintf(stderr, "%s\n", e.msg), 1;
         double wb = weight_bytes(m);
         for (const char *b = batches; *b;) {
             int B = atoi(b);
@@ -152,7 +164,7 @@ int main(int argc, char **argv) {
             for (int i = 0; i < B; i++) {
                 prompts[i] = xmalloc((size_t)P * sizeof(int32_t));
                 lens[i] = P;
-                for (int t = 0; t < P; t++) prompts[i][t] = (int32_t)rng_below(&r, 151643);
+                for (int t = 0; t < P; t++) prompts[i][t] = (int32_t)rng_below(&r, (uint64_t)MIN(151643, cfg.vocab_size));
             }
             GenConfig gc;
             gen_config_default(&gc);
@@ -168,7 +180,7 @@ int main(int argc, char **argv) {
             double gbs = wb / (st.decode_seconds / st.decode_steps) / 1e9;
             printf("%s{\"dtype\": \"%s\", \"batch\": %d, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.2f, "
                    "\"decode_ms_per_step\": %.2f, \"weight_gb\": %.3f, \"weight_gbs\": %.2f}",
-                   first ? "" : ", ", bf ? "bf16" : "f32", B, pf, dc, 1e3 * step_s, wb / 1e9, gbs);
+                   first ? "" : ", ", dname, B, pf, dc, 1e3 * step_s, wb / 1e9, gbs);
             fflush(stdout);
             first = 0;
             gen_seqs_free(out, B);
@@ -185,9 +197,11 @@ int main(int argc, char **argv) {
     // the best of the two is the reference (a share above 100% of a slow first reading is noise).
     double bw_end = read_bandwidth(threads);
     printf("], \"read_gbs_end\": %.2f, \"read_gbs_best\": %.2f}\n", bw_end, bw > bw_end ? bw : bw_end);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "gen_bench: could not remove %s\n", dir);
+    if (!keep) {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "gen_bench: could not remove %s\n", dir);
+    }
     backend_destroy(be);
     return 0;
 }

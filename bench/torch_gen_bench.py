@@ -81,7 +81,7 @@ for dt in dtypes:
     model = model.to(tdt)
     for B in batches:
         g = torch.Generator().manual_seed(B)
-        ids = torch.randint(0, 151643, (B, P), generator=g)
+        ids = torch.randint(0, min(151643, V), (B, P), generator=g)
         S = P + NEW
         kc = [torch.zeros(B, NKV, S, HD, dtype=tdt) for _ in range(L)]
         vc = [torch.zeros(B, NKV, S, HD, dtype=tdt) for _ in range(L)]

@@ -6,6 +6,8 @@ Writes into OUT_DIR:
                              Q6_K): random data quantized into ggml's block layouts, plus blocks of
                              random bytes (every bit pattern of the packed fields; finite scales)
   quant_expected.safetensors the float32 values numpy dequantizes each of those tensors to
+  mixed.gguf                 a random qwen3 model with Q4_K, Q6_K, Q4_0 and Q8_0 matrices (a
+                             Q4_K_M-like mix of types)
   MODEL.gguf                 each test model of tests/data/models as llama.cpp's converter lays
                              it out (tensor names, reversed dims, metadata keys, llama's Q/K row
                              permutation, llama3 rope_freqs), float32
@@ -394,10 +396,43 @@ def make_model(model_dir, path):
     write_gguf(path, kvs, tensors)
 
 
+def make_mixed(out_dir):
+    """A Q4_K_M-like file: a random qwen3 model whose matrices are Q4_K, Q6_K, Q4_0 and Q8_0
+    (widths multiples of 256), norms F32."""
+    rng = np.random.default_rng(7)
+    C, FF, V, NH, NKV, HD = 256, 256, 256, 2, 1, 128
+    arch = "qwen3"
+    kvs = [("general.architecture", GGUF_STRING, arch), ("general.name", GGUF_STRING, "mixed"),
+           (arch + ".block_count", GGUF_U32, 1), (arch + ".context_length", GGUF_U32, 512),
+           (arch + ".embedding_length", GGUF_U32, C), (arch + ".feed_forward_length", GGUF_U32, FF),
+           (arch + ".attention.head_count", GGUF_U32, NH), (arch + ".attention.head_count_kv", GGUF_U32, NKV),
+           (arch + ".attention.key_length", GGUF_U32, HD), (arch + ".attention.value_length", GGUF_U32, HD),
+           (arch + ".rope.freq_base", GGUF_F32, 1000000.0),
+           (arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, 1e-6), ("general.file_type", GGUF_U32, 15)]
+    quant = {T_Q4_K: quant_q4_k, T_Q6_K: quant_q6_k, T_Q4_0: quant_q4_0, T_Q8_0: quant_q8_0}
+    spec = [("token_embd.weight", (V, C), T_Q4_K), ("output.weight", (V, C), T_Q6_K),
+            ("output_norm.weight", (C,), T_F32), ("blk.0.attn_norm.weight", (C,), T_F32),
+            ("blk.0.attn_q.weight", (NH * HD, C), T_Q4_K), ("blk.0.attn_k.weight", (NKV * HD, C), T_Q4_K),
+            ("blk.0.attn_v.weight", (NKV * HD, C), T_Q6_K), ("blk.0.attn_output.weight", (C, NH * HD), T_Q4_K),
+            ("blk.0.attn_q_norm.weight", (HD,), T_F32), ("blk.0.attn_k_norm.weight", (HD,), T_F32),
+            ("blk.0.ffn_norm.weight", (C,), T_F32), ("blk.0.ffn_gate.weight", (FF, C), T_Q4_0),
+            ("blk.0.ffn_up.weight", (FF, C), T_Q8_0), ("blk.0.ffn_down.weight", (C, FF), T_Q6_K)]
+    tensors = []
+    for name, shape, t in spec:
+        if t == T_F32:
+            a = (1 + 0.1 * rng.standard_normal(shape)).astype(F32)
+            raw = a.astype("<f4").tobytes()
+        else:
+            raw = quant[t]((rng.standard_normal(shape) * 0.05).astype(F32))
+        tensors.append((name, list(reversed(shape)), t, raw))
+    write_gguf(os.path.join(out_dir, "mixed.gguf"), kvs, tensors)
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     make_quant(out_dir)
+    make_mixed(out_dir)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     for name in ("qwen3_tied", "qwen3_untied", "qwen2", "llama"):
         make_model(os.path.join(root, "tests", "data", "models", name), os.path.join(out_dir, name + ".gguf"))

@@ -16,7 +16,7 @@
 static const ArgSpec common_specs[] = {
     {"config", ARG_STR, NULL, "JSON or YAML file whose keys are flag names (the command line wins)"},
     {"threads", ARG_INT, NULL, "CPU threads (default: OMP_NUM_THREADS, else all cores)", "[1,inf)"},
-    {"dtype", ARG_STR, NULL, "weight storage: float32 | bfloat16 (compute stays fp32 on CPU)"},
+    {"dtype", ARG_STR, NULL, "weight storage: float32 | bfloat16 | q8_0 (q8_0: frozen models only; compute stays fp32 on CPU)"},
     {"device", ARG_STR, "cpu", "backend: cpu | ref (scalar reference) | cuda"},
     {"log_level", ARG_STR, "info", "error | warning | info | debug"},
     {"seed", ARG_INT, "42", "random seed (numpy's range, as transformers' set_seed)", "[0,4294967295]"},

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <strings.h>
 
 // --report_memory: the command's name for the line printed at exit. An atexit handler takes no
 // argument, so the name is kept here, set once per process before the command runs.
@@ -120,9 +121,18 @@ Status cli_dtype_flag(const Args *a, const char *flag, int *out, Err *e) {
     const char *s = args_str(a, flag);
     if (!s || !strcmp(s, "auto")) return ST_OK;
     DType d;
-    if (dtype_parse(s, &d) != 0 || d == DT_F16)
-        return err_set(e, ST_EINVAL, "--%s %s: expected float32 or bfloat16", flag, s);
+    if (!strcasecmp(s, "q8_0")) d = DT_Q8_0;
+    else if (dtype_parse(s, &d) != 0 || d == DT_F16)
+        return err_set(e, ST_EINVAL, "--%s %s: expected float32, bfloat16 or q8_0", flag, s);
     *out = (int)d;
+    return ST_OK;
+}
+
+Status cli_save_dtype_flag(const Args *a, const char *flag, int *out, Err *e) {
+    TRY(cli_dtype_flag(a, flag, out, e));
+    if (*out == DT_Q8_0)
+        return err_set(e, ST_EINVAL, "--%s q8_0: checkpoints are written as float32 or bfloat16 (q8_0 is a storage for "
+                       "running a model: --dtype q8_0 on generate, chat, eval, logits)", flag);
     return ST_OK;
 }
 

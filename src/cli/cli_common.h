@@ -24,9 +24,11 @@ Status cli_backend(const Args *a, Backend **out, Err *e);
 Status cli_model_dir(const Args *a, const char *flag, char **dir, Err *e);
 // --dtype as a matrix storage dtype, or -1 when not given.
 Status cli_dtype(const Args *a, int *out, Err *e);
-// The same for another dtype flag (--save_dtype, --teacher_dtype): float32 or bfloat16; -1 when
-// not given or auto.
+// The same for another dtype flag (--teacher_dtype): float32, bfloat16 or q8_0; -1 when not
+// given or auto.
 Status cli_dtype_flag(const Args *a, const char *flag, int *out, Err *e);
+// The same for a dtype that is written to files (--save_dtype, init --dtype): q8_0 is refused.
+Status cli_save_dtype_flag(const Args *a, const char *flag, int *out, Err *e);
 // --max_memory in bytes (0 when not given).
 Status cli_max_memory(const Args *a, size_t *out, Err *e);
 // Parse "1 2 3" (spaces, commas or newlines) into ids; each checked against vocab_size when > 0.

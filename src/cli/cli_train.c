@@ -104,7 +104,7 @@ static Status read_run(const Args *a, CliTrain *r, Err *e) {
     r->threads = (int)args_int(a, "threads");
     TRY(cli_max_memory(a, &r->max_memory, e));
     TRY(cli_dtype(a, &r->dtype, e));
-    return cli_dtype_flag(a, "save_dtype", &r->save_dtype, e);
+    return cli_save_dtype_flag(a, "save_dtype", &r->save_dtype, e);
 }
 
 static Status read_optim(const Args *a, OptimConfig *o, Err *e) {
@@ -205,6 +205,10 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
     t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     t->gradient_checkpointing = args_bool(a, "gradient_checkpointing");
     TRY(read_peft(a, &t->peft, e));
+    if (r->dtype == DT_Q8_0 && !t->peft.use_peft && !(groups & CLI_TRAIN_DTYPE_REF))
+        return err_set(e, ST_EINVAL, "--dtype q8_0: 8-bit weights cannot be trained (a trainer's weights are float32 "
+                       "masters); q8_0 is for a frozen model: the base of --use_peft, a teacher (--teacher_dtype), a "
+                       "GRPO reference, or generate / chat / eval / logits");
     // SIGINT / SIGTERM: the first ends the run after its step with a checkpoint, the second at once
     interrupt_install(INTERRUPT_ESCALATE);
     t->stop = interrupt_flag();

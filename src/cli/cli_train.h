@@ -11,6 +11,8 @@
 // Optional groups of shared flags (bits of `groups`).
 enum {
     CLI_TRAIN_EVAL = 1,   // --eval_strategy, --eval_steps: trainers with an evaluation set
+    CLI_TRAIN_DTYPE_REF = 2,  // --dtype is also a frozen reference model's storage (GRPO): q8_0
+                              // allowed without --use_peft (the trained weights stay fp32)
 };
 
 // own (ends {NULL}) followed by the shared training flags of `groups`; an entry of `defaults`

@@ -11,7 +11,7 @@ static const ArgSpec specs[] = {
     {"model", ARG_STR, NULL, ARG_REQUIRED "student: model directory or hub id in the local Hugging Face cache"},
     {"revision", ARG_STR, "main", "branch, tag or commit of a cached hub model"},
     {"teacher", ARG_STR, NULL, ARG_REQUIRED "teacher model directory or hub id, or self (self-distillation, OPSD)"},
-    {"teacher_dtype", ARG_STR, NULL, "storage of the frozen teacher's weights: float32 | bfloat16 (default: its checkpoint's)"},
+    {"teacher_dtype", ARG_STR, NULL, "storage of the frozen teacher's weights: float32 | bfloat16 | q8_0 (default: its checkpoint's)"},
     {"teacher_adapter", ARG_STR, NULL, "PEFT LoRA adapter directory applied to the teacher (--teacher DIR)"},
     {"dataset", ARG_STR, NULL, ARG_REQUIRED "prompts: a local JSONL or JSON file (prompt-only or conversational rows)"},
     {"eval_dataset", ARG_STR, NULL, "held-out prompts: eval_loss and eval_kl_student_teacher on student rollouts"},
@@ -143,7 +143,8 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
     if (c->teacher_dir && (c->teacher_prompt_template || args_is_set(a, "teacher_mode")))
         return err_set(e, ST_EINVAL, "--teacher_prompt_template and --teacher_mode are for self-distillation "
                                      "(--teacher self)");
-    if (!c->teacher_dir && c->teacher_mode == TEACHER_EMA && c->teacher_dtype == DT_BF16)
+    if (!c->teacher_dir && c->teacher_mode == TEACHER_EMA &&
+        (c->teacher_dtype == DT_BF16 || c->teacher_dtype == DT_Q8_0))
         return err_set(e, ST_EINVAL, "--teacher_mode ema keeps the teacher in float32 (it is updated every step)");
     c->log_rollouts = args_str(a, "log_rollouts");
     PromptConfig *pc = &c->prompts;

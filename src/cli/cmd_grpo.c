@@ -97,7 +97,7 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
     c->dataset = args_str(a, "dataset");
     if (!c->dataset) return err_set(e, ST_EINVAL, "--dataset FILE.jsonl is required (prompts; also --dataset_name)");
     CliTrain r;
-    TRY(cli_train_config(a, 0, &c->train, &r, e));
+    TRY(cli_train_config(a, CLI_TRAIN_DTYPE_REF, &c->train, &r, e));
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
     char **r1, **r2;

@@ -18,7 +18,7 @@ static const ArgSpec specs[] = {
     {"batch", ARG_INT, "1", "batch size B of the shape to plan", "[1,inf)"},
     {"seq", ARG_INT, "128", "sequence length T of the shape to plan", "[1,inf)"},
     {"teacher", ARG_STR, NULL, "also the memory of distillation: student training + this teacher's inference (or self)"},
-    {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 (default: its checkpoint's)"},
+    {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 | q8_0 (default: its checkpoint's)"},
     {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)", "[1,inf)"},
     {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)", "[1,inf)"},
     {NULL, 0, NULL, NULL},
@@ -74,10 +74,13 @@ static Status distill_memory(const Args *a, const ModelConfig *scfg, int B, int 
     }
     const ModelConfig *c = self ? scfg : &tc;
     DType dt = c->torch_dtype == DT_BF16 ? DT_BF16 : DT_F32;
-    if (args_str(a, "teacher_dtype") && (dtype_parse(args_str(a, "teacher_dtype"), &dt) != 0 || dt == DT_F16)) {
+    int forced;
+    Status fs = cli_dtype_flag(a, "teacher_dtype", &forced, e);
+    if (fs != ST_OK) {
         if (!self) config_free(&tc);
-        return err_set(e, ST_EINVAL, "--teacher_dtype %s: expected float32 or bfloat16", args_str(a, "teacher_dtype"));
+        return fs;
     }
+    if (forced >= 0) dt = (DType)forced;
     TensorTable tt;
     tensors_build(&tt, c, dt);
     size_t score = plan_bytes(c, PLAN_SCORE, B, T, plan_head_chunk(c->vocab_size));

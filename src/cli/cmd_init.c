@@ -92,7 +92,7 @@ static Status run(const Args *a, Err *e) {
     if (st == ST_OK) {
         DType save = cfg.torch_dtype;
         int forced;
-        st = cli_dtype(a, &forced, e);
+        st = cli_save_dtype_flag(a, "dtype", &forced, e);
         if (forced >= 0) save = (DType)forced;
         progress_begin(&pr, "init: writing", "MiB", 0);
         if (st == ST_OK) st = model_save_p(m, out, save, &pr, e);

@@ -20,7 +20,7 @@ static Status run(const Args *a, Err *e) {
     if (!adapter) return err_set(e, ST_EINVAL, "--adapter DIR is required");
     if (!out) return err_set(e, ST_EINVAL, "--output_dir DIR is required");
     int save;
-    TRY(cli_dtype_flag(a, "save_dtype", &save, e));
+    TRY(cli_save_dtype_flag(a, "save_dtype", &save, e));
     char *dir;
     TRY(cli_model_dir(a, "model", &dir, e));
     Backend *be = NULL;

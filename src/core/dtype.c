@@ -8,6 +8,7 @@ const char *dtype_st_name(DType t) {
     case DT_F32: return "F32";
     case DT_BF16: return "BF16";
     case DT_F16: return "F16";
+    case DT_Q8_0: return "Q8_0";
     }
     return "?";
 }
@@ -17,6 +18,7 @@ const char *dtype_torch_name(DType t) {
     case DT_F32: return "float32";
     case DT_BF16: return "bfloat16";
     case DT_F16: return "float16";
+    case DT_Q8_0: return "q8_0";
     }
     return "?";
 }
@@ -68,9 +70,36 @@ uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
+void q8_0_quantize(BlockQ8_0 *dst, const float *x, size_t n) {
+    for (size_t b = 0; b < n / Q8_0_BLOCK; b++) {
+        const float *xb = x + b * Q8_0_BLOCK;
+        float amax = 0.0f;
+        for (int j = 0; j < Q8_0_BLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        dst[b].d = f32_to_f16(d);
+        for (int j = 0; j < Q8_0_BLOCK; j++) dst[b].qs[j] = (int8_t)roundf(xb[j] * id);
+    }
+}
+
 void dtype_convert(void *dst, DType dt, const void *src, DType st, size_t n) {
     if (dt == st) {
-        memcpy(dst, src, n * dtype_size(dt));
+        memcpy(dst, src, dtype_bytes(dt, n));
+        return;
+    }
+    if (dt == DT_Q8_0 || st == DT_Q8_0) {  // through fp32, one block at a time (blocks are independent)
+        long nb = (long)(n / Q8_0_BLOCK);
+#pragma omp parallel for schedule(static) if (nb > 4096)
+        for (long b = 0; b < nb; b++) {
+            float f[Q8_0_BLOCK];
+            size_t i0 = (size_t)b * Q8_0_BLOCK;
+            if (st == DT_Q8_0) {
+                for (int j = 0; j < Q8_0_BLOCK; j++) f[j] = q8_0_get((const BlockQ8_0 *)src + b, (size_t)j);
+            } else {
+                dtype_convert(f, DT_F32, (const char *)src + i0 * dtype_size(st), st, Q8_0_BLOCK);
+            }
+            if (dt == DT_Q8_0) q8_0_quantize((BlockQ8_0 *)dst + b, f, Q8_0_BLOCK);
+            else dtype_convert((char *)dst + i0 * dtype_size(dt), dt, f, DT_F32, Q8_0_BLOCK);
+        }
         return;
     }
     for (size_t i = 0; i < n; i++) {

@@ -214,7 +214,7 @@ void lora_copy_saved(Model *m, Lora *lo) {
         const TensorInfo *t = &lo->tt.t[i];
         if (strstr(t->name, ".lora_A.") || strstr(t->name, ".lora_B.")) continue;
         const TensorInfo *b = lora_saved_base(m, t);
-        size_t bytes = b->numel * dtype_size(b->dtype);
+        size_t bytes = dtype_bytes(b->dtype, b->numel);
         void *h = xmalloc(bytes);
         float *f = xmalloc(b->numel * sizeof(float));
         be->download(be, h, model_data(m, b), bytes);

@@ -45,13 +45,13 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
     } else {
         size_t bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
-            if (!mapped[i]) bytes += (m->tt.t[i].numel * dtype_size(m->tt.t[i].dtype) + 63) / 64 * 64;
+            if (!mapped[i]) bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
         m->params = bytes ? be->alloc(be, bytes) : NULL;
         bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
             if (!mapped[i]) {
                 m->data[i] = (char *)m->params + bytes;
-                bytes += (m->tt.t[i].numel * dtype_size(m->tt.t[i].dtype) + 63) / 64 * 64;
+                bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
             }
     }
     int half = cfg->head_dim / 2;
@@ -156,6 +156,22 @@ static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *
     return ST_OK;
 }
 
+// Q8_0 storage: only for a model that is run, never trained, and every matrix row a whole number
+// of 32-element blocks.
+static Status check_q8_0(const TensorTable *tt, const char *dir, int frozen, Err *e) {
+    if (!frozen)
+        return err_set(e, ST_EINVAL, "%s: q8_0 weights cannot be trained (trained weights are float32 masters); q8_0 is "
+                       "for generate, chat, eval, logits and frozen teachers or reference models", dir);
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        if (t->is_matrix && t->shape[1] % Q8_0_BLOCK != 0)
+            return err_set(e, ST_EINVAL, "%s: tensor \"%s\" has rows of %lld elements; q8_0 stores rows in blocks of %d "
+                           "(use --dtype float32 or bfloat16 for this model)", dir, t->name, (long long)t->shape[1],
+                           Q8_0_BLOCK);
+    }
+    return ST_OK;
+}
+
 // Copy (converting) every tensor not used in place into params (those the checkpoint has), 8 MiB
 // at a time through one stage buffer, each piece's pages of the mapping released once copied
 // (peak: the copies plus about 12 MiB, not the largest tensor twice or the file beside its copy).
@@ -167,11 +183,12 @@ static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
         if (!s) continue;  // a new score head (check_tensors allowed it)
-        size_t es = dtype_size(t->dtype), ss = dtype_size(s->dtype), step = UPLOAD_CHUNK / MAX(es, ss);
+        // pieces of step elements (a multiple of a Q8_0 block); Q8_0 takes less than 2 bytes an element
+        size_t ss = dtype_size(s->dtype), step = UPLOAD_CHUNK / MAX(dtype_size(t->dtype), ss);
         for (size_t j = 0; j < t->numel; j += step) {
             size_t n = MIN(step, t->numel - j);
             dtype_convert(stage, t->dtype, (const char *)s->data + j * ss, s->dtype, n);
-            m->be->upload(m->be, (char *)m->data[i] + j * es, stage, n * es);
+            m->be->upload(m->be, (char *)m->data[i] + dtype_bytes(t->dtype, j), stage, dtype_bytes(t->dtype, n));
             st_release(set, s, j * ss, n * ss);
         }
     }
@@ -207,9 +224,9 @@ static void init_score(Model *m, uint64_t seed) {
     rng_init(&rng, seed, 0);
     float *h = xmalloc(t->numel * sizeof(float));
     for (size_t j = 0; j < t->numel; j++) h[j] = (float)m->cfg.initializer_range * rng_normal(&rng);
-    void *stage = xmalloc(t->numel * dtype_size(t->dtype));
+    void *stage = xmalloc(dtype_bytes(t->dtype, t->numel));
     dtype_convert(stage, t->dtype, h, DT_F32, t->numel);
-    m->be->upload(m->be, model_data(m, t), stage, t->numel * dtype_size(t->dtype));
+    m->be->upload(m->be, model_data(m, t), stage, dtype_bytes(t->dtype, t->numel));
     free(stage);
     free(h);
 }
@@ -257,6 +274,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
     Model probe = {.cfg = cfg};
     tensors_build(&probe.tt, &cfg, mdt);
     st = check_tensors(&probe, &probe.tt, set, dir, convert, e);
+    if (st == ST_OK && mdt == DT_Q8_0) st = check_q8_0(&probe.tt, dir, frozen, e);
     // Frozen on host memory: tensors stored as they are computed with are used in place.
     uint8_t *mapped = NULL;
     size_t copied = probe.tt.param_bytes, in_place = 0;
@@ -265,7 +283,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
         copied = 0;
         for (int i = 0; i < probe.tt.n; i++) {
             const TensorInfo *t = &probe.tt.t[i];
-            size_t bytes = t->numel * dtype_size(t->dtype);
+            size_t bytes = dtype_bytes(t->dtype, t->numel);
             const StTensor *s = st_find(set, t->name);
             mapped[i] = s && s->dtype == t->dtype;
             if (mapped[i]) in_place += bytes;

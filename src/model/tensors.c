@@ -36,7 +36,7 @@ TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, i
     t->dtype = t->is_matrix ? matrix_dtype : DT_F32;
     tt->param_bytes = size_mul(size_add(tt->param_bytes, 63) / 64, 64);
     t->offset = tt->param_bytes;
-    tt->param_bytes = size_add(tt->param_bytes, size_mul(t->numel, dtype_size(t->dtype)));
+    tt->param_bytes = size_add(tt->param_bytes, dtype_bytes(t->dtype, t->numel));
     t->goffset = tt->n_params;
     tt->n_params = size_add(tt->n_params, t->numel);
     CHECK_MSG(tt->param_bytes != SIZE_MAX && tt->n_params != SIZE_MAX, "%s: the parameter buffer overflows size_t", name);

@@ -9,6 +9,9 @@
 #include "tok_gguf.h"
 
 #include "../core/alloc.h"
+#include "../core/fileio.h"
+#include "../core/json.h"
+#include "tokenizer.h"
 
 #include <string.h>
 
@@ -208,4 +211,159 @@ Status tok_gguf_json(const char *path, cJSON **tokenizer_json, cJSON **tokenizer
     *tokenizer_json = j;
     *tokenizer_config = cfg;
     return ST_OK;
+}
+
+// ------------------------------------------------------------------------------------ writing
+
+// tokenizer.ggml.pre of a tokenizer.json's pre-tokenizer: the Split regex of Qwen2 or Llama 3
+// before a regex-free ByteLevel, or a ByteLevel with GPT-2's regex. NULL for anything else.
+static const char *pre_name(const cJSON *j) {
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(pt, "type");
+    if (!cJSON_IsString(type)) return NULL;
+    if (!strcmp(type->valuestring, "ByteLevel")) {
+        const cJSON *ur = cJSON_GetObjectItemCaseSensitive(pt, "use_regex");
+        return !ur || cJSON_IsTrue(ur) ? "gpt-2" : NULL;
+    }
+    if (strcmp(type->valuestring, "Sequence")) return NULL;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
+    if (cJSON_GetArraySize(arr) != 2) return NULL;
+    const cJSON *split = cJSON_GetArrayItem(arr, 0), *bl = cJSON_GetArrayItem(arr, 1);
+    const cJSON *rx = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
+    const cJSON *blt = cJSON_GetObjectItemCaseSensitive(bl, "type");
+    if (!cJSON_IsString(rx) || !cJSON_IsString(blt) || strcmp(blt->valuestring, "ByteLevel")) return NULL;
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
+    const cJSON *nt = cJSON_GetObjectItemCaseSensitive(norm, "type");
+    int nfc = cJSON_IsString(nt) && !strcmp(nt->valuestring, "NFC");
+    int no_norm = !norm || cJSON_IsNull(norm);
+    if (!strcmp(rx->valuestring, QWEN2_REGEX) && nfc) return "qwen2";
+    if (!strcmp(rx->valuestring, LLAMA3_REGEX) && no_norm) return "llama-bpe";
+    return NULL;
+}
+
+// The chat template source: chat_template.jinja, else tokenizer_config.json's chat_template (a
+// string, or the entry named "default" of a list). NULL when there is none.
+static char *template_source(const char *dir, const cJSON *cfg) {
+    char *jp = path_join(dir, "chat_template.jinja"), *text = NULL;
+    size_t len;
+    Err e = {0};
+    if (file_exists(jp) && file_read_all(jp, &text, &len, &e) != ST_OK) text = NULL;
+    free(jp);
+    if (text) return text;
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (cJSON_IsString(ct)) return xstrdup(ct->valuestring);
+    for (const cJSON *c = cJSON_IsArray(ct) ? ct->child : NULL; c; c = c->next) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name"), *t = cJSON_GetObjectItemCaseSensitive(c, "template");
+        if (cJSON_IsString(n) && cJSON_IsString(t) && !strcmp(n->valuestring, "default")) return xstrdup(t->valuestring);
+    }
+    return NULL;
+}
+
+static Status write_trees(const char *dir, const char *jp, const cJSON *j, const cJSON *cfg, const Tokenizer *tok, GgufWriter *w, Err *e) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
+    const cJSON *bf = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges) ||
+        cJSON_IsTrue(bf))
+        return err_set(e, ST_EUNSUPPORTED, "%s: only byte-level BPE tokenizers can be written to GGUF (tokenizer.ggml.model gpt2)", jp);
+    const char *pre = pre_name(j);
+    if (!pre)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "%s: the pre-tokenizer is none of those GGUF names for byte-level BPE that still writes (Qwen2's "
+                       "\"qwen2\", Llama 3's \"llama-bpe\", GPT-2's \"gpt-2\")", jp);
+    int32_t n = tokenizer_vocab_size(tok);
+    char **toks = xcalloc((size_t)n, sizeof *toks);
+    int32_t *types = xcalloc((size_t)n, sizeof *types);
+    for (const cJSON *v = vocab->child; v; v = v->next)
+        if (cJSON_IsNumber(v) && v->valueint >= 0 && v->valueint < n) toks[v->valueint] = xstrdup(v->string), types[v->valueint] = TT_NORMAL;
+    for (const cJSON *a = cJSON_IsArray(added) ? added->child : NULL; a; a = a->next) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id"), *c = cJSON_GetObjectItemCaseSensitive(a, "content");
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(c) || id->valueint < 0 || id->valueint >= n) continue;
+        free(toks[id->valueint]);
+        toks[id->valueint] = xstrdup(c->valuestring);
+        types[id->valueint] = tokenizer_is_special(tok, id->valueint) ? TT_CONTROL : TT_USER_DEFINED;
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (!toks[i]) {  // a hole in the ids, as llama.cpp's converter fills them
+            char b[32];
+            snprintf(b, sizeof b, "[PAD%d]", i);
+            toks[i] = xstrdup(b), types[i] = TT_UNUSED;
+        }
+    int nm = cJSON_GetArraySize(merges), k = 0;
+    char **ms = xcalloc((size_t)nm + 1, sizeof *ms);
+    for (const cJSON *m = merges->child; m; m = m->next, k++) {
+        if (cJSON_IsString(m)) {
+            ms[k] = xstrdup(m->valuestring);
+        } else if (cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
+            StrBuf sb = {0};
+            sb_printf(&sb, "%s %s", m->child->valuestring, m->child->next->valuestring);
+            ms[k] = sb_take(&sb);
+        } else {
+            ms[k] = xstrdup("");
+        }
+    }
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(w, "tokenizer.ggml.pre", pre);
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (size_t)n);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)ms, (size_t)nm);
+    int32_t bos = tokenizer_bos_id(tok), eos = tokenizer_eos_id(tok), pad = tokenizer_pad_id(tok), unk = tokenizer_unk_id(tok);
+    if (bos >= 0) gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+    if (eos >= 0) gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (unk >= 0) gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)unk);
+    if (pad >= 0) gguf_w_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    // What the post-processor adds around a text is what add_bos_token / add_eos_token say.
+    TokenIds ids = {0};
+    Err ee = {0};
+    int add_bos = 0, add_eos = 0;
+    if (tokenizer_encode(tok, "a", 1, 1, &ids, &ee) == ST_OK && ids.n) {
+        add_bos = bos >= 0 && ids.ids[0] == bos;
+        add_eos = eos >= 0 && ids.ids[ids.n - 1] == eos;
+    }
+    tokenizer_ids_free(&ids);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    gguf_w_bool(w, "tokenizer.ggml.add_eos_token", add_eos);
+    char *tmpl = template_source(dir, cfg);
+    if (tmpl) gguf_w_str(w, "tokenizer.chat_template", tmpl);
+    free(tmpl);
+    for (int32_t i = 0; i < n; i++) free(toks[i]);
+    for (int i = 0; i < nm; i++) free(ms[i]);
+    free(toks), free(types), free(ms);
+    return ST_OK;
+}
+
+Status tok_gguf_write(const char *dir, GgufWriter *w, Err *e) {
+    if (gguf_is_file(dir)) {  // another GGUF file: its tokenizer as tokenizer_load reads it
+        cJSON *j, *cfg;
+        Tokenizer *tok = NULL;
+        GgufFile g;
+        TRY(gguf_open(dir, &g, e));
+        int has = gguf_find(&g, "tokenizer.ggml.model") != NULL;
+        gguf_close(&g);
+        if (!has) return err_set(e, ST_ENOTFOUND, "%s: no tokenizer.ggml.model", dir);
+        TRY(tok_gguf_json(dir, &j, &cfg, e));
+        Status st = tokenizer_load(dir, &tok, e);
+        if (st == ST_OK) st = write_trees(dir, dir, j, cfg, tok, w, e);
+        tokenizer_free(tok);
+        cJSON_Delete(j);
+        cJSON_Delete(cfg);
+        return st;
+    }
+    char *jp = path_join(dir, "tokenizer.json"), *cp = path_join(dir, "tokenizer_config.json");
+    cJSON *j = NULL, *cfg = NULL;
+    Tokenizer *tok = NULL;
+    Status st = file_exists(jp) ? ST_OK : err_set(e, ST_ENOTFOUND, "%s: no such file", jp);
+    if (st == ST_OK) st = json_parse_file(jp, &j, e);
+    if (st == ST_OK && file_exists(cp)) st = json_parse_file(cp, &cfg, e);
+    if (st == ST_OK) st = tokenizer_load(dir, &tok, e);
+    if (st == ST_OK) st = write_trees(dir, jp, j, cfg, tok, w, e);
+    tokenizer_free(tok);
+    cJSON_Delete(j);
+    cJSON_Delete(cfg);
+    free(jp);
+    free(cp);
+    return st;
 }

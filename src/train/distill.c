@@ -670,7 +670,9 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
                  g.do_sample ? "sampled" : "greedy", g.temperature, g.top_p, g.top_k, g.max_new_tokens,
                  c->gkd ? (c->seq_kd ? " (GKD, seq_kd)" : " (GKD)") : "");
         c->train.src_model_dir = c->model_dir;
-        c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype : c->dtype >= 0 ? (DType)c->dtype : m->ckpt_dtype;
+        c->train.save_dtype = c->save_dtype >= 0                      ? (DType)c->save_dtype
+                              : c->dtype >= 0 && c->dtype != DT_Q8_0 ? (DType)c->dtype
+                                                                     : m->ckpt_dtype;
         StepSource src = {.ctx = &s, .what = "prompts", .n_items = ps.n, .steps_per_epoch = s.spe,
                           .micro_batches = s.spe * GA, .batch_size = B, .grad_accum = GA, .step = distill_step,
                           .evaluate = c->eval_dataset ? distill_evaluate : NULL,

@@ -736,7 +736,7 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
                  g->rs.n == 1 ? "" : "s", loss_name(c), c->beta);
         c->train.src_model_dir = c->model_dir;
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
-                              : c->dtype >= 0     ? (DType)c->dtype
+                              : c->dtype >= 0 && c->dtype != DT_Q8_0 ? (DType)c->dtype
                                                   : m->ckpt_dtype;
         StepSource src = grpo_source(g);
         st = trainer_loop(m, &src, &c->train, res, e);

@@ -96,7 +96,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
         }
         c->train.src_model_dir = c->model_dir;
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
-                              : c->dtype >= 0     ? (DType)c->dtype
+                              : c->dtype >= 0 && c->dtype != DT_Q8_0 ? (DType)c->dtype
                                                   : m->ckpt_dtype;
         st = trainer_run(m, &bt, c->eval_dataset ? &ebt : NULL, c->dist, &c->train, res, e);
     }

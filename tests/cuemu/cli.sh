@@ -3,7 +3,8 @@
 # of the same binary (build-emu/still): logits (bf16 GEMMs within 3e-2 of max |logit| as in
 # scripts/gpu_check.sh; fp32 GEMMs within 1e-4), greedy generation with bf16 GEMMs (the same ids
 # up to a near-tie), sampled generation (the same ids but where a draw sits on a boundary) and SFT
-# with fp32 GEMMs (the same losses to 1e-5), and
+# with fp32 GEMMs (the same losses to 1e-5), Q8_0 weights (logits within 1e-4 with fp32 GEMMs,
+# greedy ids as above), and
 # bench/cuda_bench check (logits, training steps, graph replays of the training step).
 set -u
 STILL_BIN=${STILL_BIN:-build-emu/still} STILL_BUILD=${STILL_BUILD:-build-emu}
@@ -30,6 +31,18 @@ for gemm in bf16 fp32; do
   else fail "logits_$gemm" "relative error $r (tol $tol): $(tail -2 "$tmp/err")"; fi
 done
 
+# Q8_0 weights (tests/data/q8/qwen3, rows of whole blocks): 13 positions (converted GEMM operand)
+# and 4 (the warp-per-row kernel) against cpu with fp32 GEMMs
+Q=tests/data/q8/qwen3
+for q in "$ids" "1 5 9 200"; do
+  $BIN logits --device cpu --model $Q --dtype q8_0 --ids "$q" --all >"$tmp/q_cpu" 2>"$tmp/err"
+  STILL_CUDA_GEMM=fp32 $BIN logits --device cuda --model $Q --dtype q8_0 --ids "$q" --all >"$tmp/q_cuda" 2>>"$tmp/err"
+  r=$(max_rel "$tmp/q_cpu" "$tmp/q_cuda")
+  n=$(wc -w <<<"$q")
+  if [ "$r" != shapes ] && awk -v r="$r" 'BEGIN { exit !(r <= 1e-4) }'; then ok "logits_q8_0_T$n"
+  else fail "logits_q8_0_T$n" "relative error $r (tol 1e-4): $(tail -2 "$tmp/err")"; fi
+done
+
 gen_both() {  # gemm, generate flags...: cpu ids in g_cpu, cuda ids in g_cuda (a line per sequence)
   local gemm=$1; shift
   $BIN generate --device cpu --model $M --ids "$ids" "$@" >"$tmp/g_cpu" 2>"$tmp/err"
@@ -52,7 +65,7 @@ same_greedy() {  # name, gemm, generate flags...
   while [ $i -lt ${#a[@]} ] && [ "${a[$i]}" = "${b[$i]:-}" ]; do i=$((i + 1)); done
   if [ ${#a[@]} -eq 0 ] || [ ${#a[@]} -ne ${#b[@]} ] || ! graphs_ran; then fail "$name" "$(gen_detail)"; return; fi
   if [ $i -eq ${#a[@]} ]; then ok "$name"; return; fi
-  $BIN logits --device cpu --model $M --ids "$ids ${a[*]:0:$i}" >"$tmp/l_tie" 2>>"$tmp/err"
+  $BIN logits --device cpu --model $M ${GEN_DTYPE:+--dtype $GEN_DTYPE} --ids "$ids ${a[*]:0:$i}" >"$tmp/l_tie" 2>>"$tmp/err"
   local verdict
   verdict=$(awk -v x="${a[$i]}" -v y="${b[$i]}" '{ m = 0; for (k = 1; k <= NF; k++) { v = $k < 0 ? -$k : $k; if (v > m) m = v }
     d = $(x + 1) - $(y + 1); if (d < 0) d = -d; printf "%s gap %.3g, bound %.3g", (d <= 2 * 3e-2 * m ? "tie" : "clear"), d, 2 * 3e-2 * m }' "$tmp/l_tie")
@@ -75,6 +88,9 @@ same_sampled() {  # name, gemm, generate flags...
   else fail "$name" "$parted of $n sequences differ: $(gen_detail)"; fi
 }
 same_greedy generate_greedy bf16 --max_new_tokens 32 --do_sample false --ignore_eos
+M_f32=$M M=$Q GEN_DTYPE=q8_0
+same_greedy generate_greedy_q8_0 fp32 --max_new_tokens 24 --do_sample false --ignore_eos --dtype q8_0
+M=$M_f32 GEN_DTYPE=
 same_sampled generate_sampled fp32 --max_new_tokens 40 --do_sample true --seed 7 --top_k 20 --top_p 0.9 \
   --temperature 0.8 --repetition_penalty 1.3 --num_return_sequences 3
 

@@ -101,6 +101,15 @@ expect_err text_needs_tokenizer "has no tokenizer.json" $BIN generate --model "$
 ids=$($BIN generate --model "$tmp/notok" --ids "1 2" --max_new_tokens 3 --ignore_eos 2>/dev/null)
 if [ "$(wc -w <<<"$ids")" = 3 ]; then ok ids_without_tokenizer; else fail ids_without_tokenizer "'$ids'"; fi
 
+# q8_0 weights (quantized at load): as many tokens as asked, the same on ref and cpu; trainers refuse them
+q8=$($G --ids "9707 11 1879" --max_new_tokens 8 --ignore_eos --print_ids --dtype q8_0 2>"$tmp/q8.err" | tail -n 1)
+q8r=$($G --ids "9707 11 1879" --max_new_tokens 8 --ignore_eos --print_ids --dtype q8_0 --device ref 2>/dev/null | tail -n 1)
+if [ "$(wc -w <<<"$q8")" = 8 ] && [ "$q8" = "$q8r" ]; then ok q8_0_generate; else fail q8_0_generate "'$q8' vs ref '$q8r': $(cat "$tmp/q8.err")"; fi
+expect_err q8_0_not_trained "8-bit weights cannot be trained" $BIN sft --model "$M" --dataset tests/data/sft/ids.jsonl \
+  --output_dir "$tmp/q8sft" --dtype q8_0 --max_steps 1
+expect_err q8_0_not_saved "checkpoints are written as float32 or bfloat16" $BIN sft --model "$M" \
+  --dataset tests/data/sft/ids.jsonl --output_dir "$tmp/q8sft" --save_dtype q8_0 --max_steps 1
+
 # A big batch works or fails with a message, never overflows the stack: no buffer sized by the
 # batch lives there (50000 rows' sampler parameters were a 1.6 MB array on a 1 MB stack).
 cat >"$tmp/nano.json" <<'JSON'

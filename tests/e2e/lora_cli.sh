@@ -3,8 +3,8 @@
 # PEFT's files with PEFT's key names and shapes; the adapter changes the logits and merging keeps
 # them; resume is bit-identical; gradient checkpointing gives the plain backward's weights bit for
 # bit (LoRA with dropout, and full fine-tuning); distill (fixed self-teacher = the base with the
-# adapter off), grpo and rloo (KL reference = the base) train adapters; 2 ranks equal 1 rank;
-# flag errors.
+# adapter off), grpo and rloo (KL reference = the base) train adapters; 2 ranks equal 1 rank; an
+# adapter on a Q8_0 base trains; flag errors.
 # asan: yes
 set -u
 source tests/e2e/lib.sh
@@ -122,6 +122,19 @@ fi
 
 # 7. errors
 expect_err adapter_needs_use_peft "needs --use_peft" $BIN sft --model $M --dataset $IDS --output_dir "$tmp/e1" --adapter "$tmp/a"
+# a Q8_0 base (tests/data/q8/qwen3: rows of whole blocks): the adapter trains, the loss falls, and
+# the adapter applies to the q8_0 base at inference
+Q=tests/data/q8/qwen3
+$BIN sft --model $Q --dataset $IDS --output_dir "$tmp/q8" $L --dtype q8_0 --max_steps 6 --save_strategy no \
+  >"$tmp/q8.out" 2>"$tmp/q8.err"
+rc=$?
+first=$(head -1 "$tmp/q8/metrics.jsonl" 2>/dev/null | grep -o '"loss":[-0-9.e+]*' | cut -d: -f2)
+last=$(tail -1 "$tmp/q8/metrics.jsonl" 2>/dev/null | grep -o '"loss":[-0-9.e+]*' | cut -d: -f2)
+q8l=$($BIN logits --model $Q --dtype q8_0 --ids "5 17 300" --adapter "$tmp/q8" 2>/dev/null | wc -w)
+if [ $rc = 0 ] && [ -f "$tmp/q8/adapter_model.safetensors" ] && [ -n "$first" ] && [ -n "$last" ] \
+   && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' && [ "$q8l" = 384 ]; then ok q8_0_base
+else fail q8_0_base "rc=$rc first $first last $last logits $q8l: $(tail -2 "$tmp/q8.err")"; fi
+
 expect_err bad_target "no linear layer" $BIN sft --model $M --dataset $IDS --output_dir "$tmp/e2" --use_peft --lora_target_modules qq_proj
 expect_err bad_save "names no module" $BIN sft --model $M --dataset $IDS --output_dir "$tmp/e3" --use_peft --lora_modules_to_save nothing_here
 expect_err use_peft_outside_training "not supported" $BIN generate --model $M --ids "1 2" --use_peft true

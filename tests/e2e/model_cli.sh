@@ -61,8 +61,9 @@ if [[ "$loss" =~ ^[0-9]\.[0-9]+$ ]] && [ -s "$tmp/g.safetensors" ]; then ok loss
 
 expect_err ids_outside_vocab "token id 99999 is outside the vocabulary" $BIN logits --model "$tmp/m" --ids "1 99999"
 expect_err ids_not_numbers "\"x\" is not a token id" $BIN loss --model "$tmp/m" --ids "1 x 3"
-expect_err missing_model "nonexistent" $BIN logits --model "$tmp/nonexistent" --ids "1"
-expect_err unknown_flag "did you mean --ids" $BIN logits --model "$tmp/m" --idz "1"
+# usage errors exit 2 (docs/errors.md), a file that cannot be read 1
+expect_rc missing_model 1 "nonexistent" $BIN logits --model "$tmp/nonexistent" --ids "1"
+expect_rc unknown_flag 2 "did you mean --ids" $BIN logits --model "$tmp/m" --idz "1"
 expect_err unsupported_flag "not supported yet" $BIN loss --model "$tmp/m" --ids "1 2" --use_peft true
 echo '{"model_type":"qwen3","vocab_size":10}' > "$tmp/bad.json"
 expect_err config_missing_field "hidden_size" $BIN init --model_config "$tmp/bad.json" --output_dir "$tmp/bad"
@@ -82,7 +83,7 @@ expect_err init_refuses_vocab_over_2p20 'field "vocab_size" is 1048577, more tha
   $BIN init --model_config "$tmp/v2p20.json" --output_dir "$tmp/v2p20" --device ref
 cp -r "$tmp/m" "$tmp/trunc"; head -c 1000 "$tmp/m/model.safetensors" > "$tmp/trunc/model.safetensors"
 expect_err truncated_checkpoint "model.safetensors" $BIN logits --model "$tmp/trunc" --ids "1"
-expect_err unknown_command "did you mean 'logits'" $BIN logit
+expect_rc unknown_command 2 "did you mean 'logits'" $BIN logit
 # memory: a model or a plan that does not fit the budget is refused before allocation
 expect_err memory_refuses_model "needs" $BIN logits --model "$tmp/m" --ids "1 2" --max_memory 1KiB
 out=$($BIN logits --model "$tmp/m" --ids "1 2" --pad_to_multiple_of 200000 --max_memory 256MiB 2>&1 >/dev/null); rc=$?

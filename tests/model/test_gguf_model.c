@@ -2,10 +2,11 @@
 // does (scripts/ref_gguf.py: names, reversed dims, metadata keys, llama's permuted Q/K rows,
 // llama3 rope_freqs) equal the Hugging Face checkpoints they came from: the same config, every
 // tensor bit for bit, and the same logits (float32: exactly; bfloat16 storage: exactly the
-// bf16 model of the checkpoint).
+// bf16 model of the checkpoint). A file of mixed quantized types loads as its dequantized blocks.
 #include "test.h"
 
 #include "core/alloc.h"
+#include "model/gguf_model.h"
 #include "model/qwen3.h"
 
 // Logits (n, V) of a fixed id sequence through the score path.
@@ -77,11 +78,64 @@ static void test_bf16_storage(void) {
     compare("llama", DT_BF16);
 }
 
+// A Q4_K_M-like file (scripts/ref_gguf.py's mixed.gguf: Q4_K, Q6_K, Q4_0 and Q8_0 matrices, F32
+// norms) loads with every tensor its blocks dequantized (float32, or rounded once to bfloat16),
+// and runs.
+static void test_mixed_quant_types(void) {
+    const char *path = "tests/data/gguf/mixed.gguf";
+    for (int pass = 0; pass < 2; pass++) {
+        int dt = pass ? DT_BF16 : -1;
+        Err e = {0};
+        Backend *be;
+        CHECK(backend_create("cpu", 2, &be, &e) == ST_OK);
+        Model *m = NULL;
+        GgufFile g;
+        EXPECT_MSG(model_load_frozen(path, be, dt, &m, &e) == ST_OK, "%s", e.msg);
+        EXPECT_MSG(gguf_open(path, &g, &e) == ST_OK, "%s", e.msg);
+        if (!m || test_current_failed) {
+            model_free(m);
+            backend_destroy(be);
+            return;
+        }
+        EXPECT(m->matrix_dtype == (pass ? DT_BF16 : DT_F32) && m->cfg.qk_norm && !m->cfg.tie_word_embeddings);
+        int quantized = 0;
+        for (int i = 0; i < m->tt.n; i++) {
+            const TensorInfo *t = &m->tt.t[i];
+            char gname[160];
+            EXPECT(gguf_name_from_hf(t->name, gname, sizeof gname));
+            const GgufTensor *gt = gguf_find_tensor(&g, gname);
+            EXPECT_MSG(gt && gt->numel == t->numel, "%s", t->name);
+            if (!gt || gt->numel != t->numel) continue;
+            quantized += gt->type != GGML_F32;
+            float *want = xmalloc(t->numel * sizeof(float)), *got = xmalloc(t->numel * sizeof(float));
+            void *raw = xmalloc(t->numel * dtype_size(t->dtype));
+            gguf_dequantize(gt->type, gt->data, want, t->numel);
+            if (t->dtype == DT_BF16)
+                for (size_t k = 0; k < t->numel; k++) want[k] = bf16_to_f32(f32_to_bf16(want[k]));
+            be->download(be, raw, m->data[i], t->numel * dtype_size(t->dtype));
+            dtype_convert(got, DT_F32, raw, t->dtype, t->numel);
+            EXPECT_MSG(!memcmp(want, got, t->numel * sizeof(float)), "%s (%s) differs from its dequantized blocks", t->name,
+                       gguf_type_name(gt->type));
+            free(want), free(got), free(raw);
+        }
+        EXPECT(quantized == 9);
+        float *l = logits(m, 5);
+        int finite = 1;
+        for (size_t k = 0; k < (size_t)5 * m->cfg.vocab_size; k++) finite &= isfinite(l[k]) && fabsf(l[k]) < 1e4f;
+        EXPECT(finite);
+        free(l);
+        gguf_close(&g);
+        model_free(m);
+        backend_destroy(be);
+    }
+}
+
 int main(void) {
     RUN(test_qwen3_tied);
     RUN(test_qwen3_untied);
     RUN(test_qwen2);
     RUN(test_llama_permuted_rope_freqs);
     RUN(test_bf16_storage);
+    RUN(test_mixed_quant_types);
     TEST_MAIN_END();
 }

@@ -1,8 +1,14 @@
 // test_torch_parity.c: logits, loss and every gradient of the four tiny reference models
 // (qwen3 tied / untied, qwen2 with q/k/v biases, llama with llama3 RoPE scaling) against
-// PyTorch in float64 (scripts/ref_model.py), on every backend. Tolerance: norm-wise relative
-// error <= 1e-5 per tensor (fp32 compute against a float64 reference).
+// PyTorch in float64 (scripts/ref_model.py), on every backend. Tolerances, norm-wise relative
+// error per tensor of fp32 compute against a float64 reference: logits and loss 1e-5 (observed
+// up to 8e-7); gradients TOL_GRAD 2e-5: the backward pass through every layer accumulates more
+// rounding, observed up to 4.5e-6 (qwen2's first layer on the cpu backend), within a factor of
+// 2.2 of the 1e-5 they had; another sgemm kernel rounds differently, a wrong gradient errs by
+// more than 1e-3.
 #include "test.h"
+
+#define TOL_GRAD 2e-5
 
 #include "core/alloc.h"
 #include "model/qwen3.h"
@@ -78,7 +84,7 @@ static void check_model(const char *name, const char *bename) {
         EXPECT_MSG(g != NULL, "fixture lacks %s", gname);
         if (!g) continue;
         double ge = rel_norm_err(grads + ti->goffset, g->data, ti->numel);
-        EXPECT_MSG(ge <= 1e-5, "%s/%s gradient of %s rel err %.3g", name, bename, ti->name, ge);
+        EXPECT_MSG(ge <= TOL_GRAD, "%s/%s gradient of %s rel err %.3g", name, bename, ti->name, ge);
         n_checked++;
     }
     EXPECT(n_checked == m->tt.n);
@@ -136,7 +142,7 @@ static void check_cli(const char *name) {
         EXPECT_MSG(want_g && want_g->numel == g.tensors[i].numel && g.tensors[i].dtype == DT_F32, "%s", gname);
         if (!want_g) continue;
         double ge = rel_norm_err(g.tensors[i].data, want_g->data, want_g->numel);
-        EXPECT_MSG(ge <= 1e-5, "%s: CLI gradient %s rel err %.3g", name, g.tensors[i].name, ge);
+        EXPECT_MSG(ge <= TOL_GRAD, "%s: CLI gradient %s rel err %.3g", name, g.tensors[i].name, ge);
         matched++;
     }
     EXPECT(matched > 0 && matched == exp.n_tensors - 3);  // every gradient (the fixture adds ids, logits, loss)

@@ -121,4 +121,12 @@ static uint16_t *to_bf16(const float *x, size_t n) {
     return b;
 }
 
+// x (n) as Q8_0 blocks (n a multiple of 32); NULL when it is not.
+static inline BlockQ8_0 *to_q8_0(const float *x, size_t n) {
+    if (n % Q8_0_BLOCK) return NULL;
+    BlockQ8_0 *b = xmalloc(dtype_bytes(DT_Q8_0, n));
+    q8_0_quantize(b, x, n);
+    return b;
+}
+
 #endif

@@ -64,8 +64,9 @@ static void check_embedding(int N, int C, int V, DType wdt) {
     for (int n = 0; n < N; n++) ids[n] = (int32_t)rng_below(&ops_rng, (uint64_t)(n % 3 == 2 ? 3 : V));  // repeats
     float *wte = new_normal((size_t)V * C, 1), *dout = new_normal((size_t)N * C, 1);
     uint16_t *wb = to_bf16(wte, (size_t)V * C);
-    const void *w = wdt == DT_BF16 ? (const void *)wb : wte;
-    size_t wbytes = (size_t)V * C * dtype_size(wdt);
+    BlockQ8_0 *wq = to_q8_0(wte, (size_t)V * C);
+    const void *w = wdt == DT_BF16 ? (const void *)wb : wdt == DT_Q8_0 ? (const void *)wq : wte;
+    size_t wbytes = dtype_bytes(wdt, (size_t)V * C);
     float *out = xmalloc((size_t)N * C * 4), *dwte = new_normal((size_t)V * C, 1);
     float *d_out = dev_nan((size_t)N * C), *d_dwte = dev_from(dwte, (size_t)V * C * 4);
     int32_t *d_ids = dev_from(ids, N * 4);
@@ -80,13 +81,17 @@ static void check_embedding(int N, int C, int V, DType wdt) {
     snprintf(what, sizeof what, "embedding bwd N%d C%d", N, C);
     expect_close(what, d_dwte, dwte, (size_t)V * C, TOL_EW);
     X->free(X, d_out), X->free(X, d_dwte), X->free(X, d_ids), X->free(X, d_w), X->free(X, d_dout);
-    free(ids), free(wte), free(dout), free(wb), free(out), free(dwte);
+    free(ids), free(wte), free(dout), free(wb), free(wq), free(out), free(dwte);
 }
 
 static void test_embedding(void) {
     check_embedding(7, 13, 29, DT_F32);
     check_embedding(1, 13, 29, DT_BF16);
     check_embedding(300, 77, 50, DT_BF16);  // large enough for the parallel paths
+    Rng saved = ops_rng;  // Q8_0 cases draw from their own stream: the other cases keep their inputs
+    rng_init(&ops_rng, 808, 0);
+    check_embedding(9, 64, 29, DT_Q8_0);
+    ops_rng = saved;
 }
 
 static void check_rmsnorm(int N, int C) {
@@ -126,10 +131,11 @@ static void check_matmul(int N, int C, int OC, DType wdt, int with_bias) {
     float *inp = new_normal(ni, 1), *w = new_normal(nw, 1), *bias = with_bias ? new_normal(OC, 1) : NULL;
     float *dout = new_normal(no, 1);
     uint16_t *wb = to_bf16(w, nw);
-    const void *wp = wdt == DT_BF16 ? (const void *)wb : w;
+    BlockQ8_0 *wq = to_q8_0(w, nw);
+    const void *wp = wdt == DT_BF16 ? (const void *)wb : wdt == DT_Q8_0 ? (const void *)wq : w;
     float *out = xmalloc(no * 4), *dinp = new_normal(ni, 1), *dw = new_normal(nw, 1), *db = new_normal(OC, 1);
     float *d_inp = dev_from(inp, ni * 4), *d_bias = bias ? dev_from(bias, OC * 4) : NULL;
-    void *d_w = dev_from(wp, nw * dtype_size(wdt));
+    void *d_w = dev_from(wp, dtype_bytes(wdt, nw));
     float *d_dout = dev_from(dout, no * 4), *d_out = dev_nan(no);
     float *d_dinp = dev_from(dinp, ni * 4), *d_dw = dev_from(dw, nw * 4), *d_db = dev_from(db, OC * 4);
     R->matmul_forward(R, out, inp, wp, wdt, bias, N, C, OC);
@@ -152,7 +158,7 @@ static void check_matmul(int N, int C, int OC, DType wdt, int with_bias) {
     X->free(X, d_inp), X->free(X, d_w), X->free(X, d_dout), X->free(X, d_out), X->free(X, d_dinp), X->free(X, d_dw);
     X->free(X, d_db);
     if (d_bias) X->free(X, d_bias);
-    free(inp), free(w), free(bias), free(dout), free(wb), free(out), free(dinp), free(dw), free(db);
+    free(inp), free(w), free(bias), free(dout), free(wb), free(wq), free(out), free(dinp), free(dw), free(db);
 }
 
 static void test_matmul(void) {
@@ -163,6 +169,14 @@ static void test_matmul(void) {
     check_matmul(3, 100, 700, DT_BF16, 1);
     check_matmul(9, 1000, 2200, DT_BF16, 0);  // more than one converted panel (2M floats each)
     check_matmul(64, 96, 33, DT_F32, 1);
+    // Q8_0 weights (the frozen base of an adapter has a backward too): decode-sized (cpu_gemv.c,
+    // cuda's warp-per-row kernel) with and without bias, and through converted tiles / operands
+    Rng saved = ops_rng;
+    rng_init(&ops_rng, 808, 1);
+    check_matmul(1, 64, 29, DT_Q8_0, 1);
+    check_matmul(8, 96, 300, DT_Q8_0, 0);
+    check_matmul(20, 128, 50, DT_Q8_0, 1);
+    ops_rng = saved;
 }
 
 static void check_rope(int N, int NH, int HD, float mscale) {

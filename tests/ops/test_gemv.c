@@ -1,5 +1,5 @@
 // test_gemv.c: the cpu backend's decode-sized matmul (cpu_gemv.c, N <= 8 rows) against the
-// reference matmul for every N, fp32 and bf16 weights, with and without bias, widths that are and
+// reference matmul for every N, fp32, bf16 and Q8_0 weights, with and without bias, widths that are and
 // are not multiples of the vector width, row counts that leave partial row blocks and thread
 // ranges; guard words after the output must survive.
 #include "ops_util.h"
@@ -10,12 +10,14 @@
 static void check(Backend *R, Backend *X, int N, int C, int OC, DType wdt, int with_bias) {
     size_t nw = (size_t)OC * C;
     float *inp = new_normal((size_t)N * C, 1), *wf = new_normal(nw, 0.5f), *bias = with_bias ? new_normal(OC, 1) : NULL;
-    void *w = wf;
-    uint16_t *wb = NULL;
+    void *w = wf, *wb = NULL;
     if (wdt == DT_BF16) {
-        wb = xmalloc(nw * 2);
-        for (size_t i = 0; i < nw; i++) wb[i] = f32_to_bf16(wf[i]);
-        w = wb;
+        uint16_t *h = xmalloc(nw * 2);
+        for (size_t i = 0; i < nw; i++) h[i] = f32_to_bf16(wf[i]);
+        w = wb = h;
+    } else if (wdt == DT_Q8_0) {
+        w = wb = xmalloc(dtype_bytes(DT_Q8_0, nw));
+        q8_0_quantize(wb, wf, nw);
     }
     float *want = xmalloc((size_t)N * OC * 4), *got = xmalloc(((size_t)N * OC + 16) * 4);
     R->matmul_forward(R, want, inp, w, wdt, bias, N, C, OC);
@@ -30,7 +32,7 @@ static void check(Backend *R, Backend *X, int N, int C, int OC, DType wdt, int w
     }
     for (int g = 0; g < 16; g++) guards &= got[(size_t)N * OC + g] == 777.0f;
     EXPECT_MSG(err <= 2e-5 * fmax(ref, 1e-3) && guards, "N=%d C=%d OC=%d %s bias=%d: error %.3g (max |ref| %.3g), guards %d",
-               N, C, OC, wdt == DT_BF16 ? "bf16" : "f32", with_bias, err, ref, guards);
+               N, C, OC, dtype_st_name(wdt), with_bias, err, ref, guards);
     free(inp), free(wf), free(bias), free(wb), free(want), free(got);
 }
 
@@ -41,6 +43,11 @@ static void test_gemv_against_ref(void) {
         for (size_t i = 0; i < sizeof Cs / sizeof *Cs; i++)
             for (size_t j = 0; j < sizeof OCs / sizeof *OCs; j++)
                 for (int bf = 0; bf < 2; bf++) check(R, X, N, Cs[i], OCs[j], bf ? DT_BF16 : DT_F32, (int)(i + j + N) % 2);
+    // Q8_0: rows of whole blocks
+    int Cq[] = {32, 96, 1024};
+    for (int N = 1; N <= CPU_GEMV_MAX_ROWS; N++)
+        for (size_t i = 0; i < sizeof Cq / sizeof *Cq; i++)
+            for (size_t j = 0; j < sizeof OCs / sizeof *OCs; j++) check(R, X, N, Cq[i], OCs[j], DT_Q8_0, (int)(i + j + N) % 2);
     backend_destroy(R);
     backend_destroy(X);
 }

@@ -14,6 +14,7 @@
 #include "core/fileio.h"
 #include "core/json.h"
 #include "model/gguf.h"
+#include "model/gguf_export.h"
 #include "model/gguf_model.h"
 #include "model/gguf_write.h"
 #include "model/safetensors.h"
@@ -54,6 +55,14 @@ static void test_dequant_matches_numpy(void) {
         EXPECT_MSG(bad == 0, "%s: %zu of %zu values differ from numpy, first at %zu: %.9g vs %.9g", names[i], bad,
                    t->numel, first, got[first], ((const float *)w->data)[first]);
         free(got);
+    }
+    // still's Q8_0 quantizer (the exporter's) writes numpy's blocks from the same data.
+    const GgufTensor *f = gguf_find_tensor(&g, "f32"), *q = gguf_find_tensor(&g, "q8_0");
+    if (f && q) {
+        uint8_t *mine = xmalloc(q->nbytes);
+        gguf_quantize_q8_0(mine, (const float *)f->data, f->numel);
+        EXPECT_MSG(!memcmp(mine, q->data, q->nbytes), "Q8_0 blocks differ from numpy's");
+        free(mine);
     }
     gguf_close(&g);
     st_close(&want);

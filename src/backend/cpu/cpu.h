@@ -10,6 +10,9 @@
 #include "../backend.h"
 
 #include <string.h>
+#if defined(__F16C__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 // Scratch slots: each grows to the largest size asked for and is kept until destroy, so a
 // steady-state step allocates nothing.
@@ -39,6 +42,15 @@ void *cpu_scratch(Backend *be, CpuScratchSlot slot, size_t bytes);
 void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc);
 
+// An fp16 value (a Q8_0 scale) as fp32: one instruction with F16C.
+static inline float cpu_f16_to_f32(uint16_t h) {
+#if defined(__F16C__) && defined(__AVX2__)
+    return _cvtsh_ss(h);
+#else
+    return f16_to_f32(h);
+#endif
+}
+
 // dst (n) = elements [off, off + n) of a weight table stored as wdt, as fp32 (serial).
 static inline void cpu_convert_f32(float *dst, const void *w, DType wdt, size_t off, size_t n) {
     if (wdt == DT_BF16) {
@@ -49,6 +61,21 @@ static inline void cpu_convert_f32(float *dst, const void *w, DType wdt, size_t 
     } else if (wdt == DT_F16) {
         const uint16_t *src = (const uint16_t *)w + off;
         for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+    } else if (wdt == DT_Q8_0) {  // any range: whole blocks in the middle, parts at the ends
+        const BlockQ8_0 *b = (const BlockQ8_0 *)w;
+        for (size_t i = 0; i < n;) {
+            size_t k = (off + i) / Q8_0_BLOCK, j = (off + i) % Q8_0_BLOCK;
+            size_t m = Q8_0_BLOCK - j < n - i ? Q8_0_BLOCK - j : n - i;
+            float d = cpu_f16_to_f32(b[k].d), *o = dst + i;
+            const int8_t *q = b[k].qs + j;
+            if (m == Q8_0_BLOCK) {
+#pragma omp simd
+                for (int t = 0; t < Q8_0_BLOCK; t++) o[t] = d * (float)q[t];
+            } else {
+                for (size_t t = 0; t < m; t++) o[t] = d * (float)q[t];
+            }
+            i += m;
+        }
     } else {
         memcpy(dst, (const float *)w + off, n * sizeof(float));
     }
@@ -114,8 +141,8 @@ void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w
 void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                          const void *w, DType wdt, int N, int C, int OC);
 
-// cpu_gemv.c: decode-sized matmul (N <= CPU_GEMV_MAX_ROWS input rows, fp32 or bf16 weights)
-// streaming the weights once with AVX-512 / AVX2 FMA.
+// cpu_gemv.c: decode-sized matmul (N <= CPU_GEMV_MAX_ROWS input rows; fp32, bf16 or Q8_0
+// weights, Q8_0 rows a multiple of 32) streaming the weights once with AVX-512 / AVX2 FMA.
 #define CPU_GEMV_MAX_ROWS 8
 void cpu_gemv_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                       int C, int OC);

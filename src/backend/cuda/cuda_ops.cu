@@ -166,9 +166,47 @@ __global__ void bias_add_kernel(float *out, const float *bias, int N, int OC) {
         out[i] += bias[i % OC];
 }
 
+// Q8_0 weights against a few input rows (decode): one warp per output row, lane j takes blocks
+// j, j + 32, ... of the row, so each block's 34 bytes are read once for all N rows; per block
+// t = q . x in fp32, acc += d * t; the warp sums its lanes in a fixed tree (shuffles).
+// inp (N,C), w (OC,C) Q8_0, bias (OC) or NULL -> out (N,OC); N <= CU_GEMV_Q8_ROWS, C % 32 == 0.
+#define CU_GEMV_Q8_ROWS 8
+__global__ void gemv_q8_kernel(float *out, const float *inp, const BlockQ8_0 *w, const float *bias, int N, int C,
+                               int OC) {
+    int o = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (o >= OC) return;  // whole warps leave together
+    int nb = C / Q8_0_BLOCK;
+    float acc[CU_GEMV_Q8_ROWS];
+    for (int n = 0; n < CU_GEMV_Q8_ROWS; n++) acc[n] = 0.0f;
+    for (int b = lane; b < nb; b += 32) {
+        const BlockQ8_0 *blk = w + (size_t)o * nb + b;
+        float d = __half2float(__ushort_as_half(blk->d));
+        float q[Q8_0_BLOCK];
+        for (int j = 0; j < Q8_0_BLOCK; j++) q[j] = (float)blk->qs[j];
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C + (size_t)b * Q8_0_BLOCK;
+            float t = 0.0f;
+            for (int j = 0; j < Q8_0_BLOCK; j++) t = fmaf(q[j], x[j], t);
+            acc[n] = fmaf(d, t, acc[n]);
+        }
+    }
+    for (int n = 0; n < N; n++) {
+        float v = acc[n];
+        for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+        if (lane == 0) out[(size_t)n * OC + o] = v + (bias ? bias[o] : 0.0f);
+    }
+}
+
 // inp (N,C), w (OC,C), bias (OC) or NULL -> out (N,OC)
 void cu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                        int C, int OC) {
+    if (wdt == DT_Q8_0 && N <= CU_GEMV_Q8_ROWS && C % Q8_0_BLOCK == 0) {
+        const int warps = 8;
+        gemv_q8_kernel<<<(OC + warps - 1) / warps, warps * 32, 0, cu_ctx(be)->stream>>>(
+            out, inp, (const BlockQ8_0 *)w, bias, N, C, OC);
+        LAUNCH_CHECK();
+        return;
+    }
     const void *A = cu_operand(be, CU_SCR_A, inp, DT_F32, (size_t)N * C);
     const void *Bw = cu_weight_operand(be, CU_SCR_B, w, wdt, (size_t)OC * C);
     cu_gemm(be, 0, 1, N, OC, C, 1.0f, A, C, Bw, C, 0.0f, out, OC);

@@ -5,11 +5,13 @@
 
 #include "../backend.h"
 
-// Element i of a weight table stored as wdt (F32, BF16 or F16), as fp32.
+// Element i of a weight table stored as wdt (F32, BF16, F16 or Q8_0), as fp32: a Q8_0 weight is
+// dequantized (fp16(d) * q) and then used as any fp32 weight.
 static inline float ref_wload(const void *w, DType wdt, size_t i) {
     switch (wdt) {
     case DT_F32: return ((const float *)w)[i];
     case DT_BF16: return bf16_to_f32(((const uint16_t *)w)[i]);
+    case DT_Q8_0: return q8_0_get((const BlockQ8_0 *)w, i);
     default: return f16_to_f32(((const uint16_t *)w)[i]);
     }
 }

@@ -46,5 +46,11 @@ struct __half {
 inline __half __float2half_rn(float f) { return __half(f); }
 inline __half __float2half(float f) { return __half(f); }
 inline float __half2float(__half h) { return (float)h; }
+inline __half __ushort_as_half(unsigned short u) {
+    __half h;
+    h.__x = u;
+    return h;
+}
+inline unsigned short __half_as_ushort(__half h) { return h.__x; }
 
 #endif
