@@ -137,5 +137,21 @@ for r in rows:
     for opts in (b"\x00\x00", b"\x13\x00", b"\x7f\x01", b"\xe0\x00", b"\x41\x02"):
         seed("dataset", opts + r)
 
+# Preference pairs: the reward fixtures and one row of every format, each under a few option bytes.
+rows = [read(p) for p in sorted(glob.glob("tests/data/reward/*.jsonl"))]
+rows += [r.encode() for r in [
+    '{"prompt": "2 + 2 =", "chosen": " 4", "rejected": " 5", "margin": 0.5}\n',
+    '{"chosen": "good<|im_end|>", "rejected": "bad"}\n',
+    '{"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "a"}], '
+    '"rejected": [{"role": "assistant", "content": "b"}]}\n',
+    '{"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], '
+    '"rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "b"}]}\n',
+    '{"chosen_input_ids": [1, 2], "rejected_input_ids": [3]}\n',
+    '[{"chosen_ids": [1], "rejected_ids": [2, 3], "margin": -1}]',
+]]
+for r in rows:
+    for opts in (b"\x00", b"\x07", b"\x08", b"\x13", b"\x1f"):
+        seed("reward_data", opts + r)
+
 for t in sorted(counts):
     print(f"  seeds {t}: {counts[t]}")
