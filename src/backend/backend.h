@@ -27,6 +27,9 @@
 
 #define IGNORE_INDEX (-100)
 
+// Per-row statistics of logprob_head (row_stats (N, LOGPROB_STATS)).
+enum { LOGPROB_STAT_ZMEAN = 0, LOGPROB_STAT_CORRECT = 1, LOGPROB_STAT_LSE2 = 2, LOGPROB_STATS = 3 };
+
 typedef struct Backend Backend;
 
 // Per-row sampling parameters of `sample_logits` (device memory, uploaded once per generate call).
@@ -231,14 +234,18 @@ struct Backend {
     // temperature before selective_log_softmax). h (N,C), W (V,C), targets (N), z_r = (h_r W^T) / tau:
     //   row_logp (N) = z_r[target_r] - logsumexp(z_r)            (may be NULL)
     //   row_entropy (N) = -sum_v p_v log p_v of softmax(z_r)      (may be NULL)
+    //   row_stats (N, LOGPROB_STATS) (may be NULL), per row, for the preference trainers' metrics:
+    //     [LOGPROB_STAT_ZMEAN]   mean_v z_r[v]                       (TRL's logits/chosen)
+    //     [LOGPROB_STAT_CORRECT] 1 if argmax z_r == target_r (first index on ties), else 0
+    //     [LOGPROB_STAT_LSE2]    log sum_v softmax(z_r)_v^2 = lse(2 z_r) - 2 lse(z_r)   (WPO)
     // Backward when coef (N) != NULL (dh required): the gradient of sum_r coef_r * row_logp_r,
     //   dz_r = coef_r * (onehot(target_r) - softmax(z_r)) / tau ; dh (N,C) += dz W ;
     //   dW (V,C) += dz^T h (when dW != NULL; NULL for a frozen model).
     // The host turns a loss into coef_r = d loss / d logp_r (train/rl_math.h).
     // scratch: (chunk, V + C) floats.
-    void (*logprob_head)(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
-                         const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
-                         float *scratch, int chunk, int N, int C, int V);
+    void (*logprob_head)(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                         const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                         float tau, float *scratch, int chunk, int N, int C, int V);
 
     // Generalized JSD between student and teacher next-token distributions (TRL's
     // generalized_jsd_loss / _jsd_divergence). Student h_s (N,Cs), W_s (V,Cs) as wdt_s; teacher

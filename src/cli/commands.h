@@ -25,6 +25,8 @@ int cmd_serve(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_grpo(int argc, char **argv);
 int cmd_rloo(int argc, char **argv);
+int cmd_dpo(int argc, char **argv);
+int cmd_kto(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_export_gguf(int argc, char **argv);

@@ -24,6 +24,8 @@ static const Command commands[] = {
     {"distill", cmd_distill, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},
     {"grpo", cmd_grpo, "online RL with GRPO"},
     {"rloo", cmd_rloo, "online RL with RLOO"},
+    {"dpo", cmd_dpo, "preference optimisation (TRL DPOTrainer semantics, every DPO loss)"},
+    {"kto", cmd_kto, "unpaired preference optimisation (TRL KTOTrainer semantics)"},
     {"reward", cmd_reward, "train a reward model (TRL RewardTrainer semantics)"},
     {"score", cmd_score, "one reward per dataset row from a reward model"},
     {"merge", cmd_merge, "merge a PEFT LoRA adapter into its base model (a plain checkpoint)"},

@@ -353,7 +353,7 @@ double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
 }
 
 // ---- distillation and RL heads ----------------------------------------------------------
-void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp) {
+void qwen3_logprob_stats(Model *m, Plan *p, float tau, const float *coef, float *out_logp, float *out_stats) {
     Backend *be = m->be;
     int N = p->B * p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     DType hdt;
@@ -361,9 +361,13 @@ void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_l
     CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && trains(m)), "qwen3_logprob: a backward pass needs a train plan and "
                                                               "gradients");
     if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->logprob_head(be, out_logp, p->row_entropy, coef ? p->dln : NULL, coef ? head_grad(m) : NULL, p->lnf, head, hdt,
-                     p->targets, coef, tau, p->head_scratch, p->head_chunk, N, C, V);
+    be->logprob_head(be, out_logp, p->row_entropy, out_stats, coef ? p->dln : NULL, coef ? head_grad(m) : NULL, p->lnf,
+                     head, hdt, p->targets, coef, tau, p->head_scratch, p->head_chunk, N, C, V);
     if (coef) qwen3_backward_from_lnf(m, p);
+}
+
+void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp) {
+    qwen3_logprob_stats(m, p, tau, coef, out_logp, NULL);
 }
 
 void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float beta, int top_k, float grad_scale,

@@ -61,6 +61,9 @@ double qwen3_forward_flops(const ModelConfig *cfg, int B, int T);
 // into p->row_entropy. With coef (N, device) != NULL (TRAIN plan, m->grads allocated): every
 // parameter gradient ACCUMULATES d(sum_r coef_r * logp_r)/d(param) into m->grads.
 void qwen3_logprob(Model *m, Plan *p, float tau, const float *coef, float *out_logp);
+// The same with the per-row statistics of logprob_head (backend.h) into out_stats
+// (N, LOGPROB_STATS, device; may be NULL): mean logit, argmax hit, log sum p^2.
+void qwen3_logprob_stats(Model *m, Plan *p, float tau, const float *coef, float *out_logp, float *out_stats);
 
 // Generalized JSD (beta 0 forward KL, 1 reverse KL) of student m on plan p against teacher mt
 // on plan pt, at temperature tau on both sides, over the whole vocabulary or the teacher's

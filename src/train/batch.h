@@ -62,6 +62,8 @@ typedef struct Batcher {
     int order_epoch;       // epoch `order` belongs to (-1 none)
 } Batcher;
 
+// The row order of an epoch: 0..n-1, shuffled (Fisher-Yates keyed by seed and epoch) or not.
+void batch_epoch_order(int *order, int n, int shuffle, uint64_t seed, int epoch);
 void batcher_init(Batcher *bt, const Rows *rows, const BatchConfig *cfg);
 // order (n) = the items of an epoch in the order its batches take them: 0..n-1, or (shuffle) a
 // permutation keyed by (seed, epoch), the same one every run and every rank draws.

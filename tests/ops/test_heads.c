@@ -11,7 +11,7 @@ static Backend *R;
 
 // ---------------------------------------------------------------- logprob_head
 typedef struct {
-    float *h, *W, *coef, *logp, *ent, *scratch;
+    float *h, *W, *coef, *logp, *ent, *stats, *scratch;
     const int32_t *targets;
     float tau;
     int N, C, V, chunk;
@@ -19,7 +19,7 @@ typedef struct {
 
 static double lp_loss(void *p) {
     LpCtx *c = p;
-    R->logprob_head(R, c->logp, c->ent, NULL, NULL, c->h, c->W, DT_F32, c->targets, NULL, c->tau, c->scratch, c->chunk,
+    R->logprob_head(R, c->logp, c->ent, c->stats, NULL, NULL, c->h, c->W, DT_F32, c->targets, NULL, c->tau, c->scratch, c->chunk,
                     c->N, c->C, c->V);
     double acc = 0;
     for (int r = 0; r < c->N; r++) acc += (double)c->coef[r] * c->logp[r];
@@ -31,33 +31,41 @@ static void test_logprob_head(void) {
     int32_t targets[7] = {4, IGNORE_INDEX, 0, 10, 4, IGNORE_INDEX, 7};
     float coef[7] = {1.0f, 5.0f, -0.5f, 2.0f, 0.0f, 1.0f, -1.5f};
     LpCtx c = {new_normal((size_t)N * C, 1), new_normal((size_t)V * C, 1), coef, xmalloc(N * 4), xmalloc(N * 4),
-               xmalloc((size_t)chunk * (V + C) * 4), targets, 0.7f, N, C, V, chunk};
+               xmalloc((size_t)N * LOGPROB_STATS * 4), xmalloc((size_t)chunk * (V + C) * 4), targets, 0.7f, N, C, V,
+               chunk};
     lp_loss(&c);
     for (int r = 0; r < N; r++) {
         if (targets[r] == IGNORE_INDEX) {
             EXPECT(c.logp[r] == 0 && c.ent[r] == 0);
+            for (int k = 0; k < LOGPROB_STATS; k++) EXPECT(c.stats[r * LOGPROB_STATS + k] == 0);
             continue;
         }
-        double a[11], mx = -INFINITY, sum = 0, ent = 0;
+        double a[11], mx = -INFINITY, sum = 0, ent = 0, zs = 0, p2 = 0;
+        int amax = 0;
         for (int v = 0; v < V; v++) a[v] = (float)dot_d(c.h + r * C, c.W + v * C, C) / (double)c.tau;
-        for (int v = 0; v < V; v++) mx = fmax(mx, a[v]);
+        for (int v = 0; v < V; v++) mx = fmax(mx, a[v]), zs += a[v], amax = a[v] > a[amax] ? v : amax;
         for (int v = 0; v < V; v++) sum += exp(a[v] - mx);
         for (int v = 0; v < V; v++) ent -= exp(a[v] - mx - log(sum)) * (a[v] - mx - log(sum));
+        for (int v = 0; v < V; v++) p2 += exp(2 * (a[v] - mx - log(sum)));
         EXPECT(test_rel_err(c.logp[r], a[targets[r]] - mx - log(sum), 1e-6) < 1e-5);
         EXPECT(test_rel_err(c.ent[r], ent, 1e-6) < 1e-5);
+        const float *st = c.stats + r * LOGPROB_STATS;
+        EXPECT(test_rel_err(st[LOGPROB_STAT_ZMEAN], zs / V, 1e-6) < 1e-5);
+        EXPECT(st[LOGPROB_STAT_CORRECT] == (amax == targets[r] ? 1.0f : 0.0f));
+        EXPECT(test_rel_err(st[LOGPROB_STAT_LSE2], log(p2), 1e-6) < 1e-5);
     }
     size_t nh = (size_t)N * C, nw = (size_t)V * C;
     float *dh0 = new_normal(nh, 1), *dW0 = new_normal(nw, 1), *dh = new_copy(dh0, nh), *dW = new_copy(dW0, nw);
-    R->logprob_head(R, c.logp, NULL, dh, dW, c.h, c.W, DT_F32, targets, coef, c.tau, c.scratch, chunk, N, C, V);
+    R->logprob_head(R, c.logp, NULL, NULL, dh, dW, c.h, c.W, DT_F32, targets, coef, c.tau, c.scratch, chunk, N, C, V);
     float *gh = grad_delta(dh, dh0, nh), *gW = grad_delta(dW, dW0, nw);
     gradcheck("logprob_head dh", lp_loss, &c, c.h, nh, gh, 300, 1e-2, 2e-3, 1e-2);
     gradcheck("logprob_head dW", lp_loss, &c, c.W, nw, gW, 300, 1e-2, 2e-3, 1e-2);
     for (int i = 0; i < C; i++) EXPECT(gh[1 * C + i] == 0 && gh[5 * C + i] == 0 && gh[4 * C + i] == 0);
     // dW NULL (a frozen model): dh unchanged
     float *dh2 = new_copy(dh0, nh);
-    R->logprob_head(R, NULL, NULL, dh2, NULL, c.h, c.W, DT_F32, targets, coef, c.tau, c.scratch, chunk, N, C, V);
+    R->logprob_head(R, NULL, NULL, NULL, dh2, NULL, c.h, c.W, DT_F32, targets, coef, c.tau, c.scratch, chunk, N, C, V);
     EXPECT(!memcmp(dh2, dh, nh * 4));
-    free(c.h), free(c.W), free(c.logp), free(c.ent), free(c.scratch);
+    free(c.h), free(c.W), free(c.logp), free(c.ent), free(c.stats), free(c.scratch);
     free(dh0), free(dW0), free(dh), free(dW), free(gh), free(gW), free(dh2);
 }
 
@@ -216,11 +224,15 @@ static void test_hand_two_tokens(void) {
     float W[4] = {1, 0, 0, 1}, h[2] = {0.0f, (float)log(3.0)}, sc[4], logp, ent, coef = 2.0f;
     int32_t tg[1] = {1};
     float dh[2] = {0, 0};
-    R->logprob_head(R, &logp, &ent, dh, NULL, h, W, DT_F32, tg, &coef, 1.0f, sc, 1, 1, 2, 2);
+    float st[LOGPROB_STATS];
+    // logits (0, ln 3): p = (1/4, 3/4); mean logit ln(3)/2; argmax 1 = target; sum p^2 = 10/16
+    R->logprob_head(R, &logp, &ent, st, dh, NULL, h, W, DT_F32, tg, &coef, 1.0f, sc, 1, 1, 2, 2);
     EXPECT(fabs(logp - log(0.75)) < 1e-7 && fabs(ent - 0.5623351446) < 1e-7);
+    EXPECT(fabs(st[LOGPROB_STAT_ZMEAN] - 0.5493061443) < 1e-7 && st[LOGPROB_STAT_CORRECT] == 1.0f);
+    EXPECT(fabs(st[LOGPROB_STAT_LSE2] - log(0.625)) < 1e-7);
     EXPECT(fabs(dh[0] + 0.5) < 1e-7 && fabs(dh[1] - 0.5) < 1e-7);
     dh[0] = dh[1] = 0;
-    R->logprob_head(R, &logp, NULL, dh, NULL, h, W, DT_F32, tg, &coef, 2.0f, sc, 1, 1, 2, 2);
+    R->logprob_head(R, &logp, NULL, NULL, dh, NULL, h, W, DT_F32, tg, &coef, 2.0f, sc, 1, 1, 2, 2);
     EXPECT(fabs(logp - log(r3 / (1 + r3))) < 1e-7);
     EXPECT(fabs(logp + 0.4557464) < 1e-6 && fabs(p0 - 0.3660254) < 1e-7);
     EXPECT(fabs(dh[0] + p0) < 1e-6 && fabs(dh[1] - p0) < 1e-6);

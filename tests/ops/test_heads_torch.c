@@ -35,7 +35,7 @@ static void test_logprob_vs_torch(void) {
     int N = d[0], C = d[1], V = d[2], chunk = 4;
     float *logp = xmalloc(N * 4), *ent = xmalloc(N * 4), *dh = xcalloc((size_t)N * C, 4);
     float *dW = xcalloc((size_t)V * C, 4), *scratch = xmalloc((size_t)chunk * (V + C) * 4);
-    R->logprob_head(R, logp, ent, dh, dW, F("lp.h"), F("lp.W"), DT_F32, I("lp.targets"), F("lp.coef"), F("lp.tau")[0],
+    R->logprob_head(R, logp, ent, NULL, dh, dW, F("lp.h"), F("lp.W"), DT_F32, I("lp.targets"), F("lp.coef"), F("lp.tau")[0],
                     scratch, chunk, N, C, V);
     expect_ref("lp.logp", logp, N);
     expect_ref("lp.entropy", ent, N);

@@ -63,23 +63,36 @@ static double row_lse(const float *z, int V) {
 }
 
 // ---------------------------------------------------------------- logprob_head
-// One row z (V) of raw logits: logp and entropy at tau; with want_grad, z becomes
-// dz = g (onehot(tgt) - softmax(z / tau)).
-static void logprob_row(float *z, int V, int tgt, float tau, int want_grad, float g, float *logp, float *entropy) {
+// One row z (V) of raw logits: logp, entropy and the row statistics (backend.h) at tau; with
+// want_grad, z becomes dz = g (onehot(tgt) - softmax(z / tau)).
+static void logprob_row(float *z, int V, int tgt, float tau, int want_grad, float g, float *logp, float *entropy,
+                        float *stats) {
 #pragma omp simd
     for (int j = 0; j < V; j++) z[j] = z[j] / tau;
     float mx = row_max(z, V), zt = z[tgt];
-    double sum = 0, sz = 0;
-#pragma omp simd reduction(+ : sum, sz)
+    if (stats) {
+        double zs = 0;
+        int amax = 0;
+        for (int j = 0; j < V; j++) {
+            zs += z[j];
+            if (z[j] > z[amax]) amax = j;
+        }
+        stats[LOGPROB_STAT_ZMEAN] = (float)(zs / V);
+        stats[LOGPROB_STAT_CORRECT] = amax == tgt ? 1.0f : 0.0f;
+    }
+    double sum = 0, sz = 0, s2 = 0;
+#pragma omp simd reduction(+ : sum, sz, s2)
     for (int j = 0; j < V; j++) {
         float e = cpu_expf(z[j] - mx);
         sum += e;
         sz += (double)e * z[j];
+        s2 += (double)e * e;
         z[j] = e;
     }
     double lse = mx + log(sum);
     if (logp) *logp = (float)(zt - lse);
     if (entropy) *entropy = (float)(lse - sz / sum);
+    if (stats) stats[LOGPROB_STAT_LSE2] = (float)(log(s2) - 2 * log(sum));
     if (want_grad) {
         float s = (float)(-g / sum);
 #pragma omp simd
@@ -88,16 +101,20 @@ static void logprob_row(float *z, int V, int tgt, float tau, int want_grad, floa
     }
 }
 
-static void cpu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
-                             const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
-                             float *scratch, int chunk, int N, int C, int V) {
+static void cpu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                             const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                             float tau, float *scratch, int chunk, int N, int C, int V) {
     CHECK(chunk >= 1 && V >= 1 && tau > 0);
     CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
     int32_t *idx = cpu_scratch(be, CPU_SCR_INDEX, (size_t)chunk * sizeof(int32_t));
     float *Z = scratch, *Hg = scratch + (size_t)chunk * V;
     int r = 0;
     while (r < N) {
+        int r0 = r;
         int M = gather_rows(idx, &r, targets, N, V, chunk, row_logp, row_entropy);
+        if (row_stats)  // rows skipped on the way: 0
+            for (int k = r0; k < r; k++)
+                if (targets[k] == IGNORE_INDEX) memset(row_stats + (size_t)k * LOGPROB_STATS, 0, LOGPROB_STATS * sizeof(float));
         if (M == 0) continue;
         copy_rows(be, Hg, h, idx, M, C);
         cpu_matmul_forward(be, Z, Hg, W, wdt, NULL, M, C, V);
@@ -105,7 +122,8 @@ static void cpu_logprob_head(Backend *be, float *row_logp, float *row_entropy, f
         for (int i = 0; i < M; i++) {
             int row = idx[i];
             logprob_row(Z + (size_t)i * V, V, targets[row], tau, coef != NULL, coef ? coef[row] / tau : 0.0f,
-                        row_logp ? row_logp + row : NULL, row_entropy ? row_entropy + row : NULL);
+                        row_logp ? row_logp + row : NULL, row_entropy ? row_entropy + row : NULL,
+                        row_stats ? row_stats + (size_t)row * LOGPROB_STATS : NULL);
         }
         if (coef) head_backward(be, dh, dW, Z, Hg, W, wdt, idx, M, C, V);
     }

@@ -235,9 +235,9 @@ void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const 
 void cu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
                          const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD, int S);
 // cuda_heads.cu
-void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
-                     const void *W, DType wdt, const int32_t *targets, const float *coef, float tau, float *scratch,
-                     int chunk, int N, int C, int V);
+void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
+                     float *scratch, int chunk, int N, int C, int V);
 void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
                      const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
                      const int32_t *targets, const float *weights, float tau, float beta, int top_k, float grad_scale,

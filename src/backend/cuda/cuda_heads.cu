@@ -45,15 +45,20 @@ __device__ inline double row_lse(const float *z, int V, double tau, float *red, 
 }
 
 // ---- logprob_head ----------------------------------------------------------------------------
-// z (nr, V) logits of rows r0.. (unscaled) -> row_logp, row_entropy; dz in place when backward.
+// z (nr, V) logits of rows r0.. (unscaled) -> row_logp, row_entropy, row_stats (nr, LOGPROB_STATS);
+// dz in place when backward.
 __global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, float *row_logp, float *row_entropy,
-                                                                    const int32_t *targets, const float *coef,
-                                                                    float tau, int backward, int V) {
+                                                                    float *row_stats, const int32_t *targets,
+                                                                    const float *coef, float tau, int backward, int V) {
     __shared__ float red[32];
     __shared__ double redd[32];
+    __shared__ int redi[32];
     const int r = blockIdx.x;
     float *zr = z + (size_t)r * V;
     const int tgt = targets[r];
+    float *st = row_stats ? row_stats + (size_t)r * LOGPROB_STATS : NULL;
+    if (tgt == IGNORE_INDEX && st && threadIdx.x == 0)
+        for (int k = 0; k < LOGPROB_STATS; k++) st[k] = 0.0f;
     if (ignored_row(tgt, zr, row_logp ? row_logp + r : NULL, row_entropy ? row_entropy + r : NULL, backward, V)) return;
     if (tgt < 0 || tgt >= V) {
         if (threadIdx.x == 0)
@@ -68,10 +73,30 @@ __global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, fl
         pa += exp(a - lse) * a;
     }
     pa = block_sum(pa, redd);
+    double zs = 0, s2 = 0;
+    int amax = 0;
+    if (st) {  // the scaled fp32 logits, as ref and cpu
+        float bv = -INFINITY;
+        int bi = INT32_MAX;
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            float a = zr[v] / tau;
+            zs += a;
+            s2 += exp(2.0 * ((double)a - lse));
+            if (a > bv) bv = a, bi = v;
+        }
+        zs = block_sum(zs, redd);
+        s2 = block_sum(s2, redd);
+        amax = block_argmax(bv, bi, red, redi);
+    }
     const float zt = zr[tgt];
     if (threadIdx.x == 0) {
         if (row_logp) row_logp[r] = (float)(zt / dtau - lse);
         if (row_entropy) row_entropy[r] = (float)(lse - pa);
+        if (st) {
+            st[LOGPROB_STAT_ZMEAN] = (float)(zs / V);
+            st[LOGPROB_STAT_CORRECT] = amax == tgt ? 1.0f : 0.0f;
+            st[LOGPROB_STAT_LSE2] = (float)log(s2);
+        }
     }
     if (!backward) return;
     __syncthreads();  // every thread has read z[tgt] before z becomes dz
@@ -80,9 +105,9 @@ __global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, fl
         zr[v] = g == 0 ? 0.0f : (float)(g * ((v == tgt) - exp(zr[v] / dtau - lse)));
 }
 
-void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
-                     const void *W, DType wdt, const int32_t *targets, const float *coef, float tau, float *scratch,
-                     int chunk, int N, int C, int V) {
+void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
+                     float *scratch, int chunk, int N, int C, int V) {
     CHECK(chunk >= 1 && V >= 1 && tau > 0);
     CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
     CudaCtx *ctx = cu_ctx(be);
@@ -94,9 +119,10 @@ void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh
         int nr = MIN(chunk, N - r0);
         const void *Hc = cu_operand(be, CU_SCR_A, h + (size_t)r0 * C, DT_F32, (size_t)nr * C);
         cu_gemm(be, 0, 1, nr, V, C, 1.0f, Hc, C, Wc, C, 0.0f, z, V);
-        logprob_row_kernel<<<nr, HEADS_THREADS, 0, ctx->stream>>>(z, row_logp ? row_logp + r0 : NULL,
-                                                                  row_entropy ? row_entropy + r0 : NULL, targets + r0,
-                                                                  backward ? coef + r0 : NULL, tau, backward, V);
+        logprob_row_kernel<<<nr, HEADS_THREADS, 0, ctx->stream>>>(
+            z, row_logp ? row_logp + r0 : NULL, row_entropy ? row_entropy + r0 : NULL,
+            row_stats ? row_stats + (size_t)r0 * LOGPROB_STATS : NULL, targets + r0, backward ? coef + r0 : NULL, tau,
+            backward, V);
         LAUNCH_CHECK();
         if (!backward) continue;
         const void *G = cu_operand(be, CU_SCR_C, z, DT_F32, (size_t)nr * V);

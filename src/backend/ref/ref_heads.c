@@ -4,6 +4,7 @@
 #include "ref.h"
 
 #include <math.h>
+#include <string.h>
 
 // z (V) = fp32 logits of one hidden row h (C) against W (V,C).
 static void row_logits(float *z, const float *h, const void *W, DType wdt, int C, int V) {
@@ -40,9 +41,9 @@ static void row_backward(float *dh, float *dW, const float *dz, const float *h, 
 }
 
 // h (N,C), W (V,C), targets (N), coef (N) or NULL -> row_logp, row_entropy (N); dh +=, dW += (see backend.h)
-static void ref_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *dh, float *dW, const float *h,
-                             const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
-                             float *scratch, int chunk, int N, int C, int V) {
+static void ref_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                             const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                             float tau, float *scratch, int chunk, int N, int C, int V) {
     CHECK(chunk >= 1 && V >= 1 && tau > 0);
     CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
     float *z = scratch;  // (V)
@@ -51,6 +52,7 @@ static void ref_logprob_head(Backend *be, float *row_logp, float *row_entropy, f
         if (tgt == IGNORE_INDEX) {
             if (row_logp) row_logp[r] = 0.0f;
             if (row_entropy) row_entropy[r] = 0.0f;
+            if (row_stats) memset(row_stats + (size_t)r * LOGPROB_STATS, 0, LOGPROB_STATS * sizeof(float));
             continue;
         }
         CHECK_MSG(tgt >= 0 && tgt < V, "target %d at row %d outside the vocabulary (%d)", tgt, r, V);
@@ -60,6 +62,20 @@ static void ref_logprob_head(Backend *be, float *row_logp, float *row_entropy, f
         for (int v = 0; v < V; v++) pa += exp(z[v] / tau - lse) * (z[v] / tau);
         if (row_logp) row_logp[r] = (float)(z[tgt] / tau - lse);
         if (row_entropy) row_entropy[r] = (float)(lse - pa);
+        if (row_stats) {
+            double zs = 0, mx2 = -INFINITY, s2 = 0;
+            int amax = 0;
+            for (int v = 0; v < V; v++) {
+                zs += z[v] / tau;
+                if (z[v] / tau > z[amax] / tau) amax = v;  // on the scaled fp32 logits, as cpu
+                if (2.0 * z[v] / tau > mx2) mx2 = 2.0 * z[v] / tau;
+            }
+            for (int v = 0; v < V; v++) s2 += exp(2.0 * z[v] / tau - mx2);
+            float *st = row_stats + (size_t)r * LOGPROB_STATS;
+            st[LOGPROB_STAT_ZMEAN] = (float)(zs / V);
+            st[LOGPROB_STAT_CORRECT] = amax == tgt ? 1.0f : 0.0f;
+            st[LOGPROB_STAT_LSE2] = (float)(mx2 + log(s2) - 2 * lse);
+        }
         if (!coef || coef[r] == 0.0f) continue;
         double g = coef[r] / (double)tau;
         for (int v = 0; v < V; v++) z[v] = (float)(g * ((v == tgt) - exp(z[v] / tau - lse)));
