@@ -57,6 +57,17 @@ else
 $(info still: libedit off (still chat reads plain lines))
 endif
 
+# libmicrohttpd (the HTTP of still serve): optional, on when pkg-config finds it.
+HTTPD_CFLAGS := $(if $(DEPS_PREFIX),,$(shell pkg-config --cflags libmicrohttpd 2>/dev/null))
+HTTPD_LIBS := $(if $(DEPS_PREFIX),,$(shell pkg-config --libs libmicrohttpd 2>/dev/null))
+ifneq ($(HTTPD_LIBS),)
+PKG_CFLAGS += -DSTILL_MICROHTTPD $(HTTPD_CFLAGS)
+PKG_LIBS += $(HTTPD_LIBS)
+$(info still: libmicrohttpd on (still serve))
+else
+$(info still: libmicrohttpd off (still serve says so))
+endif
+
 # OpenBLAS: the OpenMP build, so BLAS and our OpenMP loops share the cores.
 OPENBLAS_DIR := $(firstword $(wildcard $(OPENBLAS_ROOTS)))
 ifneq ($(OPENBLAS_DIR),)
@@ -141,7 +152,7 @@ $(info still: CUDA off (make CUDA=1 to build the CUDA backend))
 endif
 
 LIB_SRCS := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/model/*.c src/backend/*.c src/backend/ref/*.c \
-            src/backend/cpu/*.c src/tokenizer/*.c src/gen/*.c src/train/*.c src/dist/*.c src/demo/*.c src/cli/*.c))
+            src/backend/cpu/*.c src/tokenizer/*.c src/gen/*.c src/train/*.c src/dist/*.c src/demo/*.c src/serve/*.c src/cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 ifeq ($(CUDA_EMU),1)
 LIB_OBJS += $(BUILD)/tests/cuemu/cuemu.o
@@ -161,7 +172,7 @@ FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/bin/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: all test test-cuda-emu cuda-emu-build asan asan-cuda-emu refs bench fuzz fuzz-targets check-full demo clean deps FORCE
+.PHONY: npm-clients all test test-cuda-emu cuda-emu-build asan asan-cuda-emu refs bench fuzz fuzz-targets check-full demo clean deps FORCE
 all: still
 
 $(BUILD)/%.o: %.c
@@ -254,8 +265,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 ifeq ($(CUDA)$(CUDA_EMU),00)
 TEST_CUEMU := cuda-emu-build
 endif
-test: still $(TEST_BINS) $(TEST_CUEMU)
+test: still $(TEST_BINS) $(TEST_CUEMU) npm-clients
 	@STILL_BUILD=$(BUILD) $(if $(TEST_CUEMU),CUEMU_BUILD=build-emu) tests/run.sh all
+
+# The npm packages of package-lock.json (the `openai` client of the still serve tests), installed
+# before the tests so that they never reach the network (scripts/npm_clients.sh; cached).
+npm-clients:
+	@scripts/npm_clients.sh
 
 # Unit, op, parser, regression and small end-to-end tests under ASan + UBSan.
 asan:

@@ -24,9 +24,10 @@
     X(chat_messages, "flag byte + messages JSON, NUL, kwargs JSON for the Qwen3 / Llama 3 templates") \
     X(args, "command line, one argument per line (args_parse)")                                    \
     X(args_config, "--config file text, JSON or YAML (args_parse)")                                \
-    X(dataset, "2 option bytes + an SFT dataset file, JSONL or a JSON array (data_load)")       \
-    X(gguf, "a GGUF file (gguf_parse, dequantization, gguf_model_open, tokenizer_load)")          \
-    X(reward_data, "1 option byte + a preference-pair file, JSONL or a JSON array (reward_data_load)")
+    X(dataset, "2 option bytes + an SFT dataset file, JSONL or a JSON array (data_load)")          \
+    X(gguf, "a GGUF file (gguf_parse, dequantization, gguf_model_open, tokenizer_load)")           \
+    X(reward_data, "1 option byte + a preference-pair file, JSONL or a JSON array (reward_data_load)") \
+    X(serve_request, "endpoint byte + an OpenAI request body (serve_request_parse, tool calls)")
 
 #define FUZZ_DECLARE(name, what) Status fuzz_##name(const uint8_t *data, size_t size, Err *e);
 FUZZ_TARGETS(FUZZ_DECLARE)

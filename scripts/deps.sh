@@ -2,14 +2,15 @@
 # deps.sh: install the Debian packages still needs, if missing. Announced; apt-get update runs
 # once, only when a package cannot be found; sudo when not root. NO_DEPS=1 skips everything.
 #   scripts/deps.sh build        what `make` and `make test` need (g++, python3: the CUDA emulator;
-#                                libedit: line editing in still chat; tmux: its terminal test)
+#                                libedit: line editing in still chat; tmux: its terminal test;
+#                                libmicrohttpd: still serve)
 #   scripts/deps.sh refs         + what `make refs` needs (Debian's PyTorch, numpy, Jinja2, npm)
 #   scripts/deps.sh fuzz         + what `make fuzz` needs (clang with libFuzzer, libomp, python3)
 set -euo pipefail
 [ "${NO_DEPS:-0}" = 1 ] && exit 0
 what=${1:-build}
 pkgs=(gcc g++ python3 make pkg-config libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libopenmpi-dev openmpi-bin
-      libedit-dev tmux)
+      libedit-dev tmux libmicrohttpd-dev)
 case "$what" in
   build) ;;
 

@@ -137,6 +137,26 @@ for r in rows:
     for opts in (b"\x00\x00", b"\x13\x00", b"\x7f\x01", b"\xe0\x00", b"\x41\x02"):
         seed("dataset", opts + r)
 
+# still serve request bodies (byte 0: 0 chat, 1 completions) and completion texts with tool calls.
+tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+bodies = [
+    (0, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0.7,
+         "top_p": 0.9, "seed": 3, "stop": ["\n", "###"], "n": 2, "logprobs": True, "stream": True,
+         "stream_options": {"include_usage": True}}),
+    (0, {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"}]},
+                      {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c", "content": "sunny"}], "tools": [tool],
+         "tool_choice": "auto", "chat_template_kwargs": {"enable_thinking": False}}),
+    (1, {"prompt": "Once upon", "max_tokens": 16, "logprobs": 0, "echo": False, "top_k": 40, "min_p": 0.05,
+         "ignore_eos": True, "min_tokens": 2, "response_format": {"type": "json_object"}}),
+    (1, {"prompt": ["x"], "max_completion_tokens": 1, "presence_penalty": 0}),
+]
+for kind, b in bodies:
+    seed("serve_request", bytes([kind]) + json.dumps(b).encode())
+seed("serve_request", b"\x00<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call> tail")
+
 # Preference pairs: the reward fixtures and one row of every format, each under a few option bytes.
 rows = [read(p) for p in sorted(glob.glob("tests/data/reward/*.jsonl"))]
 rows += [r.encode() for r in [

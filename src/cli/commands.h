@@ -21,6 +21,7 @@ int cmd_sft(int argc, char **argv);
 int cmd_distill(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_grpo(int argc, char **argv);
 int cmd_rloo(int argc, char **argv);

@@ -18,6 +18,7 @@ static const Command commands[] = {
     {"chat-template", cmd_chat_template, "render messages through the model's chat template"},
     {"generate", cmd_generate, "generate text (static KV cache, sort-free sampling)"},
     {"chat", cmd_chat, "interactive chat through the chat template"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, streaming, tools)"},
     {"eval", cmd_eval, "generate for a dataset and report metrics"},
     {"sft", cmd_sft, "supervised fine-tuning (TRL SFTTrainer semantics)"},
     {"distill", cmd_distill, "on-policy distillation (TRL DistillationTrainer / GKD, OPSD)"},

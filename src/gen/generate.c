@@ -271,6 +271,10 @@ static int prefill_schedule(const GenConfig *c, int bucket, int n, int *first) {
     return *first + full * chunk;
 }
 
+int gen_prefill_schedule(const GenConfig *cfg, const Backend *be, int n, int *first) {
+    return prefill_schedule(cfg, be->prefill_bucket, n, first);
+}
+
 int gen_padded_len(const GenConfig *cfg, const Backend *be, int n) {
     int first;
     return prefill_schedule(cfg, be->prefill_bucket, n, &first);

@@ -185,6 +185,8 @@ void gen_session_free(GenSession *s);
 
 // The padded prompt length P of a batch whose longest prompt has n tokens on backend be.
 int gen_padded_len(const GenConfig *cfg, const Backend *be, int n);
+// The same, and the slots of the first prefill chunk (the rest run prefill_chunk_size at a time).
+int gen_prefill_schedule(const GenConfig *cfg, const Backend *be, int n, int *first);
 // The cache length gen_generate uses for these prompts on backend be (cfg.max_cache_len, or
 // P of the longest prompt + max_new_tokens rounded up to 128).
 int gen_cache_len(const GenConfig *cfg, const Backend *be, const int *lens, int n_prompts);

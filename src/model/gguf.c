@@ -353,6 +353,7 @@ fail:
 Status gguf_open(const char *path, GgufFile *g, Err *e) {
     MappedFile m;
     memset(g, 0, sizeof *g);
+    g->map.fd = -1;  // gguf_close on a failed open closes nothing
     TRY(file_map(path, &m, e));
     Status st = gguf_parse(m.data, m.size, path, g, e);
     if (st != ST_OK) {

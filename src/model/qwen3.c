@@ -186,6 +186,41 @@ void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
     be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, m->cfg.vocab_size);
 }
 
+void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int T = p->T, C = cfg->hidden_size, S = dp->S;
+    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
+    size_t row_cache = (size_t)NKV * S * HD, layer_cache = (size_t)dp->B * row_cache;
+    CHECK(dp->mode == PLAN_DECODE && p->B == 1 && row >= 0 && row < dp->B && T <= S);
+    DType edt;
+    const void *emb = weight(m, TK_EMBED, -1, &edt);
+    be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, T, C);
+    for (int l = 0; l < L; l++) {
+        LayerActs *a = &p->layers[l];
+        if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)T * C * sizeof(float));
+        layer_qkv(m, p, a, l);
+        float *kc = dp->kcache + l * layer_cache + row * row_cache, *vc = dp->vcache + l * layer_cache + row * row_cache;
+        be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, 1, T, NKV, HD, S);
+        be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask + (size_t)row * S, dp->cache_start, 1, T, NH, NKV, HD,
+                             S);
+        layer_out(m, p, a, l, p->res_out);
+    }
+}
+
+void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
+    Backend *be = m->be;
+    int T = p->T, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    CHECK(p->B == 1 && row >= 0 && row < dp->B);
+    float *h = dp->hlast + (size_t)row * C;
+    be->copy(be, h, p->res_out + (size_t)(T - 1) * C, (size_t)C * sizeof(float));
+    be->rmsnorm_forward(be, dp->lnlast + (size_t)row * C, dp->rstdlast + row, h, F(TK_NORM, -1), 1, C,
+                        (float)m->cfg.rms_norm_eps);
+    DType hdt;
+    const void *head = head_weight(m, &hdt);
+    be->matmul_forward(be, dp->logits + (size_t)row * V, dp->lnlast + (size_t)row * C, head, hdt, NULL, 1, C, V);
+}
+
 // Run a plan's step: eagerly where the backend has no graph hooks and the first time; recorded
 // the second time; replayed from then on.
 static void run_recorded(Model *m, Plan *p, void (*step)(Model *, Plan *)) {

@@ -22,6 +22,11 @@ void qwen3_forward(Model *m, Plan *p);
 void qwen3_forward_cached(Model *m, Plan *p, Plan *dp);
 // Final norm and LM head for the last position (T-1) of every row of p only -> dp->logits (B,V).
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp);
+// The same for one row of the cache: p has batch 1 and writes, attends and leaves its last
+// logits in row `row` of dp (dp->B rows), the other rows untouched (continuous batching,
+// src/gen/slots.c).
+void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row);
+void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row);
 // Set the first cache slot of the next chunk of T tokens (0 <= start, start + T <= dp->S).
 void qwen3_cache_seek(Model *m, Plan *dp, int start, int T);
 // One decode step: forward_cached and last_logits of the DECODE plan on itself. On a backend

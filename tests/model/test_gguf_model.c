@@ -130,6 +130,32 @@ static void test_mixed_quant_types(void) {
     }
 }
 
+// --dtype q8_0 (Q8_0 storage): the Q8_0 tensors of a GGUF file are held as the very blocks of the
+// file (dequantized at load, quantized again to the same blocks).
+static void test_q8_0_blocks_kept(void) {
+    const char *path = "tests/data/gguf/mixed.gguf";
+    Err e = {0};
+    Backend *be;
+    CHECK(backend_create("cpu", 2, &be, &e) == ST_OK);
+    Model *m = NULL;
+    GgufFile g;
+    EXPECT_MSG(model_load_frozen(path, be, DT_Q8_0, &m, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(gguf_open(path, &g, &e) == ST_OK, "%s", e.msg);
+    const TensorInfo *t = m ? tensors_find(&m->tt, "model.layers.0.mlp.up_proj.weight") : NULL;
+    const GgufTensor *gt = test_current_failed ? NULL : gguf_find_tensor(&g, "blk.0.ffn_up.weight");
+    EXPECT(t && gt && gt->type == GGML_Q8_0 && t->dtype == DT_Q8_0);
+    if (t && gt && t->dtype == DT_Q8_0) {
+        size_t bytes = dtype_bytes(DT_Q8_0, t->numel);
+        char *h = xmalloc(bytes);
+        be->download(be, h, model_data(m, t), bytes);
+        EXPECT(bytes == gt->nbytes && !memcmp(h, gt->data, bytes));
+        free(h);
+    }
+    gguf_close(&g);
+    model_free(m);
+    backend_destroy(be);
+}
+
 int main(void) {
     RUN(test_qwen3_tied);
     RUN(test_qwen3_untied);
@@ -137,5 +163,6 @@ int main(void) {
     RUN(test_llama_permuted_rope_freqs);
     RUN(test_bf16_storage);
     RUN(test_mixed_quant_types);
+    RUN(test_q8_0_blocks_kept);
     TEST_MAIN_END();
 }

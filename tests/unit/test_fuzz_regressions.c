@@ -101,6 +101,10 @@ static void test_smoke(void) {
                          "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n");
     EXPECT_OK("dataset", "\x40\x02[{\"input_ids\": [1, 2, 3]}]");
     EXPECT_ERR("dataset", "\x00\x00{\"chosen\": \"a\", \"rejected\": \"b\"}\n");
+    EXPECT_OK("serve_request", "\x00{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 2, \"stop\": \"x\"}");
+    EXPECT_OK("serve_request", "\x01{\"prompt\": \"hi\", \"logprobs\": 0, \"stream\": true}");
+    EXPECT_ERR("serve_request", "\x00{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"temperature\": \"hot\"}");
+    EXPECT_ERR("serve_request", "\x01{\"prompt\": ");
     EXPECT_ERR("dataset", "\x00\x02{\"input_ids\": [1, 3000000000]}\n");  // no vocabulary to check against
     EXPECT_ERR("dataset", "\x00\x02{\"input_ids\": [1, -2]}\n");
 }

@@ -1,0 +1,143 @@
+// test_gen_slots.c: continuous batching (src/gen/slots.c) gives every sequence the tokens and
+// log-probs gen_generate gives it alone — greedy and seeded sampling — while sequences of other
+// lengths join and leave the other slots at other steps, across prefill-chunk boundaries and
+// through slot reuse; the plan set stays bounded; can_join and add refuse what does not fit.
+#include "test.h"
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "gen/slots.h"
+
+#include <string.h>
+
+static int32_t *make_prompt(int n, int V, uint64_t seed) {
+    Rng r;
+    rng_init(&r, seed, 7);
+    int32_t *p = xmalloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) p[i] = 3 + (int32_t)rng_below(&r, (uint64_t)(V - 3));
+    return p;
+}
+
+#define NSEQ 7
+
+static void run(const char *backend, int do_sample) {
+    Err e = {0};
+    Backend *be;
+    EXPECT_MSG(backend_create(backend, 2, &be, &e) == ST_OK, "%s", e.msg);
+    Model *m = NULL;
+    EXPECT_MSG(model_load("tests/data/models/qwen3_untied", be, DT_F32, &m, &e) == ST_OK, "%s", e.msg);
+    int V = m->cfg.vocab_size;
+    // lengths across bucket and chunk boundaries (chunk 32), new tokens of several lengths
+    static const int lens[NSEQ] = {5, 40, 17, 1, 33, 9, 70}, news[NSEQ] = {12, 6, 20, 9, 3, 15, 8};
+    int32_t *prompts[NSEQ];
+    GenConfig cfg[NSEQ];
+    GenSeq *ref[NSEQ];
+    for (int i = 0; i < NSEQ; i++) {
+        prompts[i] = make_prompt(lens[i], V, 100 + i);
+        GenConfig *c = &cfg[i];
+        gen_config_default(c);
+        c->max_new_tokens = news[i];
+        c->ignore_eos = 1;
+        c->prefill_chunk_size = 32;
+        c->do_sample = do_sample;
+        c->temperature = 0.8f + 0.1f * i;
+        c->top_k = i % 2 ? 0 : 40;
+        c->top_p = i % 3 ? 1.0 : 0.9;
+        c->seed = 1000 + (uint64_t)i;
+        c->logprobs = GEN_LOGPROBS_RAW;
+        c->batch_size = 1;
+        c->max_cache_len = 256;
+        // sequence index 1 for odd i: the draws are keyed by it
+        c->num_return_sequences = 1 + (i & 1);
+        GenSeq *all;
+        EXPECT_MSG(gen_generate(m, c, (const int32_t *const *)&prompts[i], &lens[i], 1, &all, NULL, &e) == ST_OK, "%s",
+                   e.msg);
+        ref[i] = all;
+        c->num_return_sequences = 1;
+    }
+    int plans_before = m->plans.n;
+    GenSlots *g;
+    EXPECT_MSG(gen_slots_open(m, 3, 256, &g, &e) == ST_OK, "%s", e.msg);
+    GenSeq out[NSEQ];
+    memset(out, 0, sizeof out);
+    int next = 0, steps = 0, max_busy = 0;
+    while (next < NSEQ || gen_slots_busy(g)) {
+        // join every other step, as many as fit
+        while (next < NSEQ && steps % 2 == 0 && gen_slots_can_join(g, &cfg[next], lens[next], 1)) {
+            EXPECT_MSG(gen_slots_add(g, &cfg[next], next & 1, prompts[next], lens[next], &out[next], &e) == ST_OK, "%s",
+                       e.msg);
+            next++;
+        }
+        max_busy = MAX(max_busy, gen_slots_busy(g));
+        gen_slots_step(g);
+        steps++;
+        EXPECT(steps < 10000);
+        if (steps >= 10000) break;
+    }
+    EXPECT_MSG(max_busy == 3, "at most %d slots were busy together", max_busy);
+    for (int i = 0; i < NSEQ; i++) {
+        const GenSeq *r = &ref[i][i & 1];
+        EXPECT_MSG(out[i].n == r->n && out[i].finish == GEN_FINISH_LENGTH, "%s seq %d: %d tokens vs %d", backend, i,
+                   out[i].n, r->n);
+        int same = out[i].n == r->n && !memcmp(out[i].ids, r->ids, (size_t)r->n * sizeof(int32_t));
+        EXPECT_MSG(same, "%s %s: sequence %d (prompt %d tokens) differs from gen_generate alone", backend,
+                   do_sample ? "sampling" : "greedy", i, lens[i]);
+        if (same) {
+            float worst = 0;
+            for (int t = 0; t < r->n; t++) worst = MAX(worst, fabsf(out[i].logprobs[t] - r->logprobs[t]));
+            EXPECT_MSG(worst == 0, "%s: sequence %d log-probs differ by %g from gen_generate alone", backend, i, worst);
+        }
+        free(out[i].ids);
+        free(out[i].logprobs);
+        gen_seqs_free(ref[i], 1 + (i & 1));
+        free(prompts[i]);
+    }
+    // one decode plan and batch-1 prefill plans that gen_generate had already built (16, 32)
+    EXPECT_MSG(m->plans.n - plans_before == 1, "%d plans built by the slots", m->plans.n - plans_before);
+    gen_slots_close(g);
+    model_free(m);
+    backend_destroy(be);
+}
+
+static void test_greedy_cpu(void) { run("cpu", 0); }
+static void test_sampling_cpu(void) { run("cpu", 1); }
+static void test_sampling_ref(void) { run("ref", 1); }
+
+static void test_refusals(void) {
+    Err e = {0};
+    Backend *be;
+    EXPECT(backend_create("cpu", 1, &be, &e) == ST_OK);
+    Model *m = NULL;
+    EXPECT(model_load("tests/data/models/qwen3_untied", be, DT_F32, &m, &e) == ST_OK);
+    GenSlots *g;
+    EXPECT(gen_slots_open(m, 1, 64, &g, &e) == ST_OK);
+    GenConfig c;
+    gen_config_default(&c);
+    c.prefill_chunk_size = 32;
+    c.max_new_tokens = 60;
+    int32_t p[20] = {5, 6, 7};
+    GenSeq s;
+    EXPECT(!gen_slots_can_join(g, &c, 20, 1));  // 32 padded + 60 - 1 > 64
+    EXPECT(gen_slots_add(g, &c, 0, p, 20, &s, &e) == ST_EINVAL && strstr(e.msg, "needs 91 cache slots"));
+    c.max_new_tokens = 8;
+    EXPECT(gen_slots_can_join(g, &c, 3, 1) && !gen_slots_can_join(g, &c, 3, 2));
+    EXPECT(gen_slots_add(g, &c, 0, p, 3, &s, &e) == ST_OK);
+    EXPECT(!gen_slots_can_join(g, &c, 3, 1));  // the one slot is busy
+    EXPECT(gen_slots_add(g, &c, 0, p, 3, &s, &e) == ST_ERUNTIME);
+    c.repetition_penalty = 1.3f;
+    while (gen_slots_step(g)) {}
+    EXPECT(s.n == 8 || s.finish == GEN_FINISH_EOS);
+    EXPECT(gen_slots_add(g, &c, 0, p, 3, &s, &e) == ST_EUNSUPPORTED);
+    free(s.ids);
+    gen_slots_close(g);
+    model_free(m);
+    backend_destroy(be);
+}
+
+int main(void) {
+    RUN(test_greedy_cpu);
+    RUN(test_sampling_cpu);
+    RUN(test_sampling_ref);
+    RUN(test_refusals);
+    TEST_MAIN_END();
+}
