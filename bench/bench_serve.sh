@@ -3,13 +3,13 @@
 # Qwen3-0.6B shape with Qwen3's tokenizer: requests/s, aggregate generated tokens/s, time to first
 # token, per-request decode tokens/s, and the aggregate at the most clients over one client's.
 #   CONFIGS  model configs (bench/configs/bench103m.json bench/configs/qwen3_0.6b.json)
-#   CLIENTS  concurrent clients (1 4 16)     SECONDS  per run (60)     THREADS  (2)
+#   CLIENTS  concurrent clients (1 4 16)     RUN_SECONDS  per run (60)     THREADS  (2)
 #   WORDS    prompt words (64)               NEW      tokens per answer (64)
 #   MAX_BATCH  decode slots (16)
 set -euo pipefail
 source bench/common.sh
 CONFIGS=${CONFIGS:-bench/configs/bench103m.json bench/configs/qwen3_0.6b.json}
-CLIENTS=${CLIENTS:-1 4 16} SECONDS_RUN=${SECONDS:-60} THREADS=${THREADS:-2} WORDS=${WORDS:-64} NEW=${NEW:-64}
+CLIENTS=${CLIENTS:-1 4 16} SECONDS_RUN=${RUN_SECONDS:-60}  # not SECONDS: bash sets that one itself THREADS=${THREADS:-2} WORDS=${WORDS:-64} NEW=${NEW:-64}
 MAX_BATCH=${MAX_BATCH:-16}
 make -s still >&2
 nm=$(scripts/npm_clients.sh --node-modules)
