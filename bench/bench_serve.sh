@@ -9,7 +9,8 @@
 set -euo pipefail
 source bench/common.sh
 CONFIGS=${CONFIGS:-bench/configs/bench103m.json bench/configs/qwen3_0.6b.json}
-CLIENTS=${CLIENTS:-1 4 16} SECONDS_RUN=${RUN_SECONDS:-60}  # not SECONDS: bash sets that one itself THREADS=${THREADS:-2} WORDS=${WORDS:-64} NEW=${NEW:-64}
+# RUN_SECONDS, not SECONDS: bash sets SECONDS itself (the seconds since the shell started)
+CLIENTS=${CLIENTS:-1 4 16} SECONDS_RUN=${RUN_SECONDS:-60} THREADS=${THREADS:-2} WORDS=${WORDS:-64} NEW=${NEW:-64}
 MAX_BATCH=${MAX_BATCH:-16}
 make -s still >&2
 nm=$(scripts/npm_clients.sh --node-modules)
