@@ -30,11 +30,15 @@ float *model_grad(const Model *m, TensorKind kind, int layer) {
 }
 
 void model_materialize(Model *m, int layer) {
-    if (m->hooks) m->hooks->materialize(m->hooks->ctx, m, layer);
+    if (m->hooks && m->hooks->materialize) m->hooks->materialize(m->hooks->ctx, m, layer);
 }
 
 void model_grads_done(Model *m, int layer) {
-    if (m->hooks) m->hooks->grads_done(m->hooks->ctx, m, layer);
+    if (m->hooks && m->hooks->grads_done) m->hooks->grads_done(m->hooks->ctx, m, layer);
+}
+
+void model_reduce(Model *m, float *buf, size_t n) {
+    if (m->hooks && m->hooks->reduce) m->hooks->reduce(m->hooks->reduce_ctx, m, buf, n);
 }
 
 const TensorInfo *model_lm_head(const Model *m) {
@@ -78,6 +82,12 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
 
 static Model *model_new(const ModelConfig *cfg, Backend *be, DType matrix_dtype) {
     return model_new_mapped(cfg, be, matrix_dtype, NULL);
+}
+
+Model *model_alloc(const ModelConfig *cfg, Backend *be, DType matrix_dtype) {
+    Model *m = model_new(cfg, be, matrix_dtype);
+    m->cfg.raw = cfg->raw ? cJSON_Duplicate(cfg->raw, 1) : NULL;
+    return m;
 }
 
 void model_alloc_grads(Model *m) {

@@ -112,12 +112,14 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
     int QD = cfg->num_attention_heads * cfg->head_dim;
     float eps = (float)cfg->rms_norm_eps;
     linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
+    model_reduce(m, a->res_mid, (size_t)N * C);  // tensor parallel: the heads' partial sums
     be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
     be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
     linear_forward(m, p, l, TK_WG, a->gate, a->ln2, N, C, FF);
     linear_forward(m, p, l, TK_WU, a->up, a->ln2, N, C, FF);
     be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
     linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
+    model_reduce(m, next, (size_t)N * C);
     be->add(be, next, next, a->res_mid, (size_t)N * C);
 }
 
@@ -327,6 +329,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
         linear_backward(m, p, l, TK_WG, p->dln, p->dgate, a->ln2, N, C, FF);
         linear_backward(m, p, l, TK_WU, p->dln, p->dup, a->ln2, N, C, FF);
+        model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel: every rank's columns' share
         be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         // attention block: res_mid = res_in + o(attn(rope(norm(q)), rope(norm(k)), v)); dres = d(res_mid).
         be->zero(be, p->datt, (size_t)N * QD * fs);
@@ -348,6 +351,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         linear_backward(m, p, l, TK_WQ, p->dln, p->dq, a->ln1, N, C, QD);
         linear_backward(m, p, l, TK_WK, p->dln, p->dk, a->ln1, N, C, KD);
         linear_backward(m, p, l, TK_WV, p->dln, p->dv, a->ln1, N, C, KD);
+        model_reduce(m, p->dln, (size_t)N * C);
         be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
         model_grads_done(m, l);
     }

@@ -8,6 +8,7 @@
 #include "../model/lora.h"
 #include "../model/qwen3.h"
 #include "fsdp.h"
+#include "tp.h"
 
 #include <math.h>
 #include <string.h>
@@ -415,6 +416,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
 Status trainer_check_mesh(const Model *m, const Dist *d, Err *e) {
     const DistMesh *mesh = d ? d->mesh : NULL;
     if (!mesh || mesh->tp == 1) return ST_OK;
+    if (m->hooks && m->hooks->reduce) return ST_OK;  // split by tp_shard (checked there)
     const ModelConfig *c = &m->cfg;
     int T = mesh->tp;
     struct { const char *what; int n; } dims[] = {
@@ -425,8 +427,8 @@ Status trainer_check_mesh(const Model *m, const Dist *d, Err *e) {
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
                                          "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
                            dims[i].n, m->dir ? m->dir : "the model");
-    return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism is not implemented yet (use --tp_size 1 with "
-                                       "--fsdp_size or --zero_stage 1)", T);
+    return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism is not implemented yet for this command "
+                                       "(sft, dpo, kto, grpo, rloo, distill and generate have it)", T);
 }
 
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
@@ -436,7 +438,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     CHECK(m->lora || m->matrix_dtype == DT_F32);  // trained weights: fp32 (an adapter always is)
     Dist one, *d = src->dist;
     if (!d) dist_single(&one), d = &one;
-    int lead = d->rank == 0;  // rank 0 logs and writes files
+    Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;  // tensor parallel (tp.h)
+    int lead = dist_lead(d);  // rank 0 logs and writes files (of the data axis and its TP group)
     int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
     if (total <= 0) return err_set(e, ST_EINVAL, "nothing to train: 0 steps (num_train_epochs %g)", cfg->num_train_epochs);
@@ -444,10 +447,15 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported (0, 1 or 3)", cfg->zero_stage);
     TRY(trainer_check_mesh(m, d, e));
     if (cfg->zero_stage == 3 && !src->sharded_ok)
-        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet by this trainer (only "
-                                           "sft); use --zero_stage 0 or 1");
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet here (sft, dpo, kto, "
+                                           "grpo, rloo and distill without an EMA teacher have it); use --zero_stage 0 "
+                                           "or 1");
     if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
+    if (tp && (cfg->zero_stage == 1 || save_every > 0 || cfg->resume))
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism trains with --zero_stage 0 or 3 (FSDP), "
+                                           "writes the final model only (--save_strategy no) and does not resume yet",
+                       tp->d->world);
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
@@ -529,6 +537,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (m->lora) m->lora->step = ts.step, m->lora->calls = 0;  // dropout masks keyed by the step
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st == ST_OK && opt.fsdp) st = fsdp_status(opt.fsdp, e);
+        if (st == ST_OK && tp) st = tp_status(tp, e);
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
         // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
@@ -606,17 +615,21 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     if (finished && st == ST_OK && save_every > 0)
         st = save_checkpoint(m, &opt, d, src, cfg, &ts, lead ? &mt : NULL, &save_secs, e);
     if (finished && st == ST_OK && opt.fsdp) st = fsdp_full_begin(opt.fsdp, 0, e);  // whole on rank 0
+    Model *whole = NULL;  // tensor parallel: the gathered model on the group's rank 0
+    if (finished && st == ST_OK && tp && d->rank == 0)  // the writer's group (with FSDP: the ranks holding it whole)
+        st = tp_gather(tp, m, &whole, e);
     if (finished && st == ST_OK && lead) {  // the final model: once on disk
         double t0 = metrics_now();
         char name[64];
         snprintf(name, sizeof name, "checkpoint-%d", ts.step);
         char *ck = path_join(cfg->output_dir, name);
         if (save_every > 0 && checkpoint_is_complete(ck)) st = checkpoint_publish(ck, cfg->output_dir, e);
-        else st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
+        else st = checkpoint_write_model(cfg->output_dir, whole ? whole : m, cfg->save_dtype, cfg->src_model_dir, e);
         free(ck);
         save_secs += metrics_now() - t0;
     }
     if (opt.fsdp) fsdp_full_end(opt.fsdp, 0);
+    model_free(whole);
     if (st != ST_OK && lead && mt.open && !cfg->resume && mt.lines == 0) unlink(metrics_path);  // a failed start leaves no empty file
     metrics_close(&mt);
     res->save_seconds = save_secs;
