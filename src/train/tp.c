@@ -40,27 +40,40 @@ static void reduce(void *ctx, Model *m, float *buf, size_t n) {
     if (tp->st == ST_OK) tp->st = dist_allreduce_sum(tp->d, m->be, buf, n, &tp->err);
 }
 
-// Copy rank t's part of full tensor f into local tensor l (same kind), or back (to_full).
-static void copy_part(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
-                      int to_full) {
-    size_t es = dtype_size(l->dtype);
+// A copy of bytes: on the backend's device (be), or host memory (be NULL).
+static void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
+    if (be) be->copy(be, dst, src, n);
+    else memcpy(dst, src, n);
+}
+
+// Copy rank t's part of full tensor f into local tensor l (same kind), or back (to_full); elements
+// of es bytes (0: the tensor's dtype); be NULL: host memory.
+static void copy_part_es(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
+                         int to_full, size_t es) {
+    if (!es) es = dtype_size(l->dtype);
     int dim = tp_split_dim(l->kind);
     char *F = full, *Lp = local;
     if (dim < 0) {
-        if (to_full) be->copy(be, F, Lp, dtype_bytes(l->dtype, l->numel));
-        else be->copy(be, Lp, F, dtype_bytes(l->dtype, l->numel));
+        if (to_full) copy_bytes(be, F, Lp, l->numel * es);
+        else copy_bytes(be, Lp, F, l->numel * es);
     } else if (dim == 0) {  // rows [t R, (t+1) R) of the full tensor, R = local rows
         size_t bytes = l->numel * es;
-        if (to_full) be->copy(be, F + (size_t)t * bytes, Lp, bytes);
-        else be->copy(be, Lp, F + (size_t)t * bytes, bytes);
+        if (to_full) copy_bytes(be, F + (size_t)t * bytes, Lp, bytes);
+        else copy_bytes(be, Lp, F + (size_t)t * bytes, bytes);
     } else {  // every row's columns [t K, (t+1) K)
         size_t K = (size_t)l->shape[1], Kf = (size_t)f->shape[1];
         for (int64_t r = 0; r < l->shape[0]; r++) {
             char *fr = F + ((size_t)r * Kf + (size_t)t * K) * es, *lr = Lp + (size_t)r * K * es;
-            if (to_full) be->copy(be, fr, lr, K * es);
-            else be->copy(be, lr, fr, K * es);
+            if (to_full) copy_bytes(be, fr, lr, K * es);
+            else copy_bytes(be, lr, fr, K * es);
         }
     }
+}
+
+static void copy_part(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
+                      int to_full) {
+    CHECK(l->dtype != DT_Q8_0);
+    copy_part_es(be, full, f, local, l, t, to_full, 0);
 }
 
 static ModelConfig local_config(const ModelConfig *c, int T) {
@@ -95,18 +108,70 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
     return ST_OK;
 }
 
+static ModelConfig full_config(const ModelConfig *c, int T) {
+    ModelConfig f = *c;
+    f.num_attention_heads *= T;
+    f.num_key_value_heads *= T;
+    f.intermediate_size *= T;
+    return f;
+}
+
+Model *tp_full_model(Tp *tp, const Model *m) {
+    ModelConfig fc = full_config(&m->cfg, tp->d->world);
+    Model *f = model_alloc(&fc, m->be, DT_F32);
+    f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
+    return f;
+}
+
+void tp_slice_model(Tp *tp, const Model *full, Model *m) {
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
+        CHECK_MSG(ft, "tensor %s", lt->name);
+        copy_part(m->be, full->data[ft - full->tt.t], ft, m->data[i], lt, tp->d->rank, 0);
+    }
+}
+
+void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full) {
+    ModelConfig fc = full_config(&m->cfg, tp->d->world);
+    TensorTable ft;
+    tensors_build(&ft, &fc, DT_F32);
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
+        copy_part_es(NULL, (void *)(full + f->goffset), f, local + lt->goffset, lt, tp->d->rank, 0, sizeof(float));
+    }
+    tensors_free(&ft);
+}
+
+Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e) {
+    Dist *d = tp->d;
+    int T = d->world, root = d->rank == 0;
+    ModelConfig fc = full_config(&m->cfg, T);
+    TensorTable ft;
+    tensors_build(&ft, &fc, DT_F32);
+    size_t *counts = xmalloc((size_t)T * sizeof(size_t));
+    Status st = ST_OK;
+    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
+        size_t n = lt->numel;
+        for (int r = 0; r < T; r++) counts[r] = n;
+        float *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
+        st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
+        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++)
+            copy_part_es(NULL, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
+        free(all);
+    }
+    free(counts);
+    tensors_free(&ft);
+    return st;
+}
+
 Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e) {
     Dist *d = tp->d;
     int T = d->world, root = d->rank == 0;
     Backend *be = m->be;
     *full = NULL;
-    ModelConfig fc = m->cfg;
-    fc.num_attention_heads *= T;
-    fc.num_key_value_heads *= T;
-    fc.intermediate_size *= T;
     CHECK_MSG(m->matrix_dtype == DT_F32, "tp_gather: fp32 weights only");
-    Model *f = root ? model_alloc(&fc, be, DT_F32) : NULL;
-    if (f) f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
+    Model *f = root ? tp_full_model(tp, m) : NULL;
     size_t *counts = xmalloc((size_t)T * sizeof(size_t));
     Status st = ST_OK;
     for (int i = 0; i < m->tt.n && st == ST_OK; i++) {

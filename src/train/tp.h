@@ -32,6 +32,14 @@ Status tp_shard(Tp *tp, Model **m, Dist *d, Err *e);
 // Collective over the tensor-parallel axis: the full model (fp32) on its rank 0 (*full), NULL on
 // the others.
 Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e);
+// The same for host buffers in table order (moments): full (the full table's n_params, on rank 0)
+// from every rank's local (its table's n_params).
+Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e);
+// A full fp32 model of m's config times the group (uninitialised), rank t's part of one into m,
+// and of full host moments into local ones.
+Model *tp_full_model(Tp *tp, const Model *m);
+void tp_slice_model(Tp *tp, const Model *full, Model *m);
+void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full);
 Status tp_status(Tp *tp, Err *e);
 void tp_free(Tp *tp, Model *m);
 

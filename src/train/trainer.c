@@ -276,16 +276,44 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
         st = optim_gather_state(opt, m->be, mh, vh, e);
         mo = (CkptMoments){mh, vh, 0};
     }
-    if (st == ST_OK && d->rank == 0) {
+    // tensor parallel: the model and the moments gathered over the writer's group
+    Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;
+    Model *whole = NULL;
+    float *fmh = NULL, *fvh = NULL;
+    if (st == ST_OK && tp && d->rank == 0) {
+        st = tp_gather(tp, m, &whole, e);
+        if (st == ST_OK && mop) {
+            size_t n = m->tt.n_params;
+            const float *lm = mo.m, *lv = mo.v;
+            float *hm = NULL, *hv = NULL;  // device moments through host copies
+            if (mo.on_device) {
+                lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
+                m->be->download(m->be, hm, mo.m, n * sizeof(float));
+                m->be->download(m->be, hv, mo.v, n * sizeof(float));
+            }
+            if (whole) {
+                fmh = xmalloc(whole->tt.n_params * sizeof(float));
+                fvh = xmalloc(whole->tt.n_params * sizeof(float));
+            }
+            st = tp_gather_flat(tp, m, fmh, lm, e);
+            if (st == ST_OK) st = tp_gather_flat(tp, m, fvh, lv, e);
+            free(hm), free(hv);
+            mo = (CkptMoments){fmh, fvh, 0};
+        }
+    }
+    if (st == ST_OK && dist_lead(d)) {
         if (mt) {
             char what[64];
             snprintf(what, sizeof what, "saving checkpoint-%d", ts->step);
             metrics_tick(mt, what, 0, 0);
         }
-        st = checkpoint_save_ex(cfg->output_dir, m, mop, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
-                                src->ctx, e);
+        st = checkpoint_save_ex(cfg->output_dir, whole ? whole : m, mop, ts, cfg->save_dtype, cfg->src_model_dir,
+                                src->save_state, src->ctx, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
     }
+    model_free(whole);
+    free(fmh);
+    free(fvh);
     free(mh);
     free(vh);
     if (opt->fsdp) fsdp_full_end(opt->fsdp, 0);
@@ -352,7 +380,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     size_t n = tr.tt->n_params;
     // One process on host memory reads the moments straight into the optimizer's buffers; otherwise
     // through host copies that rank 0 broadcasts and every rank takes its block of.
-    int direct = d->world == 1 && m->be->host_memory && !opt->fsdp;
+    int direct = d->world == 1 && m->be->host_memory && !opt->fsdp && !(m->hooks && m->hooks->reduce);
     // ZeRO-3: every tensor whole on every rank while the checkpoint is read and broadcast
     TRY(opt->fsdp ? fsdp_full_begin(opt->fsdp, 1, e) : ST_OK);
     tr = model_trainable(m);
@@ -365,7 +393,22 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
             st = checkpoint_latest(cfg->output_dir, &dir, e);
         else
             dir = xstrdup(cfg->resume);
-        if (st == ST_OK) st = checkpoint_load(dir, m, mh, vh, &saved, e);
+        Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;
+        if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
+            Model *whole = tp_full_model(tp, m);
+            size_t fn = whole->tt.n_params;
+            float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
+            st = checkpoint_load(dir, whole, fmh, fvh, &saved, e);
+            if (st == ST_OK) {
+                tp_slice_model(tp, whole, m);
+                tp_slice_flat(tp, m, mh, fmh);
+                tp_slice_flat(tp, m, vh, fvh);
+            }
+            free(fmh), free(fvh);
+            model_free(whole);
+        } else if (st == ST_OK) {
+            st = checkpoint_load(dir, m, mh, vh, &saved, e);
+        }
         int global = ts->batch_size * d->world, saved_global = saved.batch_size * MAX(1, saved.world);
         if (st == ST_OK && (saved.micro_batches != ts->micro_batches || saved_global != global ||
                             saved.grad_accum != ts->grad_accum || saved.seed != cfg->seed))
@@ -452,9 +495,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                                            "or 1");
     if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
-    if (tp && (cfg->zero_stage == 1 || save_every > 0 || cfg->resume))
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism trains with --zero_stage 0 or 3 (FSDP), "
-                                           "writes the final model only (--save_strategy no) and does not resume yet",
+    if (tp && cfg->zero_stage == 1)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism trains with --zero_stage 0 or 3 (FSDP)",
                        tp->d->world);
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;

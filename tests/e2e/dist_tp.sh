@@ -3,7 +3,9 @@
 # losses and weights of one process (fp32 reduction tolerance, <= 1e-5 relative; the per-head
 # q_norm / k_norm gradients summed over the group, the all-reduces after attention and the MLP
 # and on the norms' input gradients), and so do TP=2 x 2 data-parallel replicas (4 ranks, an
-# untied LM head) and TP=2 x FSDP=2 (4 ranks, each layer gathered over the FSDP axis); the written model is the plain layout, loadable by one process; `still
+# untied LM head) and TP=2 x FSDP=2 (4 ranks, each layer gathered over the FSDP axis); the written
+# model and checkpoints are the plain layout (a TP run resumes bit for bit; one process resumes a
+# TP checkpoint and TP resumes one process's); DPO, GRPO and distillation steps match; `still
 # generate --tp_size 2` gives one process's greedy and sampled tokens; what TP does not do yet is
 # refused.
 set -u
@@ -55,6 +57,29 @@ same_as_one tp2_fsdp2_matches_one_rank $M 4 2 --tp_size 2 --fsdp_size 2
 if $BIN generate --model "$tmp/tp2_matches_one_rank.n" --ids "5 9 17" --max_new_tokens 2 --do_sample false \
      >/dev/null 2>"$tmp/gen.err"; then ok tp2_model_loads_on_one_process
 else fail tp2_model_loads_on_one_process "$(tail -2 "$tmp/gen.err")"; fi
+
+# checkpoints under TP=2 are the plain layout with complete moments: an interrupted TP run resumes
+# bit for bit, one process resumes the TP checkpoint and TP=2 resumes one process's checkpoint,
+# each ending where the other ended (fp32 rounding)
+R="--model $M --dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_steps 10 --save_steps 4 --logging_steps 1 \
+   --threads 1 --per_device_train_batch_size 4"
+MPI="timeout -s KILL 120 mpirun $MPI_FLAGS -np 2"
+$MPI $BIN sft $R --tp_size 2 --output_dir "$tmp/full" >/dev/null 2>&1
+$MPI $BIN sft $R --tp_size 2 --output_dir "$tmp/part" --stop_after_steps 6 >/dev/null 2>&1
+out=$($MPI $BIN sft $R --tp_size 2 --output_dir "$tmp/part" --resume_from_checkpoint latest 2>&1 >/dev/null)
+if grep -q "checkpoint-4 at step 4" <<<"$out" && cmp -s "$tmp/full/model.safetensors" "$tmp/part/model.safetensors" \
+   && cmp -s "$tmp/full/checkpoint-8/optimizer.safetensors" "$tmp/part/checkpoint-8/optimizer.safetensors"; then
+  ok resume_tp2_bit_identical
+else fail resume_tp2_bit_identical "$(grep -v '] step' <<<"$out" | tail -3)"; fi
+$BIN sft $R --output_dir "$tmp/one" >/dev/null 2>&1
+$BIN sft $R --output_dir "$tmp/re1" --resume_from_checkpoint "$tmp/full/checkpoint-4" >/dev/null 2>&1
+$MPI $BIN sft $R --tp_size 2 --output_dir "$tmp/re2" --resume_from_checkpoint "$tmp/one/checkpoint-4" >/dev/null 2>&1
+d1=$($DIFF "$tmp/full/model.safetensors" "$tmp/re1/model.safetensors" 1e-4 2>&1); r1=$?
+d2=$($DIFF "$tmp/one/model.safetensors" "$tmp/re2/model.safetensors" 1e-4 2>&1); r2=$?
+# the gathered moments are one process's (norm-wise: moments are well-conditioned, unlike updates)
+d3=$($DIFF "$tmp/one/checkpoint-8/optimizer.safetensors" "$tmp/full/checkpoint-8/optimizer.safetensors" 1e-4 2>&1); r3=$?
+if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ]; then ok "tp2_checkpoints_any_mesh ($d1; $d2; moments $d3)"
+else fail tp2_checkpoints_any_mesh "TP -> 1: $d1; 1 -> TP: $d2; moments: $d3"; fi
 
 # generation: every rank holds half the heads and MLP columns; the tokens are one process's
 for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperature 1.0 --top_k 0 --seed 3"; do
