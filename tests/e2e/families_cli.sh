@@ -2,7 +2,7 @@
 # families_cli.sh: every command on the families beyond Qwen and Llama (docs/models.md): `still
 # init` from the tiny olmo2 / phi3 configs with the byte-level tokenizer, then info, generate,
 # chat, sft (saving the exact HF tensor names), distill with a student and a teacher of different
-# families, grpo and serve; and the refusals users meet.
+# families, grpo, dpo, kto and serve; and the refusals users meet.
 # asan: no
 set -u
 source tests/e2e/lib.sh
@@ -55,6 +55,14 @@ if $BIN grpo --model "$tmp/olmo2" --dataset "$tmp/p.jsonl" --output_dir "$tmp/r"
      --reward length:4 --save_strategy no >/dev/null 2>"$tmp/err" && [ -f "$tmp/r/model.safetensors" ]; then
   ok grpo_olmo2
 else fail grpo_olmo2 "$(tail -3 "$tmp/err")"; fi
+
+printf '%s\n' '{"prompt": "2+2=", "chosen": "4", "rejected": "5"}' '{"prompt": "3+3=", "chosen": "6", "rejected": "7"}' >"$tmp/pairs.jsonl"
+printf '%s\n' '{"prompt": "2+2=", "completion": "4", "label": true}' '{"prompt": "3+3=", "completion": "7", "label": false}' >"$tmp/kto.jsonl"
+P="--threads 2 --pad_to_multiple_of 8 --per_device_train_batch_size 2 --save_strategy no"
+if $BIN dpo --model "$tmp/phi3" --dataset "$tmp/pairs.jsonl" --output_dir "$tmp/dpo" --max_steps 2 $P >/dev/null 2>"$tmp/err" \
+   && [ -f "$tmp/dpo/model.safetensors" ]; then ok dpo_phi3; else fail dpo_phi3 "$(tail -3 "$tmp/err")"; fi
+if $BIN kto --model "$tmp/olmo2" --dataset "$tmp/kto.jsonl" --output_dir "$tmp/kto" --max_steps 1 $P >/dev/null 2>"$tmp/err" \
+   && [ -f "$tmp/kto/model.safetensors" ]; then ok kto_olmo2; else fail kto_olmo2 "$(tail -3 "$tmp/err")"; fi
 
 if command -v curl >/dev/null && serve_start "$tmp" --model "$tmp/phi3" --max_batch 2 --max_cache_len 256; then
   resp=$(curl -s "$SERVE_URL/v1/completions" -H 'Content-Type: application/json' \
