@@ -135,5 +135,6 @@ Backend *backend_cpu_create(int threads) {
     backend_cpu_install_sampling(be);
     backend_cpu_install_kv(be);
     backend_cpu_install_family(be);
+    backend_cpu_install_moe(be);
     return be;
 }

@@ -271,5 +271,7 @@ void cu_distill_head_cap(Backend *be, float *row_loss, float *row_kl, float *dh_
                          float grad_scale, float softcap_s, float softcap_t, float *scratch_s, float *scratch_t,
                          int chunk, int N, int Cs, int Ct, int V);
 void cu_install_family(Backend *be);
+// cuda_moe.cu: installs the mixture-of-experts ops
+void cu_install_moe(Backend *be);
 
 #endif

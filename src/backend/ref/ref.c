@@ -62,5 +62,6 @@ Backend *backend_ref_create(int threads) {
     backend_ref_install_sampling(be);
     backend_ref_install_kv(be);
     backend_ref_install_family(be);
+    backend_ref_install_moe(be);
     return be;
 }
