@@ -26,6 +26,10 @@ Status tp_check_model(const Model *m, int T, Err *e) {
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
                                          "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
                            dims[i].n, dir);
+    if (!(c->norms & NORM_PRE_ATTN) || !(c->norms & NORM_PRE_MLP) || (c->qk_norm && c->qk_norm != QKNORM_HEAD))
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has no pre-attention / pre-MLP norm or a q/k norm over "
+                                           "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
+                                           "norms so far", T, dir);
     if (c->o_bias || c->mlp_bias)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has a bias on o_proj or down_proj; tensor parallelism "
                                            "does not support those yet", T, dir);
