@@ -14,6 +14,7 @@ typedef struct Slot {
     int seq_index;
     int len;          // real prompt tokens
     int32_t *hist;    // (len + max_new_tokens) prompt then generated ids (bans look at them)
+    int first, end;   // the row's keys lie in cache slots [first, end) (none: first = end = 0)
     GenSeq *out;
 } Slot;
 
@@ -22,8 +23,11 @@ struct GenSlots {
     Plan *dp;
     int B, S, V;
     int cur;          // the cache slot the next decode step writes
-    Slot *slots;      // (B)
+    Slot *slots;      // (B) busy slots always lie in rows [0, bucket(busy)) before a decode step
     int32_t pad;
+    int NKV, HD, L;
+    GenSlotsStats st;
+    float *swap;      // (S, HD) device scratch of swap_rows
     // host scratch
     int32_t *h_next, *h_feed, *h_pos, *h_mask, *h_ban;  // (B) x3, (S), (B * ban_cap)
     int *h_counts;    // (B)
@@ -42,6 +46,9 @@ Status gen_slots_open(Model *m, int B, int S, GenSlots **out, Err *e) {
     g->B = B;
     g->S = S;
     g->V = m->cfg.vocab_size;
+    g->NKV = m->cfg.num_key_value_heads;
+    g->HD = m->cfg.head_dim;
+    g->L = m->cfg.num_hidden_layers;
     g->slots = xcalloc((size_t)B, sizeof(Slot));
     g->h_next = xmalloc((size_t)B * 3 * sizeof(int32_t));
     g->h_feed = g->h_next + B;
@@ -52,6 +59,7 @@ Status gen_slots_open(Model *m, int B, int S, GenSlots **out, Err *e) {
     g->h_lpp = g->h_lp + B;
     g->h_counts = xcalloc((size_t)B, sizeof(int));
     g->h_u = xcalloc((size_t)B, sizeof(double));
+    g->swap = m->be->alloc(m->be, (size_t)S * g->HD * sizeof(float));  // (S, HD) one head's row of a layer
     // every row masked: idle rows attend to nothing
     Backend *be = m->be;
     for (int b = 0; b < B; b++) be->upload(be, dp->kmask + (size_t)b * S, g->h_mask, (size_t)S * sizeof(int32_t));
@@ -71,6 +79,7 @@ void gen_slots_close(GenSlots *g) {
     free(g->h_lp);
     free(g->h_counts);
     free(g->h_u);
+    g->m->be->free(g->m->be, g->swap);
     free(g);
 }
 
@@ -82,6 +91,14 @@ int gen_slots_busy(const GenSlots *g) {
 
 int gen_slots_size(const GenSlots *g) { return g->B; }
 
+void gen_slots_stats(const GenSlots *g, GenSlotsStats *out) { *out = g->st; }
+
+int gen_slots_bucket(int B, int busy) {
+    int n = 1;
+    while (n < busy) n *= 2;
+    return MIN(n, B);
+}
+
 // The cache slot the sequence's first generated token would be written to if it joined now.
 static int join_cur(const GenSlots *g, int P) { return gen_slots_busy(g) ? g->cur : P; }
 
@@ -89,6 +106,19 @@ int gen_slots_can_join(const GenSlots *g, const GenConfig *cfg, int len, int k) 
     if (g->B - gen_slots_busy(g) < k) return 0;
     int P = gen_padded_len(cfg, g->m->be, len), cur = join_cur(g, P);
     return cur >= P && cur + cfg->max_new_tokens - 1 <= g->S;
+}
+
+// The sampler's parameters of a slot (an idle one: greedy).
+static SampleParams slot_params(const Slot *sl) {
+    SampleParams sp = {.temperature = 1.0f, .repetition_penalty = 1.0f, .top_p = 1.0};
+    if (sl->busy && sl->cfg.do_sample) {
+        sp.do_sample = 1;
+        sp.temperature = sl->cfg.temperature;
+        sp.top_k = sl->cfg.top_k;
+        sp.top_p = sl->cfg.top_p;
+        sp.min_p = sl->cfg.min_p;
+    }
+    return sp;
 }
 
 static void set_mask(GenSlots *g, int b, int from) {
@@ -104,6 +134,10 @@ static Status prefill_row(GenSlots *g, int b, const Slot *sl, Err *e) {
     const GenConfig *c = &sl->cfg;
     int first, P = gen_prefill_schedule(c, be, sl->len, &first), base = g->cur - P, pad = P - sl->len;
     set_mask(g, b, base + pad);
+    g->slots[b].first = base + pad;
+    g->slots[b].end = g->cur;
+    g->st.prefill_tokens += sl->len;
+    g->st.prefill_slots += P;
     int chunk = MAX(c->prefill_chunk_size, first);
     int32_t *cids = xmalloc((size_t)MIN(chunk, P) * 2 * sizeof(int32_t)), *cpos = cids + MIN(chunk, P);
     Status st = ST_OK;
@@ -165,16 +199,9 @@ Status gen_slots_add(GenSlots *g, const GenConfig *cfg, int seq_index, const int
         set_mask(g, b, g->S);
         return st;
     }
-    SampleParams sp = {.temperature = 1.0f, .repetition_penalty = 1.0f, .top_p = 1.0};
-    if (cfg->do_sample) {
-        sp.do_sample = 1;
-        sp.temperature = cfg->temperature;
-        sp.top_k = cfg->top_k;
-        sp.top_p = cfg->top_p;
-        sp.min_p = cfg->min_p;
-    }
-    g->m->be->upload(g->m->be, g->dp->sparams + b, &sp, sizeof sp);
     sl->busy = 1;
+    SampleParams sp = slot_params(sl);
+    g->m->be->upload(g->m->be, g->dp->sparams + b, &sp, sizeof sp);
     return ST_OK;
 }
 
@@ -195,12 +222,62 @@ static int slot_bans(const Slot *sl, int32_t *out, int cap) {
     return MIN(n, cap);
 }
 
+// Swap rows a and b: their cache keys and values over the slots either uses, their key masks,
+// sampler parameters and slot state (the decode step then runs over fewer rows).
+static void swap_rows(GenSlots *g, int a, int b) {
+    Backend *be = g->m->be;
+    Plan *dp = g->dp;
+    Slot *sa = &g->slots[a], *sb = &g->slots[b];
+    int lo = g->S, hi = 0;
+    if (sa->end > sa->first) lo = MIN(lo, sa->first), hi = MAX(hi, sa->end);
+    if (sb->end > sb->first) lo = MIN(lo, sb->first), hi = MAX(hi, sb->end);
+    if (hi > lo) {
+        size_t head = (size_t)g->S * g->HD, n = (size_t)(hi - lo) * g->HD * sizeof(float);
+        for (int kv = 0; kv < 2; kv++)
+            for (int l = 0; l < g->L; l++)
+                for (int h = 0; h < g->NKV; h++) {
+                    float *c = kv ? dp->vcache : dp->kcache;
+                    float *ra = c + (((size_t)l * g->B + a) * g->NKV + h) * head + (size_t)lo * g->HD;
+                    float *rb = c + (((size_t)l * g->B + b) * g->NKV + h) * head + (size_t)lo * g->HD;
+                    be->copy(be, g->swap, ra, n);
+                    be->copy(be, ra, rb, n);
+                    be->copy(be, rb, g->swap, n);
+                }
+        g->st.swapped_slots += hi - lo;
+    }
+    Slot t = *sa;
+    *sa = *sb;
+    *sb = t;
+    for (int k = 0; k < 2; k++) {
+        int r = k ? b : a;
+        Slot *sl = &g->slots[r];
+        set_mask(g, r, sl->busy ? sl->first : g->S);
+        SampleParams sp = slot_params(sl);
+        be->upload(be, dp->sparams + r, &sp, sizeof sp);
+    }
+}
+
+// Busy rows into [0, bucket(busy)) (the lowest free rows take the highest busy ones).
+static int compact(GenSlots *g, int busy) {
+    int nb = gen_slots_bucket(g->B, busy);
+    for (int hi = g->B - 1; hi >= nb; hi--) {
+        if (!g->slots[hi].busy) continue;
+        int lo = 0;
+        while (g->slots[lo].busy) lo++;
+        CHECK(lo < nb);
+        swap_rows(g, lo, hi);
+    }
+    return nb;
+}
+
 int gen_slots_step(GenSlots *g) {
     Model *m = g->m;
     Backend *be = m->be;
     Plan *dp = g->dp;
-    int B = g->B, cap = dp->ban_cap, K = 0, want_raw = 0, want_proc = 0;
+    int cap = dp->ban_cap, K = 0, want_raw = 0, want_proc = 0, B = 0;
     if (!gen_slots_busy(g)) return 0;
+    for (int b = 0; b < g->B; b++)
+        if (g->slots[b].busy) B = b + 1;  // rows with logits to draw from: [0, B)
     int *counts = g->h_counts;
     for (int b = 0; b < B; b++) {
         Slot *sl = &g->slots[b];
@@ -252,15 +329,21 @@ int gen_slots_step(GenSlots *g) {
         busy += sl->busy;
     }
     if (!busy) return 0;
-    for (int b = 0; b < B; b++) {
+    int nb = compact(g, busy);
+    for (int b = 0; b < nb; b++) {
         Slot *sl = &g->slots[b];
-        g->h_feed[b] = sl->busy ? g->h_next[b] : g->pad;
+        g->h_feed[b] = sl->busy ? sl->hist[sl->len + sl->out->n - 1] : g->pad;
         g->h_pos[b] = sl->busy ? sl->len + sl->out->n - 1 : 0;
+        if (sl->busy) sl->end = g->cur + 1;
+        else if (sl->end > g->cur) sl->end = MAX(sl->first, g->cur);  // the step writes slot cur of every row
     }
-    be->upload(be, dp->ids, g->h_feed, (size_t)B * sizeof(int32_t));
-    be->upload(be, dp->pos, g->h_pos, (size_t)B * sizeof(int32_t));
+    be->upload(be, dp->ids, g->h_feed, (size_t)nb * sizeof(int32_t));
+    be->upload(be, dp->pos, g->h_pos, (size_t)nb * sizeof(int32_t));
     qwen3_cache_seek(m, dp, g->cur, 1);
-    qwen3_decode_step(m, dp);
+    qwen3_decode_step_rows(m, dp, nb);
     g->cur++;
+    g->st.decode_steps++;
+    g->st.decode_rows += nb;
+    g->st.busy_rows += busy;
     return busy;
 }

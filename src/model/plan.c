@@ -257,7 +257,10 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
 void plan_cache_free(Model *m) {
     PlanCache *pc = &m->plans;
     for (int i = 0; i < pc->n; i++) {
-        if (pc->plans[i]->graph_ready && m->be->graph_drop) m->be->graph_drop(m->be, (uint64_t)(uintptr_t)pc->plans[i]);
+        uint64_t key = (uint64_t)(uintptr_t)pc->plans[i];
+        if (pc->plans[i]->graph_ready && m->be->graph_drop) m->be->graph_drop(m->be, key);
+        for (int k = 0; k < 63 && m->be->graph_drop; k++)
+            if (pc->plans[i]->rows_ready >> k & 1) m->be->graph_drop(m->be, key + ((uint64_t)1 << k));
         m->be->free(m->be, pc->plans[i]->base);
         free(pc->plans[i]->layers);
         free(pc->plans[i]);

@@ -104,6 +104,9 @@ typedef struct Plan {
     // scratch buffer, and replayed. Key: the plan's address, dropped when the plan is freed.
     int eager_runs;        // eager runs of the step so far (recording starts after the first)
     int graph_ready;       // the step is recorded
+    // DECODE steps over the first 2^k < B rows (qwen3_decode_step_rows), graph key address + 2^k:
+    // bit k once run eagerly / recorded
+    uint64_t rows_eager, rows_ready;
 } Plan;
 
 typedef struct PlanCache {

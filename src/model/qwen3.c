@@ -85,11 +85,12 @@ static void linear_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp
     lora_backward(m, p, l, wk, dinp, dout, inp, N, C, OC);
 }
 
-// Layer l up to attention: ln1, q/k/v projections, q/k norm, RoPE (a->qr, a->kr, a->v).
-static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
+// Layer l up to attention over the first N rows of p: ln1, q/k/v projections, q/k norm, RoPE
+// (a->qr, a->kr, a->v).
+static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int N = p->B * p->T, C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
+    int C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
     int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
     float eps = (float)cfg->rms_norm_eps;
     be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
@@ -104,11 +105,12 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
     be->rope_forward(be, a->kr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
 }
 
-// Layer l after attention (a->att): output projection, residual, MLP, residual -> next.
-static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
+// Layer l after attention (a->att) over the first N rows: output projection, residual, MLP,
+// residual -> next.
+static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int N = p->B * p->T, C = cfg->hidden_size, FF = cfg->intermediate_size;
+    int C = cfg->hidden_size, FF = cfg->intermediate_size;
     int QD = cfg->num_attention_heads * cfg->head_dim;
     float eps = (float)cfg->rms_norm_eps;
     linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
@@ -135,9 +137,9 @@ void qwen3_forward(Model *m, Plan *p) {
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
         // l-1 in res_out is copied into res_in.
         if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
-        layer_qkv(m, p, a, l);
+        layer_qkv(m, p, a, l, N);
         be->attention_forward(be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH, NKV, HD);
-        layer_out(m, p, a, l, (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out);
+        layer_out(m, p, a, l, (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out, N);
     }
     be->rmsnorm_forward(be, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C, (float)cfg->rms_norm_eps);
 }
@@ -149,13 +151,15 @@ void qwen3_cache_seek(Model *m, Plan *dp, int start, int T) {
     m->be->upload(m->be, dp->cache_start, &s, sizeof s);
 }
 
-void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
+// forward_cached over the first B rows of p (B <= p->B; p is dp itself when B < dp->B): rows
+// [0, B) of every layer's cache, of kmask and of the activations; the other rows untouched.
+static void forward_cached_rows(Model *m, Plan *p, Plan *dp, int B) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, S = dp->S;
+    int T = p->T, N = B * T, C = cfg->hidden_size, S = dp->S;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
-    size_t layer_cache = (size_t)B * NKV * S * HD;
-    CHECK(dp->mode == PLAN_DECODE && dp->B == B && T <= S);
+    size_t layer_cache = (size_t)dp->B * NKV * S * HD;  // the cache is (L, dp->B, NKV, S, HD)
+    CHECK(dp->mode == PLAN_DECODE && B >= 1 && B <= dp->B && B <= p->B && T <= S);
 
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
@@ -163,17 +167,23 @@ void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
-        layer_qkv(m, p, a, l);
+        layer_qkv(m, p, a, l, N);
         float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
         be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, B, T, NKV, HD, S);
         be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask, dp->cache_start, B, T, NH, NKV, HD, S);
-        layer_out(m, p, a, l, p->res_out);
+        layer_out(m, p, a, l, p->res_out, N);
     }
 }
 
-void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
+    CHECK(dp->B == p->B);
+    forward_cached_rows(m, p, dp, p->B);
+}
+
+// last_logits for the first B rows of p.
+static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     Backend *be = m->be;
-    int B = p->B, T = p->T, C = m->cfg.hidden_size;
+    int T = p->T, C = m->cfg.hidden_size;
     const float *h = p->res_out;
     if (T > 1) {  // gather row b's position T-1
         for (int b = 0; b < B; b++)
@@ -185,6 +195,8 @@ void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
     const void *head = head_weight(m, &hdt);
     be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, m->cfg.vocab_size);
 }
+
+void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
 
 void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
     Backend *be = m->be;
@@ -199,12 +211,12 @@ void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)T * C * sizeof(float));
-        layer_qkv(m, p, a, l);
+        layer_qkv(m, p, a, l, T);
         float *kc = dp->kcache + l * layer_cache + row * row_cache, *vc = dp->vcache + l * layer_cache + row * row_cache;
         be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, 1, T, NKV, HD, S);
         be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask + (size_t)row * S, dp->cache_start, 1, T, NH, NKV, HD,
                              S);
-        layer_out(m, p, a, l, p->res_out);
+        layer_out(m, p, a, l, p->res_out, T);
     }
 }
 
@@ -222,42 +234,57 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
 }
 
 // Run a plan's step: eagerly where the backend has no graph hooks and the first time; recorded
-// the second time; replayed from then on.
-static void run_recorded(Model *m, Plan *p, void (*step)(Model *, Plan *)) {
+// the second time; replayed from then on. `rows` is the rows of a decode step (p->B: the whole
+// plan, key the plan's address; fewer: a power of two, key address + rows, state in bit
+// log2(rows) of p->rows_eager / rows_ready).
+static void run_recorded_rows(Model *m, Plan *p, int rows, void (*step)(Model *, Plan *, int)) {
     Backend *be = m->be;
-    uint64_t key = (uint64_t)(uintptr_t)p;
-    if (p->graph_ready && be->graph_launch(be, key)) return;
-    if (!be->graph_begin || p->eager_runs == 0) {  // the first run sizes every scratch buffer
-        step(m, p);
-        p->eager_runs++;
+    int whole = rows == p->B, bit = 0;
+    while (!whole && (1 << bit) < rows) bit++;
+    CHECK(whole || (rows == 1 << bit && bit < 63));
+    uint64_t key = (uint64_t)(uintptr_t)p + (whole ? 0 : (uint64_t)rows), mask = (uint64_t)1 << bit;
+    int ready = whole ? p->graph_ready : (p->rows_ready & mask) != 0;
+    int eager = whole ? p->eager_runs : (p->rows_eager & mask) != 0;
+    if (ready && be->graph_launch(be, key)) return;
+    if (!be->graph_begin || !eager) {  // the first run sizes every scratch buffer
+        step(m, p, rows);
+        if (whole) p->eager_runs++;
+        else p->rows_eager |= mask;
         return;
     }
     be->graph_begin(be, key);
-    step(m, p);
+    step(m, p, rows);
     be->graph_end(be, key);
-    p->graph_ready = 1;
+    if (whole) p->graph_ready = 1;
+    else p->rows_ready |= mask;
     m->plans.graphs++;
     CHECK(be->graph_launch(be, key));
 }
 
-static void decode_step(Model *m, Plan *dp) {
-    qwen3_forward_cached(m, dp, dp);
-    qwen3_last_logits(m, dp, dp);
+static void decode_rows(Model *m, Plan *dp, int rows) {
+    forward_cached_rows(m, dp, dp, rows);
+    last_logits_rows(m, dp, dp, rows);
 }
 
 void qwen3_decode_step(Model *m, Plan *dp) {
     CHECK(dp->mode == PLAN_DECODE);
-    run_recorded(m, dp, decode_step);
+    run_recorded_rows(m, dp, dp->B, decode_rows);
 }
 
-static void train_micro(Model *m, Plan *p) {
+void qwen3_decode_step_rows(Model *m, Plan *dp, int rows) {
+    CHECK(dp->mode == PLAN_DECODE && rows >= 1 && rows <= dp->B);
+    run_recorded_rows(m, dp, rows, decode_rows);
+}
+
+static void train_micro(Model *m, Plan *p, int rows) {
+    (void)rows;
     qwen3_forward(m, p);
     qwen3_ce_loss(m, p, 1.0f, 1);
 }
 
 void qwen3_train_micro(Model *m, Plan *p) {
     CHECK(p->mode == PLAN_TRAIN && trains(m));
-    run_recorded(m, p, train_micro);
+    run_recorded_rows(m, p, p->B, train_micro);
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
@@ -287,10 +314,10 @@ static void recompute_layer(Model *m, Plan *p, int l) {
     const ModelConfig *cfg = &m->cfg;
     if (!p->ckpt || l == cfg->num_hidden_layers - 1) return;
     LayerActs *a = &p->layers[l];
-    layer_qkv(m, p, a, l);
+    layer_qkv(m, p, a, l, p->B * p->T);
     m->be->attention_forward(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T, cfg->num_attention_heads,
                              cfg->num_key_value_heads, cfg->head_dim);
-    layer_out(m, p, a, l, p->layers[l + 1].res_in);  // rewrites the same values
+    layer_out(m, p, a, l, p->layers[l + 1].res_in, p->B * p->T);  // rewrites the same values
 }
 
 void qwen3_backward_from_lnf(Model *m, Plan *p) {

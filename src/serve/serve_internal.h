@@ -5,6 +5,7 @@
 
 #include "../core/alloc.h"
 #include "../gen/gen_text.h"
+#include "../gen/slots.h"
 #include "request.h"
 #include "server.h"
 
@@ -39,7 +40,7 @@ typedef struct ServeMetrics {
     long prompt_tokens, completion_tokens;
     long cancelled, timed_out;
     int running_rows;     // sequences in the decode slots now
-    long decode_steps, decode_rows;  // decode steps run; busy slots summed over them
+    GenSlotsStats slots;  // the decode slots' counters (steps, rows, prefill)
 } ServeMetrics;
 
 // One request's sequences on the scheduler (job.c).

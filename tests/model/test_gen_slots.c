@@ -20,7 +20,7 @@ static int32_t *make_prompt(int n, int V, uint64_t seed) {
 
 #define NSEQ 7
 
-static void run(const char *backend, int do_sample) {
+static void run(const char *backend, int do_sample, int B) {
     Err e = {0};
     Backend *be;
     EXPECT_MSG(backend_create(backend, 2, &be, &e) == ST_OK, "%s", e.msg);
@@ -57,10 +57,11 @@ static void run(const char *backend, int do_sample) {
     }
     int plans_before = m->plans.n;
     GenSlots *g;
-    EXPECT_MSG(gen_slots_open(m, 3, 256, &g, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(gen_slots_open(m, B, 256, &g, &e) == ST_OK, "%s", e.msg);
     GenSeq out[NSEQ];
     memset(out, 0, sizeof out);
     int next = 0, steps = 0, max_busy = 0;
+    long want_rows = 0;  // the rows the steps should have computed: the bucket of the busy slots
     while (next < NSEQ || gen_slots_busy(g)) {
         // join every other step, as many as fit
         while (next < NSEQ && steps % 2 == 0 && gen_slots_can_join(g, &cfg[next], lens[next], 1)) {
@@ -69,12 +70,21 @@ static void run(const char *backend, int do_sample) {
             next++;
         }
         max_busy = MAX(max_busy, gen_slots_busy(g));
-        gen_slots_step(g);
+        int left = gen_slots_step(g);
+        if (left) want_rows += gen_slots_bucket(B, left);
         steps++;
         EXPECT(steps < 10000);
         if (steps >= 10000) break;
     }
-    EXPECT_MSG(max_busy == 3, "at most %d slots were busy together", max_busy);
+    EXPECT_MSG(max_busy == B, "at most %d slots were busy together", max_busy);
+    // decode cost follows the busy slots: each step computed the bucket of its busy rows, fewer
+    // than B on some steps, and finished rows in the middle were compacted away
+    GenSlotsStats st;
+    gen_slots_stats(g, &st);
+    EXPECT_MSG(st.decode_rows == want_rows && st.decode_rows < st.decode_steps * B && st.busy_rows <= st.decode_rows,
+               "%s: %ld rows computed over %ld steps (%ld expected, %ld busy)", backend, st.decode_rows, st.decode_steps,
+               want_rows, st.busy_rows);
+    EXPECT_MSG(B < 4 || st.swapped_slots > 0, "%s: no row was compacted", backend);
     for (int i = 0; i < NSEQ; i++) {
         const GenSeq *r = &ref[i][i & 1];
         EXPECT_MSG(out[i].n == r->n && out[i].finish == GEN_FINISH_LENGTH, "%s seq %d: %d tokens vs %d", backend, i,
@@ -99,9 +109,10 @@ static void run(const char *backend, int do_sample) {
     backend_destroy(be);
 }
 
-static void test_greedy_cpu(void) { run("cpu", 0); }
-static void test_sampling_cpu(void) { run("cpu", 1); }
-static void test_sampling_ref(void) { run("ref", 1); }
+static void test_greedy_cpu(void) { run("cpu", 0, 3); }
+static void test_greedy_cpu_4(void) { run("cpu", 0, 4); }
+static void test_sampling_cpu(void) { run("cpu", 1, 4); }
+static void test_sampling_ref(void) { run("ref", 1, 4); }
 
 static void test_refusals(void) {
     Err e = {0};
@@ -136,6 +147,7 @@ static void test_refusals(void) {
 
 int main(void) {
     RUN(test_greedy_cpu);
+    RUN(test_greedy_cpu_4);
     RUN(test_sampling_cpu);
     RUN(test_sampling_ref);
     RUN(test_refusals);
