@@ -280,6 +280,65 @@ struct Backend {
     //   gradients add up). Only the B pooled rows are read: no (N, NL) scores ever exist.
     void (*score_head)(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
                        const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
+
+    // ---- mixture of experts (docs/models.md, "Routing") ---------------------------------------
+    // E experts, K experts per token, N tokens, S = N*K routed slots. The router logits (N,E) are
+    // a matmul_forward of the block's input with the router weight (E,C). Routing is exact and
+    // capacity-free unless a capacity is given to moe_dispatch (docs/backends.md).
+
+    // Top-k without sorting the experts: idx (N,K) the K largest logits of each row in
+    // descending order, equal values by ascending expert index; w (N,K) their weights:
+    //   norm == 0: w_k = softmax(logits_n)[idx_k]              (qwen3_moe, norm_topk_prob false)
+    //   norm != 0: w_k = softmax over the K selected logits     (mixtral; qwen3_moe with
+    //              norm_topk_prob, the same numbers as renormalising the selected softmax probs)
+    void (*moe_route_forward)(Backend *be, int32_t *idx, float *w, const float *logits, int N, int E, int K, int norm);
+    // dlogits (N,E) += d w / d logits applied to dw (N,K); idx is piecewise constant (no gradient).
+    void (*moe_route_backward)(Backend *be, float *dlogits, const float *dw, const float *logits, const int32_t *idx,
+                               int N, int E, int K, int norm);
+    // Grouping of the routed slots by expert (a counting sort; no host round trip):
+    //   offsets (E+1): expert e owns slots [offsets[e], offsets[e+1]); offsets[E] = slots kept;
+    //   slot_token (S): the token of each kept slot, ascending token order within an expert
+    //                   (entries from offsets[E] on are -1);
+    //   token_slot (N,K): the slot of (token n, choice k), -1 when dropped.
+    // capacity <= 0: every slot is kept. capacity > 0: an expert keeps at most `capacity` slots,
+    // taking choices in order of rank k (all first choices, then all second ...), tokens in order
+    // within a rank; dropped (1) (device, may be NULL) = the number of slots dropped.
+    void (*moe_dispatch)(Backend *be, int32_t *offsets, int32_t *slot_token, int32_t *token_slot, int32_t *dropped,
+                         const int32_t *idx, int N, int E, int K, int capacity);
+    // xs (S,C) = x (N,C) at slot_token; slots from offsets[E] on are 0.
+    void (*moe_gather)(Backend *be, float *xs, const float *x, const int32_t *slot_token, const int32_t *offsets, int S,
+                       int E, int C);
+    // dx (N,C) += sum_k dxs[token_slot[n,k]] (dropped slots skipped)
+    void (*moe_gather_backward)(Backend *be, float *dx, const float *dxs, const int32_t *token_slot, int N, int K,
+                                int C);
+    // Grouped linear layer, one call for all experts: for each slot s < offsets[E] of expert e,
+    // out[s] (OC) = inp[s] (C) w_e^T + bias_e, w (E,OC,C) as wdt, bias (E,OC) or NULL; slots from
+    // offsets[E] on get 0. Experts without slots are not read.
+    void (*moe_grouped_matmul_forward)(Backend *be, float *out, const float *inp, const void *w, DType wdt,
+                                       const float *bias, const int32_t *offsets, int S, int E, int C, int OC);
+    // dinp (S,C) += dout w_e ; dw (E,OC,C) += per expert dout^T inp ; dbias (E,OC) += colsum(dout);
+    // over the kept slots only. Any gradient may be NULL.
+    void (*moe_grouped_matmul_backward)(Backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                        const float *inp, const void *w, DType wdt, const int32_t *offsets, int S,
+                                        int E, int C, int OC);
+    // out (N,C) = sum_k w[n,k] ys[token_slot[n,k]] (dropped slots contribute 0)
+    void (*moe_combine_forward)(Backend *be, float *out, const float *ys, const float *w, const int32_t *token_slot,
+                                int N, int K, int C);
+    // dys (S,C) += w[n,k] dout[n] at token_slot[n,k] ; dw (N,K) += dout[n] . ys[token_slot[n,k]]
+    void (*moe_combine_backward)(Backend *be, float *dys, float *dw, const float *dout, const float *ys, const float *w,
+                                 const int32_t *token_slot, int N, int K, int C);
+    // Load-balancing statistics (transformers' load_balancing_loss_func), accumulated over the
+    // MoE layers of a step: stats (2E+1) += [count of selections per expert (E), sum of
+    // softmax(logits_n) (E), tokens (1)] over the tokens with seg[n] != 0 (seg NULL: all).
+    // With M = stats[2E]: aux = E * sum_e stats[e] * stats[E+e] / M^2.
+    void (*moe_aux_stats)(Backend *be, float *stats, const float *logits, const int32_t *idx, const int32_t *seg,
+                          int N, int E, int K);
+    // dlogits (N,E) += coef * d aux / d logits for the tokens with seg[n] != 0 (the counts are
+    // piecewise constant): p = softmax(logits_n), g_e = E stats[e] / M^2,
+    // dlogits[n,j] += coef p_j (g_j - p . g). Nothing when M = 0.
+    void (*moe_aux_backward)(Backend *be, float *dlogits, const float *logits, const int32_t *seg, const float *stats,
+                             float coef, int N, int E);
+    // ---- end of mixture of experts -------------------------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
@@ -299,6 +358,9 @@ void backend_cpu_install_kv(Backend *be);
 // Install the distillation and RL heads (backend/ref/ref_heads.c, backend/cpu/cpu_heads.c).
 void backend_ref_install_heads(Backend *be);
 void backend_cpu_install_heads(Backend *be);
+// Install the mixture-of-experts ops (backend/ref/ref_moe.c, backend/cpu/cpu_moe.c).
+void backend_ref_install_moe(Backend *be);
+void backend_cpu_install_moe(Backend *be);
 #ifdef STILL_CUDA
 Status backend_cuda_create(int threads, Backend **out, Err *e);
 #endif

@@ -48,7 +48,7 @@ static float *grad(const Model *m, TensorKind kind, int l) {
 }
 
 // Whether a backward pass has anything to accumulate into.
-static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : m->grads != NULL; }
+static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : (m->grads || m->gdata); }
 
 // The LM head (tied: the embedding), or an adapter's saved lm_head, and its gradient.
 static const void *head_weight(const Model *m, DType *dt) {
@@ -59,7 +59,7 @@ static const void *head_weight(const Model *m, DType *dt) {
 
 static float *head_grad(const Model *m) {
     if (m->lora) return lora_saved_grad(m, TK_LM_HEAD, -1);
-    return m->grads ? m->grads + model_lm_head(m)->goffset : NULL;
+    return model_tensor_grad(m, model_lm_head(m));
 }
 
 #define W(kind, l) weight(m, (kind), (l), NULL)
@@ -129,11 +129,13 @@ void qwen3_forward(Model *m, Plan *p) {
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
 
+    model_materialize(m, -1);
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
     be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, N, C);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
         // l-1 in res_out is copied into res_in.
         if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
@@ -161,11 +163,13 @@ static void forward_cached_rows(Model *m, Plan *p, Plan *dp, int B) {
     size_t layer_cache = (size_t)dp->B * NKV * S * HD;  // the cache is (L, dp->B, NKV, S, HD)
     CHECK(dp->mode == PLAN_DECODE && B >= 1 && B <= dp->B && B <= p->B && T <= S);
 
+    model_materialize(m, -1);
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
     be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, N, C);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
+        model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
         layer_qkv(m, p, a, l, N);
         float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
@@ -205,11 +209,13 @@ void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
     size_t row_cache = (size_t)NKV * S * HD, layer_cache = (size_t)dp->B * row_cache;
     CHECK(dp->mode == PLAN_DECODE && p->B == 1 && row >= 0 && row < dp->B && T <= S);
+    model_materialize(m, -1);
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
     be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, T, C);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)T * C * sizeof(float));
         layer_qkv(m, p, a, l, T);
         float *kc = dp->kcache + l * layer_cache + row * row_cache, *vc = dp->vcache + l * layer_cache + row * row_cache;
@@ -239,6 +245,10 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
 // log2(rows) of p->rows_eager / rows_ready).
 static void run_recorded_rows(Model *m, Plan *p, int rows, void (*step)(Model *, Plan *, int)) {
     Backend *be = m->be;
+    if (m->hooks) {  // sharded weights: collectives between the ops, never recorded
+        step(m, p, rows);
+        return;
+    }
     int whole = rows == p->B, bit = 0;
     while (!whole && (1 << bit) < rows) bit++;
     CHECK(whole || (rows == 1 << bit && bit < 63));
@@ -333,6 +343,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     be->rmsnorm_backward(be, p->dres, G(TK_NORM, -1), p->dln, p->res_out, F(TK_NORM, -1), p->rstdf, N, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         recompute_layer(m, p, l);
         // MLP block: out = res_mid + down(silu(gate(ln2)) * up(ln2)); dres holds d(out).
         be->zero(be, p->dact, (size_t)N * FF * fs);
@@ -365,9 +376,11 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         linear_backward(m, p, l, TK_WK, p->dln, p->dk, a->ln1, N, C, KD);
         linear_backward(m, p, l, TK_WV, p->dln, p->dv, a->ln1, N, C, KD);
         be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        model_grads_done(m, l);
     }
     float *demb = G(TK_EMBED, -1);
     if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
+    model_grads_done(m, -1);
 }
 
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {

@@ -244,5 +244,7 @@ void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, f
                      float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V);
 void cu_score_head(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
                    const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
+// cuda_moe.cu: installs the mixture-of-experts ops
+void cu_install_moe(Backend *be);
 
 #endif
