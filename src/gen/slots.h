@@ -28,6 +28,8 @@
 
 typedef struct GenSlots GenSlots;
 
+#define GEN_MAX_TOP_LOGPROBS 20  // GenConfig.top_logprobs at most (OpenAI's limit)
+
 typedef struct GenSlotsStats {
     long decode_steps;    // decode steps run
     long decode_rows;     // rows computed, summed over the steps (the buckets)
@@ -35,6 +37,7 @@ typedef struct GenSlotsStats {
     long prefill_tokens;  // real prompt tokens prefilled
     long prefill_slots;   // slots prefilled, padding included
     long swapped_slots;   // cache slots moved between rows by compaction
+    long reused_tokens;   // prompt tokens not prefilled: a free row held their keys (prefix reuse)
 } GenSlotsStats;
 
 // B slots of S cache slots each (one decode plan).
@@ -42,6 +45,10 @@ Status gen_slots_open(Model *m, int B, int S, GenSlots **out, Err *e);
 void gen_slots_close(GenSlots *g);
 int gen_slots_busy(const GenSlots *g);  // slots running a sequence
 int gen_slots_size(const GenSlots *g);  // B
+// Prefix reuse (on after open): a sequence joins the free slot whose cache holds the longest
+// prefix of its prompt and prefills only the rest. The reused keys and values of generated
+// tokens came from decode steps, so logits match a fresh prefill to float roundings, not bits.
+void gen_slots_set_prefix_reuse(GenSlots *g, int on);
 void gen_slots_stats(const GenSlots *g, GenSlotsStats *out);
 // The rows a decode step of `busy` busy slots computes among B: the smallest power of two >= busy,
 // at most B.

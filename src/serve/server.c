@@ -454,6 +454,7 @@ Status serve_start(const ServeOptions *o, ServeModel *sm, Server **out, Err *e) 
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->mt_mu, NULL);
     Status st = gen_slots_open(sm->m, o->max_batch, o->max_cache_len, &s->slots, e);
+    if (st == ST_OK) gen_slots_set_prefix_reuse(s->slots, o->prefix_reuse);
     if (st != ST_OK) {
         free(s->queue);
         free(s);

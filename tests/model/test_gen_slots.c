@@ -145,11 +145,137 @@ static void test_refusals(void) {
     backend_destroy(be);
 }
 
+
+// gen_generate alone on one prompt (greedy or seeded sampling, raw log-probs).
+static GenSeq *alone(Model *m, const GenConfig *c, const int32_t *p, int len) {
+    Err e = {0};
+    GenSeq *out = NULL;
+    GenConfig one = *c;
+    one.batch_size = 1;
+    EXPECT_MSG(gen_generate(m, &one, &p, &len, 1, &out, NULL, &e) == ST_OK, "%s", e.msg);
+    return out;
+}
+
+// Same tokens as alone; log-probs within 1e-4 (reused keys and values of generated tokens came
+// from decode steps, not a prefill: another matmul kernel, other roundings).
+static void expect_alone(Model *m, const GenConfig *c, const int32_t *p, int len, const GenSeq *got, const char *what) {
+    GenSeq *r = alone(m, c, p, len);
+    int same = r && got->n == r->n && !memcmp(got->ids, r->ids, (size_t)r->n * sizeof(int32_t));
+    EXPECT_MSG(same, "%s: the tokens differ from gen_generate alone", what);
+    if (same) {
+        float worst = 0;
+        for (int t = 0; t < r->n; t++) worst = MAX(worst, fabsf(got->logprobs[t] - r->logprobs[t]));
+        EXPECT_MSG(worst < 1e-4f, "%s: log-probs differ by %g from gen_generate alone", what, worst);
+    }
+    gen_seqs_free(r, 1);
+}
+
+// Prefix reuse: a conversation's next turn (the earlier prompt, the reply, new tokens) joins the
+// free row that still holds the earlier turn and prefills only what is new — while another
+// sequence decodes in its own row, and again when nothing runs — with gen_generate's tokens.
+static void reuse(int do_sample) {
+    Err e = {0};
+    Backend *be;
+    EXPECT(backend_create("cpu", 2, &be, &e) == ST_OK);
+    Model *m = NULL;
+    EXPECT_MSG(model_load("tests/data/models/qwen3_untied", be, DT_F32, &m, &e) == ST_OK, "%s", e.msg);
+    int V = m->cfg.vocab_size;
+    GenConfig c;
+    gen_config_default(&c);
+    c.ignore_eos = 1;
+    c.prefill_chunk_size = 32;
+    c.max_cache_len = 256;
+    c.logprobs = GEN_LOGPROBS_RAW;
+    c.do_sample = do_sample;
+    c.temperature = 0.9f;
+    c.top_k = 0;
+    c.seed = 77;
+    GenSlots *g;
+    EXPECT(gen_slots_open(m, 3, 256, &g, &e) == ST_OK);
+    int32_t *pa = make_prompt(20, V, 1), *pc = make_prompt(5, V, 2), *extra = make_prompt(30, V, 3);
+    GenConfig ca = c, cc = c;
+    ca.max_new_tokens = 10;
+    cc.max_new_tokens = 80;  // decodes through the next turn
+    GenSeq sa, sb, sc, sd;
+    EXPECT(gen_slots_add(g, &ca, 0, pa, 20, &sa, &e) == ST_OK);
+    EXPECT(gen_slots_add(g, &cc, 0, pc, 5, &sc, &e) == ST_OK);
+    while (sa.finish == GEN_FINISH_NONE) gen_slots_step(g);
+    expect_alone(m, &ca, pa, 20, &sa, "turn 1");
+    // turn 2: turn 1's prompt, its first 9 generated tokens (whose keys the row holds), 7 new ones
+    int lb = 20 + 9 + 7;
+    int32_t pb[64];
+    memcpy(pb, pa, 20 * sizeof(int32_t));
+    memcpy(pb + 20, sa.ids, 9 * sizeof(int32_t));
+    memcpy(pb + 29, extra, 7 * sizeof(int32_t));
+    GenConfig cb = c;
+    cb.max_new_tokens = 12;
+    for (int i = 0; i < 20; i++) gen_slots_step(g);  // room for the 16-slot rest before the shared slot
+    GenSlotsStats st0, st1;
+    gen_slots_stats(g, &st0);
+    EXPECT(gen_slots_add(g, &cb, 0, pb, lb, &sb, &e) == ST_OK);
+    gen_slots_stats(g, &st1);
+    EXPECT_MSG(sb.cached == 29 && st1.prefill_tokens - st0.prefill_tokens == 7 && st1.reused_tokens - st0.reused_tokens == 29,
+               "turn 2: %d tokens reused, %ld prefilled", sb.cached, st1.prefill_tokens - st0.prefill_tokens);
+    EXPECT(sc.finish == GEN_FINISH_NONE);  // the other sequence was decoding meanwhile
+    while (gen_slots_step(g)) {}
+    expect_alone(m, &cb, pb, lb, &sb, "turn 2 (reused, another row busy)");
+    expect_alone(m, &cc, pc, 5, &sc, "the other sequence");
+    // turn 3 with nothing running: turn 2's prompt and reply, then 20 new tokens
+    int ld = lb + 11 + 20;
+    int32_t pd[128];
+    memcpy(pd, pb, (size_t)lb * sizeof(int32_t));
+    memcpy(pd + lb, sb.ids, 11 * sizeof(int32_t));
+    memcpy(pd + lb + 11, extra + 7, 20 * sizeof(int32_t));
+    GenConfig cd = c;
+    cd.max_new_tokens = 9;
+    gen_slots_stats(g, &st0);
+    EXPECT(gen_slots_add(g, &cd, 0, pd, ld, &sd, &e) == ST_OK);
+    gen_slots_stats(g, &st1);
+    EXPECT_MSG(sd.cached == lb + 11 && st1.prefill_tokens - st0.prefill_tokens == 20,
+               "turn 3: %d tokens reused, %ld prefilled", sd.cached, st1.prefill_tokens - st0.prefill_tokens);
+    while (gen_slots_step(g)) {}
+    expect_alone(m, &cd, pd, ld, &sd, "turn 3 (reused, idle)");
+    // a prompt that shares nothing is prefilled whole
+    GenSeq sx;
+    gen_slots_stats(g, &st0);
+    EXPECT(gen_slots_add(g, &cd, 0, extra, 30, &sx, &e) == ST_OK);
+    gen_slots_stats(g, &st1);
+    EXPECT(sx.cached == 0 && st1.prefill_tokens - st0.prefill_tokens == 30);
+    while (gen_slots_step(g)) {}
+    // reuse off: turn 3 again is prefilled whole, and gives gen_generate's tokens to the bit
+    GenSeq sy;
+    gen_slots_set_prefix_reuse(g, 0);
+    EXPECT(gen_slots_add(g, &cd, 0, pd, ld, &sy, &e) == ST_OK && sy.cached == 0);
+    while (gen_slots_step(g)) {}
+    GenSeq *ry = alone(m, &cd, pd, ld);
+    EXPECT(ry && sy.n == ry->n && !memcmp(sy.ids, ry->ids, (size_t)sy.n * sizeof(int32_t)) &&
+           !memcmp(sy.logprobs, ry->logprobs, (size_t)sy.n * sizeof(float)));
+    gen_seqs_free(ry, 1);
+    free(sy.ids);
+    free(sy.logprobs);
+    GenSeq *all[] = {&sa, &sb, &sc, &sd, &sx};
+    for (int i = 0; i < 5; i++) {
+        free(all[i]->ids);
+        free(all[i]->logprobs);
+    }
+    free(pa);
+    free(pc);
+    free(extra);
+    gen_slots_close(g);
+    model_free(m);
+    backend_destroy(be);
+}
+
+static void test_prefix_reuse_greedy(void) { reuse(0); }
+static void test_prefix_reuse_sampling(void) { reuse(1); }
+
 int main(void) {
     RUN(test_greedy_cpu);
     RUN(test_greedy_cpu_4);
     RUN(test_sampling_cpu);
     RUN(test_sampling_ref);
     RUN(test_refusals);
+    RUN(test_prefix_reuse_greedy);
+    RUN(test_prefix_reuse_sampling);
     TEST_MAIN_END();
 }
