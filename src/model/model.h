@@ -25,6 +25,7 @@ typedef struct Model {
     float *grads;         // device (tt.n_params) fp32, NULL until model_alloc_grads
     float *inv_freq;      // device (HD/2) RoPE inverse frequencies
     float rope_mscale;    // attention scaling applied to cos and sin (yarn), else 1
+    float *inv_freq_local;  // device (HD/2) RoPE of layers with cfg.layer_rope 1, or NULL
     PlanCache plans;
     struct Lora *lora;    // LoRA adapter (model/lora.h) or NULL; with one, only the adapter trains
     int grad_ckpt;        // TRAIN plans recompute each layer's forward in the backward pass
