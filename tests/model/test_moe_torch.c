@@ -5,7 +5,7 @@
 // gradient of ce + router_aux_loss_coef * aux, the router and every expert included; the same
 // with gradient checkpointing; greedy generation on the KV cache against full recomputation;
 // and --moe_capacity_factor: a factor of E / K drops nothing and gives the exact logits, a small
-// one drops choices (counted) and changes them.
+// one drops choices (counted) and changes them; one token reads only its K experts per layer.
 //
 // Tolerances, norm-wise relative error per tensor of fp32 compute against float64, as
 // test_torch_parity.c: logits and losses 1e-5, gradients 2e-5. The fixtures keep every token's
@@ -216,9 +216,55 @@ static void test_capacity_factor(void) {
     close_case(&c);
 }
 
+// One token (batch-1 decode's shape) reads only its K experts per layer: with every other
+// expert's weights set to NaN the logits are the same bits (a kernel that read or weighted an
+// unrouted expert, even by 0, would turn them NaN).
+static void test_one_token_reads_routed_experts(void) {
+    for (size_t mi = 0; mi < ARRAY_LEN(models); mi++)
+        for (size_t b = 0; b < ARRAY_LEN(backends); b++) {
+            Case c;
+            if (!open_case(&c, models[mi], backends[b])) continue;
+            Model *m = c.m;
+            c.T = 1;
+            Plan *p;
+            Err e = {0};
+            EXPECT(plan_get(m, PLAN_TRAIN, 1, 1, &p, &e) == ST_OK);  // every layer's routing kept
+            float *before = score_logits(&c);
+            qwen3_set_inputs(m, p, c.ids, c.pos, c.seg, NULL, NULL);
+            qwen3_forward(m, p);
+            int E = m->cfg.num_experts, K = m->cfg.num_experts_per_tok, poisoned = 0;
+            for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+                if (!m->cfg.layer_moe[l]) continue;
+                int32_t idx[64];
+                c.be->download(c.be, idx, p->layers[l].moe.idx, (size_t)K * sizeof(int32_t));
+                TensorKind kinds[3] = {TK_EXP_G, TK_EXP_U, TK_EXP_D};
+                for (int k = 0; k < 3; k++) {
+                    int first = c.m->tt.index[(size_t)l * TK_COUNT + kinds[k]];
+                    for (int x = 0; x < E; x++) {
+                        int used = 0;
+                        for (int j = 0; j < K; j++) used |= idx[j] == x;
+                        if (used) continue;
+                        const TensorInfo *t = &m->tt.t[first + x];
+                        float *nan = xmalloc(t->numel * sizeof(float));
+                        for (size_t i = 0; i < t->numel; i++) nan[i] = NAN;
+                        c.be->upload(c.be, m->data[first + x], nan, t->numel * sizeof(float));
+                        free(nan);
+                        poisoned++;
+                    }
+                }
+            }
+            float *after = score_logits(&c);
+            EXPECT_MSG(poisoned > 0 && !memcmp(before, after, (size_t)m->cfg.vocab_size * sizeof(float)),
+                       "%s/%s: %d unrouted experts set to NaN change the logits", models[mi], backends[b], poisoned);
+            free(before), free(after);
+            close_case(&c);
+        }
+}
+
 int main(void) {
     RUN(test_train_parity);
     RUN(test_generate_matches_recompute);
     RUN(test_capacity_factor);
+    RUN(test_one_token_reads_routed_experts);
     TEST_MAIN_END();
 }
