@@ -37,7 +37,6 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
     m->be = be;
     m->matrix_dtype = matrix_dtype;
     m->ckpt_dtype = matrix_dtype;
-    m->moe_aux_scale = 1.0;
     tensors_build(&m->tt, cfg, matrix_dtype);
     m->data = xcalloc((size_t)m->tt.n, sizeof(void *));
     if (!mapped) {
