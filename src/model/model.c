@@ -19,9 +19,22 @@ void *model_param(const Model *m, TensorKind kind, int layer) {
     return t ? model_data(m, t) : NULL;
 }
 
+float *model_tensor_grad(const Model *m, const TensorInfo *t) {
+    if (!t) return NULL;
+    if (m->gdata) return m->gdata[t - m->tt.t];
+    return m->grads ? m->grads + t->goffset : NULL;
+}
+
 float *model_grad(const Model *m, TensorKind kind, int layer) {
-    const TensorInfo *t = tensors_get(&m->tt, kind, layer);
-    return (t && m->grads) ? m->grads + t->goffset : NULL;
+    return model_tensor_grad(m, tensors_get(&m->tt, kind, layer));
+}
+
+void model_materialize(Model *m, int layer) {
+    if (m->hooks) m->hooks->materialize(m->hooks->ctx, m, layer);
+}
+
+void model_grads_done(Model *m, int layer) {
+    if (m->hooks) m->hooks->grads_done(m->hooks->ctx, m, layer);
 }
 
 const TensorInfo *model_lm_head(const Model *m) {

@@ -9,6 +9,16 @@
 #include "plan.h"
 #include "tensors.h"
 
+struct Model;
+// Sharded parameters (FSDP, src/train/fsdp.c): the forward and backward passes ask for a layer's
+// weights before they use them and say when a layer's gradients are complete. layer -1: the
+// embedding, final norm and LM head (the rest of the model).
+typedef struct ModelHooks {
+    void *ctx;
+    void (*materialize)(void *ctx, struct Model *m, int layer);  // m->data of the layer's tensors valid
+    void (*grads_done)(void *ctx, struct Model *m, int layer);   // the layer's gradients are final
+} ModelHooks;
+
 typedef struct Model {
     ModelConfig cfg;
     TensorTable tt;
@@ -33,7 +43,15 @@ typedef struct Model {
     double moe_aux_scale;  // weight of a backward pass's load-balancing gradient: 1 / micro-batches in
                            // still sft; 0 (none) elsewhere
     int shared;           // params and inv_freq belong to another model (model_share)
+    const ModelHooks *hooks;  // sharded parameters (NULL: every tensor always in data)
+    float **gdata;        // (tt.n) each tensor's gradient when sharded (hooks), else NULL: grads + goffset
 } Model;
+
+// The hooks' calls; no-ops on a model without hooks.
+void model_materialize(struct Model *m, int layer);
+void model_grads_done(struct Model *m, int layer);
+// The gradient of a table entry of m->tt, NULL when the model has none.
+float *model_tensor_grad(const Model *m, const TensorInfo *t);
 
 // The tensors a trainer updates: the adapter's when the model has one, else the model's own
 // (table, fp32 parameter buffer, gradient buffer or NULL).

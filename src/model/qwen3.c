@@ -78,7 +78,7 @@ static float *grad(const Model *m, TensorKind kind, int l) {
 }
 
 // Whether a backward pass has anything to accumulate into.
-static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : m->grads != NULL; }
+static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : (m->grads || m->gdata); }
 
 // The LM head (tied: the embedding), or an adapter's saved lm_head, and its gradient.
 static const void *head_weight(const Model *m, DType *dt) {
@@ -89,7 +89,7 @@ static const void *head_weight(const Model *m, DType *dt) {
 
 static float *head_grad(const Model *m) {
     if (m->lora) return lora_saved_grad(m, TK_LM_HEAD, -1);
-    return m->grads ? m->grads + model_lm_head(m)->goffset : NULL;
+    return model_tensor_grad(m, model_lm_head(m));
 }
 
 #define W(kind, l) weight(m, (kind), (l), NULL)
@@ -234,11 +234,13 @@ void qwen3_forward(Model *m, Plan *p) {
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
 
+    model_materialize(m, -1);
     embed(m, p, p->layers[0].res_in);
     p->moe_aux = p->mode == PLAN_TRAIN && cfg->num_experts > 0 && cfg->output_router_logits;
     if (p->moe_aux) be->zero(be, p->moe_stats, (2 * (size_t)cfg->num_experts + 1) * sizeof(float));
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
         // l-1 in res_out is copied into res_in.
         if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
@@ -264,9 +266,11 @@ void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
     size_t layer_cache = (size_t)B * NKV * S * HD;
     CHECK(dp->mode == PLAN_DECODE && dp->B == B && T <= S);
 
+    model_materialize(m, -1);
     embed(m, p, p->layers[0].res_in);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
+        model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
         layer_qkv(m, p, a, l);
         float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
@@ -298,9 +302,11 @@ void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
     size_t row_cache = (size_t)NKV * S * HD, layer_cache = (size_t)dp->B * row_cache;
     CHECK(dp->mode == PLAN_DECODE && p->B == 1 && row >= 0 && row < dp->B && T <= S);
+    model_materialize(m, -1);
     embed(m, p, p->layers[0].res_in);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)T * C * sizeof(float));
         layer_qkv(m, p, a, l);
         float *kc = dp->kcache + l * layer_cache + row * row_cache, *vc = dp->vcache + l * layer_cache + row * row_cache;
@@ -329,6 +335,10 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
 static void run_recorded(Model *m, Plan *p, void (*step)(Model *, Plan *)) {
     Backend *be = m->be;
     uint64_t key = (uint64_t)(uintptr_t)p;
+    if (m->hooks) {  // sharded weights: collectives between the ops, never recorded
+        step(m, p);
+        return;
+    }
     if (p->graph_ready && be->graph_launch(be, key)) return;
     if (!be->graph_begin || p->eager_runs == 0) {  // the first run sizes every scratch buffer
         step(m, p);
@@ -413,6 +423,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     float qm = query_mult(cfg);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         recompute_layer(m, p, l);
         // MLP block: out = res_mid + [norm](down(silu(gate(x)) * up(x))), x = [norm](res_mid);
         // dres holds d(out). Without a pre-norm the projections' input gradient goes straight
@@ -482,10 +493,12 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         linear_backward(m, p, l, TK_WV, dx, p->dv, a->ln1, N, C, KD);
         if (cfg->norms & NORM_PRE_ATTN)
             be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        model_grads_done(m, l);
     }
     float *demb = G(TK_EMBED, -1);
     if (demb && cfg->embed_scale != 1.0f) be->scale(be, p->dres, cfg->embed_scale, (size_t)N * C);
     if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
+    model_grads_done(m, -1);
 }
 
 double qwen3_moe_aux_loss(Model *m, Plan *p) {
