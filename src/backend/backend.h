@@ -44,6 +44,20 @@ typedef struct SampleParams {
     int32_t pad_;
 } SampleParams;
 
+// Attention options of one layer (the model-family ops at the end of Backend; docs/models.md).
+//   window > 0: sliding window, key s visible to query t only when t - s < window (on top of the
+//     causal and segment rules: transformers' sliding_window_overlay, kv_idx > q_idx - window, so
+//     a query sees itself and the window - 1 keys before it); 0 = global.
+//   softcap > 0: every scaled score x becomes softcap * tanh(x / softcap) before the softmax
+//     (Gemma 2's attn_logit_softcapping); 0 = off.
+//   scale > 0: the score scale (Gemma's query_pre_attn_scalar^-0.5); 0 = 1/sqrt(HD).
+typedef struct AttnOpts {
+    int32_t window;
+    float softcap;
+    float scale;
+    int32_t pad_;
+} AttnOpts;
+
 struct Backend {
     const char *name;  // "ref", "cpu", "cuda"
     void *ctx;         // backend-private state (thread count, BLAS handles, streams)
@@ -281,6 +295,69 @@ struct Backend {
     void (*score_head)(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
                        const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
 
+    // ---- model-family ops (Mistral, Gemma 2 / 3; docs/models.md) --------------------------
+    // attention_forward / attention_backward / attention_cached with AttnOpts (above): the same
+    // layouts and rules, plus the window, the soft-cap and the scale. The backward pass takes the
+    // gradient through the soft-cap: d x = d score * (1 - (score / softcap)^2).
+    void (*attention_forward_opt)(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                                  const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+    void (*attention_backward_opt)(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                   const float *lse, const float *q, const float *k, const float *v,
+                                   const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+    // Cached attention: with o.window > 0 query slot p attends slots s with p - s < window.
+    void (*attention_cached_opt)(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                                 const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD,
+                                 int S, AttnOpts o);
+    // Windowed static cache of a sliding layer: a ring kc, vc (B,NKV,W,HD) of W = window slots,
+    // absolute slot s at ring index s % W, so memory follows the window, not max_cache_len.
+    // kv_ring_write: ring at (start+t) % W = k, v (B,T,NKV,HD) for the chunk's last min(T, W)
+    // tokens (the only ones a later query can see).
+    void (*kv_ring_write)(Backend *be, float *kc, float *vc, const float *k, const float *v, const int32_t *start,
+                          int B, int T, int NKV, int HD, int W);
+    // attention_ring: queries q (B,T,NH,HD) at slots [start, start+T), o.window = W >= 1. Keys at
+    // slots s < start come from the ring (which must hold slots [start - W, start): call this
+    // BEFORE kv_ring_write of the chunk), keys at slots [start, start+T) from the chunk's own k, v
+    // (B,T,NKV,HD). kmask (B,S) by absolute slot (S = max_cache_len) as attention_cached; query
+    // p attends s iff s <= p, p - s < W, kmask[b,s] != 0. Equal to attention_cached_opt on a
+    // full cache holding the same keys.
+    void (*attention_ring)(Backend *be, float *out, const float *q, const float *kc, const float *vc, const float *k,
+                           const float *v, const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV,
+                           int HD, int S, AttnOpts o);
+    // RMSNorm with an offset weight: out (N,C) = inp * rstd * (woff + w), rstd (N) as
+    // rmsnorm_forward (Gemma's (1 + w) norms: woff = 1; fp32). Backward as rmsnorm_backward with
+    // woff + w in place of w; dw (C) += the same sums (d(woff + w) / dw = 1).
+    void (*rmsnorm_forward_off)(Backend *be, float *out, float *rstd, const float *inp, const float *w, float woff,
+                                int N, int C, float eps);
+    void (*rmsnorm_backward_off)(Backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, float woff, const float *rstd, int N, int C);
+    // GeGLU activation with gelu_pytorch_tanh: out (n) = gelu_tanh(gate) * up,
+    //   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    void (*geglu_forward)(Backend *be, float *out, const float *gate, const float *up, size_t n);
+    // dgate (n) +=, dup (n) +=
+    void (*geglu_backward)(Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t n);
+    // Soft-capping of a buffer in place: x (n) = cap * tanh(x / cap), cap > 0 (Gemma 2's
+    // final_logit_softcapping on the last-position logits before sampling).
+    void (*softcap_forward)(Backend *be, float *x, float cap, size_t n);
+    // dx (n) *= 1 - (y / cap)^2 in place, y (n) the capped values (the chain rule through it).
+    void (*softcap_backward)(Backend *be, float *dx, const float *y, float cap, size_t n);
+    // The loss heads with final-logit soft-capping: as ce_head, logprob_head and distill_head
+    // with every logit z (before the temperature) replaced by softcap * tanh(z / softcap) when
+    // softcap > 0 (0 = the plain head), the backward pass through it. distill_head_cap caps the
+    // student's logits with softcap_s and the teacher's with softcap_t (the two models' configs).
+    void (*ce_head_cap)(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                        const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                        float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V);
+    void (*logprob_head_cap)(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                             const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                             float tau, float softcap, float *scratch, int chunk, int N, int C, int V);
+    void (*distill_head_cap)(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                             const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                             const int32_t *targets, const float *weights, float tau, float beta, int top_k,
+                             float grad_scale, float softcap_s, float softcap_t, float *scratch_s, float *scratch_t,
+                             int chunk, int N, int Cs, int Ct, int V);
+    // ---- end of model-family ops ---------------------------------------------------------
+
     // ---- mixture of experts (docs/models.md, "Routing") ---------------------------------------
     // E experts, K experts per token, N tokens, S = N*K routed slots. The router logits (N,E) are
     // a matmul_forward of the block's input with the router weight (E,C). Routing is exact and
@@ -358,6 +435,9 @@ void backend_cpu_install_kv(Backend *be);
 // Install the distillation and RL heads (backend/ref/ref_heads.c, backend/cpu/cpu_heads.c).
 void backend_ref_install_heads(Backend *be);
 void backend_cpu_install_heads(Backend *be);
+// Install the model-family ops (backend/ref/ref_family.c, backend/cpu/cpu_family.c).
+void backend_ref_install_family(Backend *be);
+void backend_cpu_install_family(Backend *be);
 // Install the mixture-of-experts ops (backend/ref/ref_moe.c, backend/cpu/cpu_moe.c).
 void backend_ref_install_moe(Backend *be);
 void backend_cpu_install_moe(Backend *be);

@@ -295,6 +295,49 @@ static const cJSON *rope_dict(const cJSON *root, const char **name) {
     return cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
 }
 
+// longrope's per-frequency factors: a list of head_dim / 2 positive numbers.
+static Status read_factors(const cJSON *rd, const char *key, const char *what, int n, float *out, Err *e) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rd, key);
+    if (!a || !cJSON_IsArray(a))
+        return err_set(e, ST_EINVAL, "%s: field \"%s\" must be a list of %d numbers (head_dim / 2)", what, key, n);
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a) {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0) || !isfinite(it->valuedouble))
+            return err_set(e, ST_EINVAL, "%s: %s[%d] must be a positive number", what, key, k);
+        if (k < n) out[k] = (float)it->valuedouble;
+        k++;
+    }
+    if (k != n) return err_set(e, ST_EINVAL, "%s: field \"%s\" has %d entries, expected %d (head_dim / 2)", what, key, k, n);
+    return ST_OK;
+}
+
+// longrope (modeling_rope_utils.py): factor and the default attention factor come from the two
+// context lengths when config.json has original_max_position_embeddings at the top level
+// (Phi-3), else from the rope dict.
+static Status parse_longrope(const cJSON *root, const cJSON *rd, const char *path, const char *what, ModelConfig *cfg,
+                             Err *e) {
+    RopeScaling *rs = &cfg->rope_scaling;
+    rs->type = ROPE_LONGROPE;
+    TRY(read_factors(rd, "short_factor", what, cfg->head_dim / 2, rs->short_factor, e));
+    TRY(read_factors(rd, "long_factor", what, cfg->head_dim / 2, rs->long_factor, e));
+    TRY(get_double_field(rd, "attention_factor", what, -1.0, &rs->attention_factor, e));
+    if (json_has(root, "original_max_position_embeddings")) {
+        int omax;
+        TRY(get_int_field(root, "original_max_position_embeddings", path, 1, 0, 1, &omax, e));
+        rs->original_max_position_embeddings = omax;
+        rs->factor = (double)cfg->max_position_embeddings / omax;
+    } else {
+        TRY(get_positive_double(rd, "original_max_position_embeddings", what, cfg->max_position_embeddings,
+                                &rs->original_max_position_embeddings, e));
+        TRY(json_get_double(rd, "factor", what, rs->attention_factor < 0, &rs->factor, e));
+    }
+    if (rs->attention_factor < 0)
+        rs->attention_factor =
+            rs->factor <= 1 ? 1.0 : sqrt(1 + log(rs->factor) / log(rs->original_max_position_embeddings));
+    return ST_OK;
+}
+
 static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
     RopeScaling *rs = &cfg->rope_scaling;
     memset(rs, 0, sizeof *rs);
@@ -335,6 +378,7 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
     } else if (st != ST_OK) {
         return st;
     }
+    if (cfg->family->rope_longrope_aliases && (!strcmp(type, "su") || !strcmp(type, "yarn"))) type = "longrope";
     if (!strcmp(type, "default")) {
         rs->type = ROPE_DEFAULT;
         return ST_OK;
@@ -352,6 +396,8 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
             return err_set(e, ST_EINVAL,
                            "%s: low_freq_factor %g and high_freq_factor %g must satisfy 0 < low < high", what,
                            rs->low_freq_factor, rs->high_freq_factor);
+    } else if (!strcmp(type, "longrope")) {
+        TRY(parse_longrope(root, rd, path, what, cfg, e));
     } else if (!strcmp(type, "yarn")) {
         rs->type = ROPE_YARN;
         TRY(get_double_field(rd, "original_max_position_embeddings", what, cfg->max_position_embeddings,
@@ -378,7 +424,7 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
             return err_set(e, ST_EINVAL,
                            "%s: original_max_position_embeddings, beta_fast and beta_slow must be positive", what);
     } else {
-        return err_set(e, ST_EUNSUPPORTED, "%s: rope type \"%s\" is not supported (supported: default, linear, llama3, yarn)",
+        return err_set(e, ST_EUNSUPPORTED, "%s: rope type \"%s\" is not supported (supported: default, linear, llama3, yarn, longrope)",
                        what, type);
     }
     if (!(rs->factor > 0) || !isfinite(rs->factor))
@@ -524,6 +570,14 @@ Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e) 
 }
 
 Status config_check_window(const ModelConfig *cfg, int len, Err *e) {
+    const RopeScaling *rs = &cfg->rope_scaling;
+    if (rs->type == ROPE_LONGROPE && len > rs->original_max_position_embeddings)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "this %s model's longrope scaling switches to long_factor beyond "
+                       "original_max_position_embeddings %g, and this plan holds %d positions: long_factor is not "
+                       "supported yet (use sequences and cache lengths of at most %g)",
+                       cfg->model_type, rs->original_max_position_embeddings, len,
+                       rs->original_max_position_embeddings);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         int w = cfg->layer_window[l];
         if (w > 0 && len > w)
@@ -648,6 +702,15 @@ void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale
         inv_freq[i] = 1.0f / pos_freq;
     }
     if (rs->type == ROPE_DEFAULT) return;
+    if (rs->type == ROPE_LONGROPE) {  // 1 / (short_factor * base^(2i/d)), positions within the original context
+        for (int i = 0; i < half; i++) {
+            float ex = (float)(2 * i) / (float)dim;
+            float pos_freq = (float)pow((double)base, (double)ex);
+            inv_freq[i] = 1.0f / (rs->short_factor[i] * pos_freq);
+        }
+        *mscale = (float)rs->attention_factor;
+        return;
+    }
     if (rs->type == ROPE_LINEAR) {
         for (int i = 0; i < half; i++) inv_freq[i] = inv_freq[i] / (float)rs->factor;
         return;

@@ -126,7 +126,8 @@ const char *config_architecture(const ModelConfig *cfg);
 // Refuse what the family table can describe but no op implements yet, naming the field.
 Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e);
 // Refuse a plan of `len` positions (T of a batch, S of a KV cache) that is longer than a layer's
-// sliding window: until the windowed ops exist, a window that never binds is the only one run.
+// sliding window (until the windowed ops exist, a window that never binds is the only one run),
+// or than longrope's original_max_position_embeddings (beyond it transformers uses long_factor).
 Status config_check_window(const ModelConfig *cfg, int len, Err *e);
 
 // RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that

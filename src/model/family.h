@@ -57,6 +57,7 @@ typedef struct FamilyDesc {
     int fused_qkv;             // self_attn.qkv_proj (QD + 2 KD, C): rows q, then k, then v
     int fused_gate_up;         // mlp.gate_up_proj (2 FF, C): rows gate, then up
     BiasRule qkv_bias, o_bias, mlp_bias;
+    int rope_longrope_aliases;    // rope types "su" and "yarn" mean "longrope" (Phi3Config)
     const char *names[TK_COUNT];  // per-layer HF suffixes that differ from tensors.c's defaults
     const char *const *fields;    // NULL-terminated config.json keys beyond family_common_fields
     // The family's own config fields (per-layer attention, caps, rope variants); NULL = none.
