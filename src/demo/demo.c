@@ -49,7 +49,7 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->teacher_lr = 2e-3;
     p->student_steps = quick ? 150 : 200;
     p->student_lr = 3e-3;
-    p->distill_steps = quick ? 200 : 600;
+    p->distill_steps = quick ? 200 : 400;
     p->distill_batch = 64;
     p->distill_lr = 3e-3;
     p->distill_beta = 0.0f;  // forward KL (docs/demo.md, "Why these settings")
