@@ -8,6 +8,7 @@
 #include "../backend/backend.h"
 #include "../core/common.h"
 #include "config.h"
+#include "moe.h"
 
 struct Model;
 struct Lora;
@@ -43,6 +44,7 @@ typedef struct LayerActs {
     float *gate;     // (N,FF)
     float *up;       // (N,FF)
     float *act;      // (N,FF) silu(gate)*up
+    MoeActs moe;     // sparse MoE layers (cfg.layer_moe): the block's buffers (moe.h); else unset
     float *mo;       // (N,C) down_proj output before its norm (NORM_POST_MLP), else NULL
     float *rstdm;    // (N) NORM_POST_MLP
 } LayerActs;
@@ -71,6 +73,10 @@ typedef struct Plan {
     int32_t *pool_rows;    // (B) pooled row of each sequence, in [0, N)
     float *cls_scores;     // (B,NL) scores
     float *cls_dscores;    // (B,NL) TRAIN: d loss / d score
+    // mixture of experts (cfg.num_experts > 0)
+    float *moe_stats;      // (2E+1) load-balancing statistics of the last forward (moe.h)
+    int moe_aux;           // the last forward accumulated moe_stats (training with output_router_logits)
+    MoeScratch moe_scr;    // TRAIN: one MoE block's backward scratch
     // backward scratch (TRAIN only), one layer's worth, reused by every layer
     float *dres;           // (N,C) gradient of the residual stream
     float *dln;            // (N,C)

@@ -163,6 +163,32 @@ static void post_norm_add(Model *m, float *out, float *rstd, const float *y, con
 
 // Layer l after attention (a->att) over the first N rows: output projection, (post-norm,) residual, (pre-norm,) MLP,
 // (post-norm,) residual -> next.
+// ---- mixture of experts (moe.h) --------------------------------------------------------------
+// The block's dims for N tokens; with --moe_capacity_factor f each expert keeps at most
+// ceil(f N K / E) slots (docs/backends.md, fixed-shape dispatch).
+static MoeDims moe_dims(const Model *m, int N) {
+    const ModelConfig *cfg = &m->cfg;
+    MoeDims d = {.N = N, .C = cfg->hidden_size, .E = cfg->num_experts, .K = cfg->num_experts_per_tok,
+                 .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0};
+    if (m->moe_capacity_factor > 0)
+        d.capacity = (int)MIN(ceil(m->moe_capacity_factor * N * d.K / d.E), (double)N);
+    return d;
+}
+
+static MoeWeights moe_weights(const Model *m, int l) {
+    MoeWeights w;
+    w.router = weight(m, TK_ROUTER, l, &w.router_dt);
+    w.gate = weight(m, TK_EXP_G, l, &w.wdt);
+    w.up = weight(m, TK_EXP_U, l, NULL);
+    w.down = weight(m, TK_EXP_D, l, NULL);
+    return w;
+}
+
+// The load-balancing loss coefficient of one backward pass (0: none).
+static float moe_aux_coef(const Model *m, const Plan *p) {
+    return p->moe_aux ? (float)(m->cfg.router_aux_loss_coef * m->moe_aux_scale) : 0.0f;
+}
+
 static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
@@ -177,16 +203,19 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N
         be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
     }
     if (cfg->norms & NORM_PRE_MLP) be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
-    linear_forward(m, p, l, TK_WG, a->gate, a->ln2, N, C, FF);
-    linear_forward(m, p, l, TK_WU, a->up, a->ln2, N, C, FF);
-    be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
-    if (cfg->norms & NORM_POST_MLP) {
-        linear_forward(m, p, l, TK_WD, a->mo, a->act, N, FF, C);
-        post_norm_add(m, next, a->rstdm, a->mo, a->res_mid, TK_LNF, l, N);
+    float *y = (cfg->norms & NORM_POST_MLP) ? a->mo : next;  // the MLP's output
+    if (cfg->layer_moe[l]) {
+        MoeDims d = moe_dims(m, N);
+        MoeWeights w = moe_weights(m, l);
+        moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
     } else {
-        linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
-        be->add(be, next, next, a->res_mid, (size_t)N * C);
+        linear_forward(m, p, l, TK_WG, a->gate, a->ln2, N, C, FF);
+        linear_forward(m, p, l, TK_WU, a->up, a->ln2, N, C, FF);
+        be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
+        linear_forward(m, p, l, TK_WD, y, a->act, N, FF, C);
     }
+    if (cfg->norms & NORM_POST_MLP) post_norm_add(m, next, a->rstdm, a->mo, a->res_mid, TK_LNF, l, N);
+    else be->add(be, next, next, a->res_mid, (size_t)N * C);
 }
 
 // The token embeddings of the first N ids of p into out (N,C), times cfg.embed_scale.
@@ -207,6 +236,8 @@ void qwen3_forward(Model *m, Plan *p) {
 
     model_materialize(m, -1);
     embed(m, p, p->layers[0].res_in, N);
+    p->moe_aux = p->mode == PLAN_TRAIN && cfg->num_experts > 0 && cfg->output_router_logits;
+    if (p->moe_aux) be->zero(be, p->moe_stats, (2 * (size_t)cfg->num_experts + 1) * sizeof(float));
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
         model_materialize(m, l);
@@ -397,7 +428,10 @@ static void recompute_layer(Model *m, Plan *p, int l) {
     layer_qkv(m, p, a, l, p->B * p->T);
     m->be->attention_forward(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T, cfg->num_attention_heads,
                              cfg->num_key_value_heads, cfg->head_dim);
+    int aux = p->moe_aux;  // the statistics are complete: a recomputation adds nothing to them
+    p->moe_aux = 0;
     layer_out(m, p, a, l, p->layers[l + 1].res_in, p->B * p->T);  // rewrites the same values
+    p->moe_aux = aux;
 }
 
 void qwen3_backward_from_lnf(Model *m, Plan *p) {
@@ -419,24 +453,32 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         // MLP block: out = res_mid + [norm](down(silu(gate(x)) * up(x))), x = [norm](res_mid);
         // dres holds d(out). Without a pre-norm the projections' input gradient goes straight
         // into dres (it is d(res_mid) from here on).
-        be->zero(be, p->dact, (size_t)N * FF * fs);
-        be->zero(be, p->dgate, (size_t)N * FF * fs);
-        be->zero(be, p->dup, (size_t)N * FF * fs);
         const float *dmo = p->dres;
         if (cfg->norms & NORM_POST_MLP) {
             be->zero(be, p->dpost, (size_t)N * C * fs);
             be->rmsnorm_backward(be, p->dpost, G(TK_LNF, l), p->dres, a->mo, F(TK_LNF, l), a->rstdm, N, C);
             dmo = p->dpost;
         }
-        linear_backward(m, p, l, TK_WD, p->dact, dmo, a->act, N, FF, C);
-        be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
         float *dx = p->dres;
         if (cfg->norms & NORM_PRE_MLP) {
             be->zero(be, p->dln, (size_t)N * C * fs);
             dx = p->dln;
         }
-        linear_backward(m, p, l, TK_WG, dx, p->dgate, a->ln2, N, C, FF);
-        linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
+        if (cfg->layer_moe[l]) {
+            MoeDims d = moe_dims(m, N);
+            MoeWeights w = moe_weights(m, l);
+            MoeGrads g = {G(TK_ROUTER, l), G(TK_EXP_G, l), G(TK_EXP_U, l), G(TK_EXP_D, l)};
+            moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
+                               moe_aux_coef(m, p), p->seg);
+        } else {
+            be->zero(be, p->dact, (size_t)N * FF * fs);
+            be->zero(be, p->dgate, (size_t)N * FF * fs);
+            be->zero(be, p->dup, (size_t)N * FF * fs);
+            linear_backward(m, p, l, TK_WD, p->dact, dmo, a->act, N, FF, C);
+            be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
+            linear_backward(m, p, l, TK_WG, dx, p->dgate, a->ln2, N, C, FF);
+            linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
+        }
         if (cfg->norms & NORM_PRE_MLP)
             be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
@@ -482,6 +524,16 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     if (demb && cfg->embed_scale != 1.0f) be->scale(be, p->dres, cfg->embed_scale, (size_t)N * C);
     if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
     model_grads_done(m, -1);
+}
+
+double qwen3_moe_aux_loss(Model *m, Plan *p) {
+    int E = m->cfg.num_experts;
+    if (!p->moe_aux || E <= 0) return 0;
+    float *st = xmalloc((2 * (size_t)E + 1) * sizeof(float));
+    m->be->download(m->be, st, p->moe_stats, (2 * (size_t)E + 1) * sizeof(float));
+    double aux = moe_aux_loss(st, E);
+    free(st);
+    return aux;
 }
 
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {

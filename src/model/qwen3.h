@@ -57,6 +57,9 @@ void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out);
 
 // Model FLOPs of one forward over N tokens at sequence length T (matmuls, attention, LM head);
 // backward is twice this. Used by benchmarks and MFU.
+// The load-balancing loss of the last TRAIN forward of p (transformers' load_balancing_loss_func
+// over the model's sparse layers; 0 without output_router_logits or experts).
+double qwen3_moe_aux_loss(Model *m, Plan *p);
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T);
 
 // ---- distillation and RL heads (docs/heads.md) -------------------------------------------

@@ -64,6 +64,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
     if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
+    if (st == ST_OK) m->moe_capacity_factor = c->moe_capacity_factor;
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)
             if (train.ex[i].ids[t] < 0 || train.ex[i].ids[t] >= m->cfg.vocab_size) {
