@@ -48,7 +48,8 @@
     {"pad_to_multiple_of", ARG_INT, "0", "left-pad prompts to a multiple of this: one prefill shape (0 = the backend's prefill buckets, 1 = exact lengths)", "[0,inf)"}, \
     {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step, the largest bucket (a multiple of pad_to_multiple_of)", "[1,inf)"}, \
     {"max_cache_len", ARG_INT, NULL, "KV cache slots per sequence (default: padded prompt + max_new_tokens, rounded up to 128)", "[0,inf)"}, \
-    {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)", "[0,inf)"}
+    {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)", "[0,inf)"},    \
+    CLI_MOE_FLAG
 
 static const ArgSpec generate_specs[] = {
     GEN_COMMON_FLAGS,
@@ -189,6 +190,7 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
     TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
+    cli_apply_moe(a, s->m);
     TRY(cli_apply_adapter(a, s->m, e));
     if (gguf_is_file(s->dir)) {  // the tokenizer is in the metadata; needed only for text
         Status ts = tokenizer_load(s->dir, &s->tok, e);

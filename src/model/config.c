@@ -214,6 +214,71 @@ Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, 
     return ST_OK;
 }
 
+// Experts shared by qwen3_moe and mixtral: E (key e_key), K, the routing and aux-loss fields.
+static Status parse_moe_common(const cJSON *root, const char *path, const char *e_key, int e_dflt, int k_dflt,
+                               ModelConfig *cfg, Err *e) {
+    TRY(get_int_field(root, e_key, path, 0, e_dflt, 0, &cfg->num_experts, e));
+    TRY(check_max(path, e_key, cfg->num_experts, 1 << 16, NULL, e));
+    TRY(get_int_field(root, "num_experts_per_tok", path, 0, k_dflt, 1, &cfg->num_experts_per_tok, e));
+    if (cfg->num_experts > 0 && cfg->num_experts_per_tok > cfg->num_experts)
+        return err_set(e, ST_EINVAL, "%s: num_experts_per_tok is %d, expected at most %s = %d", path,
+                       cfg->num_experts_per_tok, e_key, cfg->num_experts);
+    TRY(get_bool_field(root, "output_router_logits", path, 0, &cfg->output_router_logits, e));
+    TRY(get_double_field(root, "router_aux_loss_coef", path, 0.001, &cfg->router_aux_loss_coef, e));
+    if (!(cfg->router_aux_loss_coef >= 0))
+        return err_set(e, ST_EINVAL, "%s: router_aux_loss_coef is %g, expected >= 0", path, cfg->router_aux_loss_coef);
+    return ST_OK;
+}
+
+// Qwen3-MoE (Qwen3MoeDecoderLayer): layer l is sparse unless it is in mlp_only_layers, when
+// num_experts > 0 and (l + 1) % decoder_sparse_step == 0; sparse layers' experts have
+// moe_intermediate_size, dense layers intermediate_size.
+Status family_parse_qwen3_moe(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    TRY(family_parse_qwen_window(root, path, cfg, e));
+    TRY(parse_moe_common(root, path, "num_experts", 128, 8, cfg, e));
+    TRY(get_int_field(root, "moe_intermediate_size", path, 0, 768, 1, &cfg->moe_intermediate_size, e));
+    TRY(check_max(path, "moe_intermediate_size", cfg->moe_intermediate_size, CONFIG_MAX_INTERMEDIATE, NULL, e));
+    TRY(get_bool_field(root, "norm_topk_prob", path, 0, &cfg->norm_topk_prob, e));
+    int step;
+    TRY(get_int_field(root, "decoder_sparse_step", path, 0, 1, 1, &step, e));
+    unsigned char dense[CONFIG_MAX_LAYERS] = {0};
+    const cJSON *mol = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (mol && !cJSON_IsNull(mol)) {
+        if (!cJSON_IsArray(mol))
+            return err_set(e, ST_EINVAL, "%s: field \"mlp_only_layers\" must be a list of layer indices", path);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, mol) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != (int)it->valuedouble || it->valuedouble < 0 ||
+                it->valuedouble >= cfg->num_hidden_layers)
+                return err_set(e, ST_EINVAL, "%s: mlp_only_layers holds %g, expected layer indices in [0, %d)", path,
+                               cJSON_IsNumber(it) ? it->valuedouble : -1.0, cfg->num_hidden_layers);
+            dense[(int)it->valuedouble] = 1;
+        }
+    }
+    for (int l = 0; l < cfg->num_hidden_layers; l++)
+        cfg->layer_moe[l] = !dense[l] && cfg->num_experts > 0 && (l + 1) % step == 0;
+    return ST_OK;
+}
+
+// Mixtral (MixtralSparseMoeBlock): every layer sparse, experts of intermediate_size, weights
+// renormalised over the top k (softmax over the selected logits); sliding_window on every layer
+// when not null; router_jitter_noise (training noise on the router input) only 0.
+Status family_parse_mixtral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    TRY(parse_moe_common(root, path, "num_local_experts", 8, 2, cfg, e));
+    if (cfg->num_experts < 1)
+        return err_set(e, ST_EINVAL, "%s: field \"num_local_experts\" is 0, expected a positive integer", path);
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->norm_topk_prob = 1;
+    double jitter;
+    TRY(get_double_field(root, "router_jitter_noise", path, 0.0, &jitter, e));
+    if (jitter != 0)
+        return err_set(e, ST_EUNSUPPORTED, "%s: router_jitter_noise %g is not supported (only 0)", path, jitter);
+    int w;
+    TRY(get_int_field(root, "sliding_window", path, 0, 0, 1, &w, e));
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_window[l] = w, cfg->layer_moe[l] = 1;
+    return ST_OK;
+}
+
 // The rope dict: v5 "rope_parameters" (possibly keyed per layer type) or legacy "rope_scaling".
 static const cJSON *rope_dict(const cJSON *root, const char **name) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");

@@ -89,6 +89,14 @@ typedef struct ModelConfig {
     int layer_window[CONFIG_MAX_LAYERS];    // 0 = global attention; W > 0: query t attends keys
                                             // s with t - W < s <= t (sliding window)
     unsigned char layer_rope[CONFIG_MAX_LAYERS];  // 0 = rope_theta + rope_scaling; 1 = local
+    // mixture of experts (qwen3_moe, mixtral; docs/models.md "Routing"); num_experts 0 = dense
+    int num_experts;             // E (qwen3_moe num_experts, mixtral num_local_experts)
+    int num_experts_per_tok;     // K
+    int moe_intermediate_size;   // expert FF (mixtral: intermediate_size)
+    int norm_topk_prob;          // routing weights: softmax over the K selected logits
+    int output_router_logits;    // training adds router_aux_loss_coef * the load-balancing loss
+    double router_aux_loss_coef;
+    unsigned char layer_moe[CONFIG_MAX_LAYERS];   // 1 = layer l's MLP is the sparse MoE block
     int num_labels;              // > 0: a *ForSequenceClassification model (architectures[0]): a score
                                  // head (num_labels, C) and no LM head; 0: a causal LM
     double initializer_range;    // for `still init`

@@ -32,11 +32,20 @@ static const char *const qwen3_fields[] = {"attention_bias", "use_sliding_window
 static const char *const qwen2_fields[] = {"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers", NULL};
 static const char *const llama_fields[] = {"attention_bias", "mlp_bias", "pretraining_tp", NULL};
 static const char *const olmo2_fields[] = {"attention_bias", NULL};
+static const char *const qwen3_moe_fields[] = {
+    "attention_bias", "use_sliding_window", "sliding_window", "max_window_layers", "decoder_sparse_step",
+    "moe_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob", "output_router_logits",
+    "router_aux_loss_coef", "mlp_only_layers", NULL};
+static const char *const mixtral_fields[] = {"sliding_window", "num_experts_per_tok", "num_local_experts",
+                                             "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+                                             NULL};
 static const char *const phi3_fields[] = {"resid_pdrop", "embd_pdrop", "original_max_position_embeddings",
                                           "partial_rotary_factor", "sliding_window", NULL};
 
 Status family_parse_qwen_window(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_qwen3_moe(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_mixtral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 
 #define PRE_NORMS (NORM_PRE_ATTN | NORM_PRE_MLP)
 #define POST_NORMS (NORM_POST_ATTN | NORM_POST_MLP)
@@ -86,6 +95,28 @@ static const FamilyDesc family_table[] = {
         .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER, .rope_longrope_aliases = 1,
         .fields = phi3_fields, .parse = family_parse_phi3,
     },
+    {
+        // Qwen3MoeForCausalLM: Qwen3 attention; sparse layers route to num_experts SwiGLU experts
+        // (mlp.gate, mlp.experts.E.*); the others keep the dense MLP.
+        .model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM", .classifier = NULL,
+        .vocab_size = 151936, .max_position_embeddings = 32768, .head_dim = 0, .bos_token_id = -1,
+        .eos_token_id = -1, .rms_norm_eps = 1e-6,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_HEAD,
+        .qkv_bias = BIAS_ATTN_KEY, .o_bias = BIAS_ATTN_KEY, .mlp_bias = BIAS_NEVER,
+        .fields = qwen3_moe_fields, .parse = family_parse_qwen3_moe,
+    },
+    {
+        // MixtralForCausalLM: every layer sparse (block_sparse_moe.gate, experts.E.w1 / w3 / w2).
+        .model_type = "mixtral", .architecture = "MixtralForCausalLM", .classifier = NULL,
+        .vocab_size = 32000, .max_position_embeddings = 4096 * 32, .head_dim = 0, .bos_token_id = 1,
+        .eos_token_id = 2, .rms_norm_eps = 1e-5,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE,
+        .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER,
+        .names = {[TK_ROUTER] = "block_sparse_moe.gate.weight", [TK_EXP_G] = "block_sparse_moe.experts.%d.w1.weight",
+                  [TK_EXP_U] = "block_sparse_moe.experts.%d.w3.weight",
+                  [TK_EXP_D] = "block_sparse_moe.experts.%d.w2.weight"},
+        .fields = mixtral_fields, .parse = family_parse_mixtral,
+    },
 };
 
 const FamilyDesc *family_find(const char *model_type) {
@@ -132,6 +163,10 @@ static const char *default_suffix[TK_COUNT] = {
     [TK_LNF] = "post_feedforward_layernorm.weight",
     [TK_WQKV] = "self_attn.qkv_proj.weight",
     [TK_WGU] = "mlp.gate_up_proj.weight",
+    [TK_ROUTER] = "mlp.gate.weight",
+    [TK_EXP_G] = "mlp.experts.%d.gate_proj.weight",  // %d: the expert
+    [TK_EXP_U] = "mlp.experts.%d.up_proj.weight",
+    [TK_EXP_D] = "mlp.experts.%d.down_proj.weight",
 };
 
 const char *family_tensor_suffix(const FamilyDesc *fd, TensorKind kind) {

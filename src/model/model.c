@@ -60,15 +60,22 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
         m->params = be->alloc(be, m->tt.param_bytes);
         for (int i = 0; i < m->tt.n; i++) m->data[i] = (char *)m->params + m->tt.t[i].offset;
     } else {
+        // copied tensors 64-byte aligned, except packed expert runs (tensors.h), which are never
+        // mapped and stay contiguous
         size_t bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
-            if (!mapped[i]) bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
+            if (!mapped[i]) {
+                if (!m->tt.t[i].packed) bytes = (bytes + 63) / 64 * 64;
+                bytes += dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel);
+            }
+        bytes = (bytes + 63) / 64 * 64;
         m->params = bytes ? be->alloc(be, bytes) : NULL;
         bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
             if (!mapped[i]) {
+                if (!m->tt.t[i].packed) bytes = (bytes + 63) / 64 * 64;
                 m->data[i] = (char *)m->params + bytes;
-                bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
+                bytes += dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel);
             }
     }
     int half = cfg->head_dim / 2;
@@ -310,7 +317,8 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
             const TensorInfo *t = &probe.tt.t[i];
             size_t bytes = dtype_bytes(t->dtype, t->numel);
             const StTensor *s = st_find(set, t->name);
-            mapped[i] = s && s->dtype == t->dtype;
+            int run = t->kind == TK_EXP_G || t->kind == TK_EXP_U || t->kind == TK_EXP_D;  // contiguous copies
+            mapped[i] = s && s->dtype == t->dtype && !run;
             if (mapped[i]) in_place += bytes;
             else copied += bytes;
         }

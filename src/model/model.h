@@ -42,6 +42,9 @@ typedef struct Model {
     PlanCache plans;
     struct Lora *lora;    // LoRA adapter (model/lora.h) or NULL; with one, only the adapter trains
     int grad_ckpt;        // TRAIN plans recompute each layer's forward in the backward pass
+    double moe_capacity_factor;  // > 0: experts keep ceil(f N K / E) slots each (--moe_capacity_factor)
+    double moe_aux_scale;  // weight of a backward pass's load-balancing gradient: 1 / micro-batches in
+                           // still sft; 0 (none) elsewhere
     int shared;           // params and inv_freq belong to another model (model_share)
     const ModelHooks *hooks;  // sharded parameters or tensor parallelism (NULL: neither)
     float **gdata;        // (tt.n) each tensor's gradient when sharded (hooks), else NULL: grads + goffset

@@ -8,6 +8,7 @@
 #include "../backend/backend.h"
 #include "../core/common.h"
 #include "config.h"
+#include "moe.h"
 
 struct Model;
 struct Lora;
@@ -43,6 +44,7 @@ typedef struct LayerActs {
     float *gate;     // (N,FF)
     float *up;       // (N,FF)
     float *act;      // (N,FF) silu(gate)*up
+    MoeActs moe;     // sparse MoE layers (cfg.layer_moe): the block's buffers (moe.h); else unset
     float *mo;       // (N,C) down_proj output before its norm (NORM_POST_MLP), else NULL
     float *rstdm;    // (N) NORM_POST_MLP
 } LayerActs;
@@ -71,6 +73,10 @@ typedef struct Plan {
     int32_t *pool_rows;    // (B) pooled row of each sequence, in [0, N)
     float *cls_scores;     // (B,NL) scores
     float *cls_dscores;    // (B,NL) TRAIN: d loss / d score
+    // mixture of experts (cfg.num_experts > 0)
+    float *moe_stats;      // (2E+1) load-balancing statistics of the last forward (moe.h)
+    int moe_aux;           // the last forward accumulated moe_stats (training with output_router_logits)
+    MoeScratch moe_scr;    // TRAIN: one MoE block's backward scratch
     // backward scratch (TRAIN only), one layer's worth, reused by every layer
     float *dres;           // (N,C) gradient of the residual stream
     float *dln;            // (N,C)
@@ -109,6 +115,9 @@ typedef struct Plan {
     // scratch buffer, and replayed. Key: the plan's address, dropped when the plan is freed.
     int eager_runs;        // eager runs of the step so far (recording starts after the first)
     int graph_ready;       // the step is recorded
+    // DECODE steps over the first 2^k < B rows (qwen3_decode_step_rows), graph key address + 2^k:
+    // bit k once run eagerly / recorded
+    uint64_t rows_eager, rows_ready;
 } Plan;
 
 typedef struct PlanCache {

@@ -65,6 +65,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
     if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
+    if (st == ST_OK) m->moe_capacity_factor = c->moe_capacity_factor;
     Tp tp = {0};  // --tp_size T: this rank's part of the model (tp.h)
     Dist *dd = dist_data_axis(c->dist);
     if (st == ST_OK && dd != c->dist) st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);

@@ -31,9 +31,9 @@ Status tp_check_model(const Model *m, int T, Err *e) {
                                            "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
                                            "norms so far", T, dir);
     for (int i = 0; i < m->tt.n; i++)
-        if (m->tt.t[i].kind == TK_WQKV || m->tt.t[i].kind == TK_WGU)
-            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has fused projections (%s); tensor parallelism does not "
-                                               "split those yet", T, dir, m->tt.t[i].name);
+        if (m->tt.t[i].kind == TK_WQKV || m->tt.t[i].kind == TK_WGU || m->tt.t[i].kind > TK_WGU)
+            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has fused projections or experts (%s); tensor "
+                                               "parallelism does not split those yet", T, dir, m->tt.t[i].name);
     if (c->o_bias || c->mlp_bias)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has a bias on o_proj or down_proj; tensor parallelism "
                                            "does not support those yet", T, dir);

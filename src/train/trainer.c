@@ -129,12 +129,14 @@ void step_report_add(StepReport *r, const char *name, double value, double weigh
 
 // ---- SFT: batches of rows, cross-entropy over the targets ------------------------------------
 
+#define SFT_SUMS 5  // per micro-batch: loss, correct, entropy, targets, aux loss
+
 typedef struct SftSource {
     Batcher *train, *eval;  // this rank's shards
     Dist *dist;
     int grad_accum;
     HostBatch *hb;  // (grad_accum)
-    double *sums;   // (grad_accum, 4) per micro-batch: loss, correct, entropy, targets
+    double *sums;   // (grad_accum, SFT_SUMS)
     RowStats rs;
 } SftSource;
 
@@ -156,7 +158,12 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     float scale = counts[0] > 0 ? 1.0f / (float)counts[0] : 0.0f;
     // On a backend that records steps as graphs the micro-batch runs with scale 1 (a recorded step
     // cannot take a new scalar) and the accumulated gradient is scaled once afterwards.
-    int recorded = m->be->graph_begin != NULL && !m->hooks;
+    // With the load-balancing loss (MoE, output_router_logits) micro-batches run eagerly: its
+    // gradient is not scaled by the token count, which a recorded step could not tell apart.
+    int aux = m->cfg.num_experts > 0 && m->cfg.output_router_logits;
+    int recorded = m->be->graph_begin != NULL && !m->hooks && !aux;
+    // the aux loss of the step: the mean over micro-batches (and ranks) of each forward's
+    m->moe_aux_scale = 1.0 / ((double)n_micro * (s->dist ? s->dist->world : 1));
     for (int g = 0; g < n_micro; g++) {
         HostBatch *hb = &s->hb[g];
         Plan *p;
@@ -168,19 +175,25 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
             qwen3_forward(m, p);
             qwen3_ce_loss(m, p, scale, 1);
         }
-        double *x = &s->sums[4 * g];
+        double *x = &s->sums[SFT_SUMS * g];
         sum_rows(m, p, hb, &s->rs, &x[0], &x[1], &x[2]);
         x[3] = hb->n_targets;
+        x[4] = aux ? qwen3_moe_aux_loss(m, p) : 0;
         step_report_tick(r, "micro-batch", g + 1, n_micro);
     }
     if (recorded) {
         Trainable tr = model_trainable(m);
         m->be->scale(m->be, tr.grads, scale, tr.tt->n_params);
     }
-    TRY(dist_allreduce_sum_host_d(s->dist, s->sums, 4 * (size_t)n_micro, e));
+    TRY(dist_allreduce_sum_host_d(s->dist, s->sums, SFT_SUMS * (size_t)n_micro, e));
     for (int g = 0; g < n_micro; g++) {
-        const double *x = &s->sums[4 * g];
+        const double *x = &s->sums[SFT_SUMS * g];
         r->loss += x[0] * scale;
+        if (aux) {  // x[4]: summed over ranks; the loss adds coef * the mean over micro-batches and ranks
+            double a = x[4] * m->moe_aux_scale;
+            r->loss += m->cfg.router_aux_loss_coef * a;
+            step_report_add(r, "aux_loss", a * n_micro, 1);
+        }
         if (x[3] > 0) {
             step_report_add(r, "mean_token_accuracy", x[1] / x[3], 1);
             step_report_add(r, "entropy", x[2] / x[3], 1);
@@ -211,7 +224,7 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const Train
     if (!d) dist_single(&one), d = &one;
     SftSource s = {.train = train, .eval = eval, .dist = d, .grad_accum = GA};
     s.hb = xcalloc((size_t)GA, sizeof(HostBatch));
-    s.sums = xcalloc(4 * (size_t)GA, sizeof(double));
+    s.sums = xcalloc(SFT_SUMS * (size_t)GA, sizeof(double));
     for (int g = 0; g < GA; g++) host_batch_init(&s.hb[g], train);
     stats_init(&s.rs, (size_t)train->cfg.B * train->Tmax);
     StepSource src = {.ctx = &s, .what = "rows", .n_items = train->rows->n,
