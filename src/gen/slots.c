@@ -32,6 +32,7 @@ struct GenSlots {
     GenSlotsStats st;
     float *swap;      // (S, HD) device scratch of swap_rows
     int no_reuse;     // prefix reuse off
+    int ring;         // some layer keeps a ring of its last slots (a sliding window): no prefix reuse
     // host scratch
     int32_t *h_next, *h_feed, *h_pos, *h_zero, *h_ban;  // (B) x3, (S) zeros, (B * ban_cap)
     int *h_counts;    // (B)
@@ -54,6 +55,8 @@ Status gen_slots_open(Model *m, int B, int S, GenSlots **out, Err *e) {
     g->NKV = m->cfg.num_key_value_heads;
     g->HD = m->cfg.head_dim;
     g->L = m->cfg.num_hidden_layers;
+    for (int l = 0; l < g->L; l++) g->ring |= plan_cache_slots(&m->cfg, l, S) < S;
+    g->no_reuse = g->ring;
     g->slots = xcalloc((size_t)B, sizeof(Slot));
     g->h_next = xmalloc((size_t)B * 3 * sizeof(int32_t));
     g->h_feed = g->h_next + B;
@@ -104,7 +107,7 @@ int gen_slots_size(const GenSlots *g) { return g->B; }
 
 void gen_slots_stats(const GenSlots *g, GenSlotsStats *out) { *out = g->st; }
 
-void gen_slots_set_prefix_reuse(GenSlots *g, int on) { g->no_reuse = !on; }
+void gen_slots_set_prefix_reuse(GenSlots *g, int on) { g->no_reuse = !on || g->ring; }
 
 int gen_slots_bucket(int B, int busy) {
     int n = 1;
@@ -328,17 +331,22 @@ static void swap_rows(GenSlots *g, int a, int b) {
         if (sl->held) lo = MIN(lo, sl->slot[0]), hi = MAX(hi, sl->slot[sl->held - 1] + 1);
     }
     if (hi > lo) {
-        size_t head = (size_t)g->S * g->HD, n = (size_t)(hi - lo) * g->HD * sizeof(float);
-        for (int kv = 0; kv < 2; kv++)
-            for (int l = 0; l < g->L; l++)
+        const ModelConfig *cfg = &g->m->cfg;
+        for (int l = 0; l < g->L; l++) {
+            // layer l's cache: (B, NKV, slots, HD) at its offset; a ring of slots < S is swapped whole
+            int slots = plan_cache_slots(cfg, l, g->S), s0 = slots < g->S ? 0 : lo, s1 = slots < g->S ? slots : hi;
+            size_t head = (size_t)slots * g->HD, n = (size_t)(s1 - s0) * g->HD * sizeof(float);
+            size_t off = plan_cache_offset(cfg, l, g->B, g->S);
+            for (int kv = 0; kv < 2; kv++)
                 for (int h = 0; h < g->NKV; h++) {
-                    float *c = kv ? dp->vcache : dp->kcache;
-                    float *ra = c + (((size_t)l * g->B + a) * g->NKV + h) * head + (size_t)lo * g->HD;
-                    float *rb = c + (((size_t)l * g->B + b) * g->NKV + h) * head + (size_t)lo * g->HD;
+                    float *c = (kv ? dp->vcache : dp->kcache) + off;
+                    float *ra = c + ((size_t)a * g->NKV + h) * head + (size_t)s0 * g->HD;
+                    float *rb = c + ((size_t)b * g->NKV + h) * head + (size_t)s0 * g->HD;
                     be->copy(be, g->swap, ra, n);
                     be->copy(be, ra, rb, n);
                     be->copy(be, rb, g->swap, n);
                 }
+        }
         g->st.swapped_slots += hi - lo;
     }
     Slot t = *sa;

@@ -123,15 +123,15 @@ void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id);
 // The architecture name config_to_json writes when config.json has none.
 const char *config_architecture(const ModelConfig *cfg);
 
-// Refuse what the family table can describe but no op implements yet, naming the field.
-Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e);
-// Refuse a plan of `len` positions (T of a batch, S of a KV cache) that is longer than a layer's
-// sliding window (until the windowed ops exist, a window that never binds is the only one run),
-// or than longrope's original_max_position_embeddings (beyond it transformers uses long_factor).
+// Refuse a plan of `len` positions (T of a batch, S of a KV cache) longer than longrope's
+// original_max_position_embeddings (beyond it transformers uses long_factor).
 Status config_check_window(const ModelConfig *cfg, int len, Err *e);
 
 // RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that
 // multiplies cos and sin (1 except for yarn).
 void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale);
+// The local layers' RoPE inverse frequencies (HD/2): base rope_local_theta, no scaling (Gemma 3's
+// rotary_emb_local).
+void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
 
 #endif

@@ -83,6 +83,11 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
     config_rope_inv_freq(cfg, inv, &m->rope_mscale);
     m->inv_freq = be->alloc(be, (size_t)half * sizeof(float));
     be->upload(be, m->inv_freq, inv, (size_t)half * sizeof(float));
+    if (cfg->rope_local_theta > 0) {  // the sliding layers' RoPE (layer_rope)
+        config_rope_local_inv_freq(cfg, inv);
+        m->inv_freq_local = be->alloc(be, (size_t)half * sizeof(float));
+        be->upload(be, m->inv_freq_local, inv, (size_t)half * sizeof(float));
+    }
     free(inv);
     return m;
 }

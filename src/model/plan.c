@@ -20,6 +20,21 @@ const char *plan_mode_name(PlanMode mode) {
 
 int plan_ban_cap(int S) { return S + 256; }
 
+int plan_cache_slots(const ModelConfig *cfg, int l, int S) {
+    int w = cfg->layer_window[l];
+    return w > 0 && w < S ? w : S;
+}
+
+size_t plan_cache_offset(const ModelConfig *cfg, int l, int B, int S) {
+    size_t off = 0, row = size_mul((size_t)cfg->num_key_value_heads, (size_t)cfg->head_dim);
+    for (int i = 0; i < l; i++) off = size_add(off, size_mul(size_mul((size_t)B, row), (size_t)plan_cache_slots(cfg, i, S)));
+    return off;
+}
+
+size_t plan_cache_floats(const ModelConfig *cfg, int B, int S) {
+    return plan_cache_offset(cfg, cfg->num_hidden_layers, B, S);
+}
+
 int plan_head_chunk(int V) {
     // About 64 MiB of logits per chunk, between 32 and 256 rows, a multiple of 16. Every chunk's
     // GEMM streams (and a BLAS packs) the whole LM head, so few rows per chunk make the head
@@ -128,7 +143,7 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->mode = mode, p->B = B, p->T = T;
     lora_plan_layout(lo, L, p, a);
     if (mode != PLAN_DECODE) return;
-    size_t cache = size_mul(size_mul((size_t)L * B, (size_t)cfg->num_key_value_heads * cfg->head_dim), (size_t)S);
+    size_t cache = plan_cache_floats(cfg, B, S);
     p->kcache = TAKE_F(cache);
     p->vcache = TAKE_F(cache);
     p->kmask = TAKE_I((size_t)B * S);

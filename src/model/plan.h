@@ -86,7 +86,7 @@ typedef struct Plan {
     float *dact, *dgate, *dup;  // (N,FF)
     float *dpost;          // (N,C) d(sublayer output) before a post-norm (NORM_POST_*), else NULL
     // DECODE only: the static KV cache and one decoding step's head and sampler buffers
-    float *kcache, *vcache;  // (L,B,NKV,S,HD) keys after q/k norm and RoPE; values
+    float *kcache, *vcache;  // per layer (B,NKV,slots,HD) at plan_cache_offset: keys after q/k norm and RoPE; values
     int32_t *kmask;        // (B,S) 1 = a real token's slot, 0 = left padding
     int32_t *cache_start;  // (1) first cache slot of the chunk being run (qwen3_cache_seek)
     float *hlast;          // (B,C) residual at each row's last position (gathered)
@@ -146,6 +146,13 @@ Status plan_get_shape(struct Model *m, PlanMode mode, int B, int T, int S, Plan 
 // Banned-id slots per row of a DECODE plan with S cache slots (room for a ban of every id of
 // the history plus bad words).
 int plan_ban_cap(int S);
+// The KV cache of a decode plan of S slots, layer by layer: a global layer keeps S slots per
+// row, a sliding layer whose window W is shorter keeps a ring of W (backend.h, attention_ring),
+// so the cache follows the windows. Slots of layer l per row, the float offset of layer l's
+// (B,NKV,slots,HD) block in kcache / vcache, and the floats of each of the two.
+int plan_cache_slots(const ModelConfig *cfg, int l, int S);
+size_t plan_cache_offset(const ModelConfig *cfg, int l, int B, int S);
+size_t plan_cache_floats(const ModelConfig *cfg, int B, int S);
 void plan_cache_free(struct Model *m);
 // Default rows per loss-head chunk for a vocabulary size (bounded logits memory).
 int plan_head_chunk(int V);
