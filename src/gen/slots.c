@@ -244,7 +244,7 @@ Status gen_slots_add(GenSlots *g, const GenConfig *cfg, int seq_index, const int
     int32_t *hist = xmalloc((size_t)(len + cfg->max_new_tokens) * sizeof(int32_t));
     int *slot = xmalloc((size_t)(len + cfg->max_new_tokens) * sizeof(int));
     memcpy(hist, prompt, (size_t)len * sizeof(int32_t));
-    memcpy(slot, sl->slot, (size_t)k * sizeof(int));
+    if (k > 0) memcpy(slot, sl->slot, (size_t)k * sizeof(int));  // the reused prefix's slots (none on a fresh slot)
     free(sl->hist);
     free(sl->slot);
     int32_t *mask = sl->mask;
