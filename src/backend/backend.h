@@ -51,11 +51,16 @@ typedef struct SampleParams {
 //   softcap > 0: every scaled score x becomes softcap * tanh(x / softcap) before the softmax
 //     (Gemma 2's attn_logit_softcapping); 0 = off.
 //   scale > 0: the score scale (Gemma's query_pre_attn_scalar^-0.5); 0 = 1/sqrt(HD).
+//   sinks (NH) or NULL: attention sinks (GPT-OSS), device memory: a learned logit per query head
+//     that joins the softmax's denominator and carries no value, so with scores x_s,
+//     p_s = exp(x_s) / (sum_j exp(x_j) + exp(sinks[h])) and lse includes the sink term. Padding
+//     queries (and cached queries with no key) still produce 0.
 typedef struct AttnOpts {
     int32_t window;
     float softcap;
     float scale;
     int32_t pad_;
+    const float *sinks;
 } AttnOpts;
 
 struct Backend {
@@ -304,6 +309,13 @@ struct Backend {
     void (*attention_backward_opt)(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                    const float *lse, const float *q, const float *k, const float *v,
                                    const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+    // The sinks' gradient (dq, dk, dv need nothing new: lse already holds the sink term and the
+    // sink carries no value, so D = dout . out stays the row's correction):
+    //   dsinks[h] (NH) += -sum over (b, t) with seg[b,t] != 0 of exp(sinks[h] - lse[b,h,t]) * (dout . out)[b,t,h]
+    // from the forward's out (B,T,NH,HD) and lse (B,NH,T); sinks (NH).
+    void (*attention_sinks_backward)(Backend *be, float *dsinks, const float *dout, const float *out,
+                                     const float *lse, const float *sinks, const int32_t *seg, int B, int T, int NH,
+                                     int HD);
     // Cached attention: with o.window > 0 query slot p attends slots s with p - s < window.
     void (*attention_cached_opt)(Backend *be, float *out, const float *q, const float *kc, const float *vc,
                                  const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD,

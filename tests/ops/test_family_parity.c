@@ -1,6 +1,6 @@
 // test_family_parity.c: the model-family ops of backend.h (docs/models.md): attention with
 // AttnOpts (sliding window, soft-cap, scale) in training (forward, backward) and cached /
-// windowed-ring generation, RMSNorm with an offset weight, the gelu_pytorch_tanh GeGLU,
+// windowed-ring generation, attention sinks (GPT-OSS) in all of them, RMSNorm with an offset weight, the gelu_pytorch_tanh GeGLU,
 // soft-capping and the soft-capped loss heads.
 //
 // First the reference backend (the spec) on its own: backward ops against central finite
@@ -66,7 +66,45 @@ static void ref_attention_grad(AttnOpts o, const char *label) {
     free(dq0), free(dk0), free(dv0), free(dq), free(dk), free(dv), free(gq), free(gk), free(gv);
 }
 
+static double att_sink_loss(void *p) { return att_loss(p); }
+
+// Attention sinks (AttnOpts.sinks): dq, dk, dv through the unchanged backward (lse holds the sink
+// term) and dsinks from attention_sinks_backward, each against finite differences of the forward.
+static void ref_attention_sinks_grad(AttnOpts o, const char *label) {
+    int B = 2, T = 9, NH = 4, NKV = 2, HD = 5;
+    int32_t seg[18] = {0, 0, 1, 1, 1, 1, 1, 1, 1, /**/ 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    float *sinks = new_normal(NH, 1.5f);
+    o.sinks = sinks;
+    AttCtx c = {xmalloc(nq * 4), xmalloc((size_t)B * NH * T * 4), new_normal(nq, 1.5f), new_normal(nk, 1.5f),
+                new_normal(nk, 1), new_normal(nq, 1), seg, B, T, NH, NKV, HD, o};
+    att_sink_loss(&c);
+    float *dq0 = new_normal(nq, 1), *dk0 = new_normal(nk, 1), *dv0 = new_normal(nk, 1), *ds0 = new_normal(NH, 1);
+    float *dq = new_copy(dq0, nq), *dk = new_copy(dk0, nk), *dv = new_copy(dv0, nk), *ds = new_copy(ds0, NH);
+    R->attention_backward_opt(R, dq, dk, dv, c.r, c.out, c.lse, c.q, c.k, c.v, seg, B, T, NH, NKV, HD, o);
+    R->attention_sinks_backward(R, ds, c.r, c.out, c.lse, sinks, seg, B, T, NH, HD);
+    float *gq = grad_delta(dq, dq0, nq), *gk = grad_delta(dk, dk0, nk), *gv = grad_delta(dv, dv0, nk);
+    float *gs = grad_delta(ds, ds0, NH);
+    char what[96];
+    snprintf(what, sizeof what, "ref sink attention dq %s", label);
+    gradcheck(what, att_sink_loss, &c, c.q, nq, gq, 150, 1e-2, 2e-3, 1e-2);
+    snprintf(what, sizeof what, "ref sink attention dk %s", label);
+    gradcheck(what, att_sink_loss, &c, c.k, nk, gk, 150, 1e-2, 2e-3, 1e-2);
+    snprintf(what, sizeof what, "ref sink attention dv %s", label);
+    gradcheck(what, att_sink_loss, &c, c.v, nk, gv, 150, 1e-2, 2e-3, 1e-2);
+    snprintf(what, sizeof what, "ref sink attention dsinks %s", label);
+    gradcheck(what, att_sink_loss, &c, sinks, NH, gs, NH, 1e-2, 2e-3, 1e-2);
+    double gmax = 0;
+    for (int h = 0; h < NH; h++) gmax = fmax(gmax, fabs(gs[h]));
+    EXPECT_MSG(gmax > 1e-3, "ref dsinks %s is %.3g: the sinks barely reach the loss", label, gmax);
+    free(c.out), free(c.lse), free(c.q), free(c.k), free(c.v), free(c.r), free(sinks);
+    free(dq0), free(dk0), free(dv0), free(ds0), free(dq), free(dk), free(dv), free(ds), free(gq), free(gk), free(gv);
+    free(gs);
+}
+
 static void test_ref_attention_grad(void) {
+    ref_attention_sinks_grad((AttnOpts){0}, "global");
+    ref_attention_sinks_grad((AttnOpts){3, 0, 0, 0, NULL}, "window 3");
     ref_attention_grad((AttnOpts){3, 0, 0, 0}, "window 3");
     ref_attention_grad((AttnOpts){0, 2.5f, 0, 0}, "softcap 2.5");
     ref_attention_grad((AttnOpts){4, 1.5f, 0.3f, 0}, "window 4 softcap 1.5 scale 0.3");
@@ -106,6 +144,29 @@ static void test_ref_attention_forward_rule(void) {
             if (seg[t]) worst = fmax(worst, fabs(mx + log(sum) - lse[h * T + t]));
         }
     EXPECT_MSG(worst < 1e-5, "ref windowed soft-capped attention vs brute force: %.3g", worst);
+    // with sinks: p_s = exp(x_s) / (sum_j exp(x_j) + exp(sink_h)), lse = log of that denominator
+    float sinks[2] = {1.7f, -0.4f};
+    AttnOpts os = {3, 0, 0.7f, 0, sinks};
+    R->attention_forward_opt(R, out, lse, q, k, v, seg, B, T, NH, NKV, HD, os);
+    worst = 0;
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+            if (!seg[t]) continue;
+            double sc[12], den = exp(sinks[h]), acc[4] = {0};
+            for (int s = 0; s < T; s++) {
+                sc[s] = -INFINITY;
+                if (!(seg[s] == seg[t] && s <= t && t - s < os.window)) continue;
+                double d = 0;
+                for (int i = 0; i < HD; i++) d += (double)q[(t * NH + h) * HD + i] * k[s * HD + i];
+                sc[s] = os.scale * d;
+                den += exp(sc[s]);
+            }
+            for (int s = 0; s < T; s++)
+                for (int i = 0; i < HD && sc[s] > -INFINITY; i++) acc[i] += exp(sc[s]) / den * v[s * HD + i];
+            for (int i = 0; i < HD; i++) worst = fmax(worst, fabs(acc[i] - out[(t * NH + h) * HD + i]));
+            worst = fmax(worst, fabs(log(den) - lse[h * T + t]));
+        }
+    EXPECT_MSG(worst < 1e-5, "ref attention with sinks vs brute force: %.3g", worst);
     // the plain op is the limit: window >= T, cap far above the scores, scale 1/sqrt(HD)
     float *out2 = xmalloc(nq * 4), *lse2 = xmalloc((size_t)NH * T * 4);
     R->attention_forward(R, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
@@ -270,6 +331,7 @@ static void test_ref_heads_grad(void) {
 typedef struct {
     int B, NH, NKV, HD, S, W;
     float softcap;
+    const float *sinks;    // (NH) host copy or NULL
     const int32_t *kmask;  // (B,S)
     const float *q, *k, *v;  // (B,S,NH,HD), (B,S,NKV,HD): every slot's q, k, v
 } RingCase;
@@ -281,7 +343,9 @@ static void slice(float *dst, const float *src, int B, int S, int t0, int T, int
 
 static void run_chunks(Backend *be, int ring, const RingCase *c, const int *chunks, int nchunks, float *out_host) {
     int B = c->B, NH = c->NH, NKV = c->NKV, HD = c->HD, S = c->S, W = c->W;
-    AttnOpts o = {W, c->softcap, 0, 0};
+    AttnOpts o = {W, c->softcap, 0, 0, NULL};
+    float *dsinks = c->sinks ? be->alloc(be, (size_t)NH * 4) : NULL;
+    if (dsinks) be->upload(be, dsinks, c->sinks, (size_t)NH * 4), o.sinks = dsinks;
     size_t ncache = (size_t)B * NKV * (ring ? W : S) * HD;
     int maxT = 0;
     for (int i = 0; i < nchunks; i++) maxT = MAX(maxT, chunks[i]);
@@ -316,13 +380,14 @@ static void run_chunks(Backend *be, int ring, const RingCase *c, const int *chun
     }
     be->free(be, kc), be->free(be, vc), be->free(be, dq), be->free(be, dk), be->free(be, dv), be->free(be, dout);
     be->free(be, dmask), be->free(be, dstart);
+    if (dsinks) be->free(be, dsinks);
     free(hq), free(hk), free(hv), free(ho);
 }
 
 static RingCase ring_case(int B, int NH, int NKV, int HD, int S, int W, float cap, int32_t *kmask, const int *pads) {
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) kmask[b * S + s] = s >= pads[b];
-    RingCase c = {B, NH, NKV, HD, S, W, cap, kmask, new_normal((size_t)B * S * NH * HD, 1.5f),
+    RingCase c = {B, NH, NKV, HD, S, W, cap, NULL, kmask, new_normal((size_t)B * S * NH * HD, 1.5f),
                   new_normal((size_t)B * S * NKV * HD, 1.5f), new_normal((size_t)B * S * NKV * HD, 1)};
     return c;
 }
@@ -343,6 +408,8 @@ static void test_ref_ring_equals_full(void) {
     int windows[3] = {1, 5, 30};
     for (int wi = 0; wi < 3; wi++) {
         RingCase c = ring_case(2, 4, 2, 6, 23, windows[wi], wi == 1 ? 2.0f : 0.0f, kmask, pads);
+        float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+        if (wi != 1) c.sinks = sinks;  // windows 1 and 30 with sinks
         size_t n = (size_t)2 * 23 * 4 * 6;
         float *full = xmalloc(n * 4), *ring = xmalloc(n * 4);
         for (int si = 0; si < 3; si++) {
@@ -352,17 +419,29 @@ static void test_ref_ring_equals_full(void) {
             for (size_t i = 0; i < n; i++) e = fmax(e, fabs(full[i] - ring[i]));
             EXPECT_MSG(e == 0, "ref ring W%d schedule %d differs from the full cache by %.3g", windows[wi], si, e);
         }
-        // and the full cache with the window = training attention with the window (prompt at start 0)
+        // and the full cache with the window = training attention with the window (prompt at start 0,
+        // the mask as segment ids): the same keys, sinks and caps in both
+        AttnOpts o = {c.W, c.softcap, 0, 0, c.sinks};
+        float *lse = xmalloc((size_t)2 * 4 * 23 * 4);
+        R->attention_forward_opt(R, ring, lse, c.q, c.k, c.v, kmask, 2, 23, 4, 2, 6, o);
+        double e = 0;
+        for (size_t i = 0; i < n; i++) e = fmax(e, fabs(full[i] - ring[i]));
+        EXPECT_MSG(e < 1e-6, "ref cached W%d differs from training attention by %.3g", windows[wi], e);
+        free(lse);
         free(full), free(ring);
         free_ring_case(&c);
     }
 }
 
 // ================================================================ every backend against ref
-static void check_attention_opt(int B, int T, int NH, int NKV, int HD, const int32_t *seg, AttnOpts o,
-                                const char *label) {
+static void check_attention_opt_s(int B, int T, int NH, int NKV, int HD, const int32_t *seg, AttnOpts o,
+                                  int with_sinks, const char *label) {
     char what[128];
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
+    // sinks: the reference reads the host copy, X its device copy (AttnOpts.sinks is device memory)
+    float *sinks = with_sinks ? new_normal(NH, 1.5f) : NULL, *d_sinks = sinks ? dev_from(sinks, NH * 4) : NULL;
+    AttnOpts ox = o;
+    o.sinks = sinks, ox.sinks = d_sinks;
     float *q = new_normal(nq, 1.5f), *k = new_normal(nk, 1.5f), *v = new_normal(nk, 1), *dout = new_normal(nq, 1);
     float *out = xmalloc(nq * 4), *lse = xmalloc(nl * 4);
     float *dq = new_normal(nq, 1), *dk = new_normal(nk, 1), *dv = new_normal(nk, 1);
@@ -370,10 +449,10 @@ static void check_attention_opt(int B, int T, int NH, int NKV, int HD, const int
     float *d_dout = dev_from(dout, nq * 4), *d_out = dev_nan(nq), *d_lse = dev_nan(nl);
     float *d_dq = dev_from(dq, nq * 4), *d_dk = dev_from(dk, nk * 4), *d_dv = dev_from(dv, nk * 4);
     int32_t *d_seg = dev_from(seg, (size_t)B * T * 4);
-    int plain = o.window <= 0 && o.softcap <= 0 && (o.scale <= 0 || o.scale == (float)(1.0 / sqrt((double)HD)));
+    int plain = !sinks && o.window <= 0 && o.softcap <= 0 && (o.scale <= 0 || o.scale == (float)(1.0 / sqrt((double)HD)));
     double tol = plain ? tol_plain : TOL_RED;
     R->attention_forward_opt(R, out, lse, q, k, v, seg, B, T, NH, NKV, HD, o);
-    X->attention_forward_opt(X, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD, o);
+    X->attention_forward_opt(X, d_out, d_lse, d_q, d_k, d_v, d_seg, B, T, NH, NKV, HD, ox);
     snprintf(what, sizeof what, "attention_opt fwd out %s", label);
     expect_close(what, d_out, out, nq, tol);
     snprintf(what, sizeof what, "attention_opt fwd lse %s", label);
@@ -381,7 +460,15 @@ static void check_attention_opt(int B, int T, int NH, int NKV, int HD, const int
     float *d_out_ref = dev_from(out, nq * 4), *d_lse_ref = dev_from(lse, nl * 4);
     R->attention_backward_opt(R, dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD, o);
     X->attention_backward_opt(X, d_dq, d_dk, d_dv, d_dout, d_out_ref, d_lse_ref, d_q, d_k, d_v, d_seg, B, T, NH, NKV,
-                              HD, o);
+                              HD, ox);
+    if (sinks) {
+        float *ds = new_normal(NH, 1), *d_ds = dev_from(ds, NH * 4);
+        R->attention_sinks_backward(R, ds, dout, out, lse, sinks, seg, B, T, NH, HD);
+        X->attention_sinks_backward(X, d_ds, d_dout, d_out_ref, d_lse_ref, d_sinks, d_seg, B, T, NH, HD);
+        snprintf(what, sizeof what, "attention_sinks_backward %s", label);
+        expect_close(what, d_ds, ds, NH, TOL_RED);
+        X->free(X, d_ds), free(ds);
+    }
     snprintf(what, sizeof what, "attention_opt bwd dq %s", label);
     expect_close(what, d_dq, dq, nq, tol);
     snprintf(what, sizeof what, "attention_opt bwd dk %s", label);
@@ -392,6 +479,12 @@ static void check_attention_opt(int B, int T, int NH, int NKV, int HD, const int
     X->free(X, d_dq), X->free(X, d_dk), X->free(X, d_dv), X->free(X, d_seg), X->free(X, d_out_ref);
     X->free(X, d_lse_ref);
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+    if (sinks) X->free(X, d_sinks), free(sinks);
+}
+
+static void check_attention_opt(int B, int T, int NH, int NKV, int HD, const int32_t *seg, AttnOpts o,
+                                const char *label) {
+    check_attention_opt_s(B, T, NH, NKV, HD, seg, o, 0, label);
 }
 
 static void test_attention_opt(void) {
@@ -409,16 +502,22 @@ static void test_attention_opt(void) {
     check_attention_opt(1, 70, 4, 2, 64, seg + T, (AttnOpts){17, 50.0f, 0.0625f, 0}, "T70 HD64 window 17 cap 50");
     check_attention_opt(1, 40, 2, 1, 256, seg, (AttnOpts){0, 0, 0.0625f, 0}, "T40 HD256 scale 1/16 (plain)");
     check_attention_opt(1, 40, 2, 1, 256, seg, (AttnOpts){0, 0, 0.05f, 0}, "T40 HD256 scale .05");
+    // attention sinks: global (on cuda the fp32 kernels, not the tensor-core ones), windowed, HD 64
+    check_attention_opt_s(2, 7, 6, 2, 10, seg7, (AttnOpts){0}, 1, "T7 sinks");
+    check_attention_opt_s(2, T, 6, 2, 10, seg, (AttnOpts){33, 0, 0, 0, NULL}, 1, "T150 window 33 sinks");
+    check_attention_opt_s(1, 70, 4, 2, 64, seg + T, (AttnOpts){0}, 1, "T70 HD64 sinks");
     free(seg);
 }
 
 // Cached attention (full cache with the window) and the ring, each against ref on the same chunks.
-static void check_ring(int B, int NH, int NKV, int HD, int W, float cap, const int *pads, const int *sched, int n,
-                       const char *label) {
+static void check_ring_s(int B, int NH, int NKV, int HD, int W, float cap, int with_sinks, const int *pads,
+                         const int *sched, int n, const char *label) {
     int S = 0;
     for (int i = 0; i < n; i++) S += sched[i];
     int32_t *kmask = xmalloc((size_t)B * S * 4);
     RingCase c = ring_case(B, NH, NKV, HD, S, W, cap, kmask, pads);
+    float *sinks = with_sinks ? new_normal(NH, 1.5f) : NULL;
+    c.sinks = sinks;
     size_t no = (size_t)B * S * NH * HD;
     float *want = xmalloc(no * 4), *got = xmalloc(no * 4);
     char what[128];
@@ -430,8 +529,13 @@ static void check_ring(int B, int NH, int NKV, int HD, int W, float cap, const i
         snprintf(what, sizeof what, "%s %s", ring ? "attention_ring" : "attention_cached_opt", label);
         EXPECT_MSG(e <= TOL_RED * ref, "%s on %s: rel err %.3g", what, X->name, e / ref);
     }
-    free(want), free(got), free(kmask);
+    free(want), free(got), free(kmask), free(sinks);
     free_ring_case(&c);
+}
+
+static void check_ring(int B, int NH, int NKV, int HD, int W, float cap, const int *pads, const int *sched, int n,
+                       const char *label) {
+    check_ring_s(B, NH, NKV, HD, W, cap, 0, pads, sched, n, label);
 }
 
 static void test_kv_window(void) {
@@ -443,6 +547,8 @@ static void test_kv_window(void) {
     static const int big[] = {150, 1, 1, 1};  // more than one cpu query block, tiles of 128 keys on cuda
     int pads1[1] = {3};
     check_ring(1, 2, 1, 72, 130, 0, pads1, big, ARRAY_LEN(big), "W130 HD72 prefill 150");
+    check_ring_s(2, 4, 2, 6, 5, 0, 1, pads2, sched_a, ARRAY_LEN(sched_a), "W5 sinks prefill 13 + decode");
+    check_ring_s(3, 6, 2, 10, 40, 0, 1, pads3, sched_b, ARRAY_LEN(sched_b), "W40 sinks (global) chunks");
 }
 
 static void test_elementwise_family(void) {

@@ -162,6 +162,8 @@ void cpu_attention_forward_opt(Backend *be, float *out, float *lse, const float 
 void cpu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                 const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
                                 int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void cpu_attention_sinks_backward(Backend *be, float *dsinks, const float *dout, const float *out, const float *lse,
+                                  const float *sinks, const int32_t *seg, int B, int T, int NH, int HD);
 
 // Final-logit soft-capping of one row of a loss head: z (V) = cap tanh(z / cap) and, when g is
 // not NULL, g (V) = its derivative 1 - (z_capped / cap)^2 for the backward pass.

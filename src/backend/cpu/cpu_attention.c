@@ -133,7 +133,9 @@ void cpu_attention_forward_opt(Backend *be, float *out, float *lse, const float 
                 }
                 if (cap > 0) cap_row(row, nk, cap);
                 float mx = masked_max_row(row, nk, klo, t, segb, W);
+                if (o.sinks && o.sinks[h] > mx) mx = o.sinks[h];  // the sink joins the denominator only
                 float sum = masked_exp_row(row, nk, klo, t, segb, mx, W);
+                if (o.sinks) sum += cpu_expf(o.sinks[h] - mx);
                 float inv = 1.0f / sum;
 #pragma omp simd
                 for (int j = 0; j < nk; j++) row[j] *= inv;
@@ -245,6 +247,25 @@ void cpu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, co
 #pragma omp simd
                 for (int d = 0; d < HD; d++) dv[dst + d] += src[(size_t)T * HD + d];
         }
+    }
+}
+
+// dsinks (NH) += -sum_{b,t: seg != 0} exp(sinks[h] - lse[b,h,t]) (dout . out)[b,t,h]; one task per
+// head, rows in a fixed order (double accumulator), so the result is fixed for any thread count.
+void cpu_attention_sinks_backward(Backend *be, float *dsinks, const float *dout, const float *out, const float *lse,
+                                  const float *sinks, const int32_t *seg, int B, int T, int NH, int HD) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)B * T * HD > 65536)
+    for (int h = 0; h < NH; h++) {
+        double acc = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                if (seg[(size_t)b * T + t] == 0) continue;
+                size_t qi = (((size_t)b * T + t) * NH + h) * HD;
+                float D = 0;
+                for (int d = 0; d < HD; d++) D += dout[qi + d] * out[qi + d];
+                acc -= exp((double)sinks[h] - lse[((size_t)b * NH + h) * T + t]) * D;
+            }
+        dsinks[h] = (float)(dsinks[h] + acc);
     }
 }
 

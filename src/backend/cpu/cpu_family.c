@@ -70,6 +70,7 @@ static void cpu_softcap_backward(Backend *be, float *dx, const float *y, float c
 void backend_cpu_install_family(Backend *be) {
     be->attention_forward_opt = cpu_attention_forward_opt;
     be->attention_backward_opt = cpu_attention_backward_opt;
+    be->attention_sinks_backward = cpu_attention_sinks_backward;
     be->rmsnorm_forward_off = cpu_rmsnorm_forward_off;
     be->rmsnorm_backward_off = cpu_rmsnorm_backward_off;
     be->geglu_forward = cpu_geglu_forward;

@@ -29,10 +29,10 @@ static void cpu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k
 
 // One task: query head h of row b, queries [t0, t1) (slots start+t0 ..), keys from slot klo:
 // kb, vb (nk, HD) hold slots klo, klo+1, ... and m (nk) their mask. W > 0: sliding window;
-// cap > 0: soft-capped scores.
+// cap > 0: soft-capped scores; sinks (NH) or NULL: attention sinks (backend.h AttnOpts).
 static void attend_block(float *out, const float *q, const float *kb, const float *vb, const int32_t *m, float *sc,
                          int T, int NH, int HD, int h, int b, int t0, int t1, int klo, int start, float scale, int W,
-                         float cap) {
+                         float cap, const float *sinks) {
     int nq = t1 - t0, nk = start + t1 - klo;
     size_t ld = (size_t)NH * HD;
     const float *qh = q + ((size_t)b * T + t0) * ld + (size_t)h * HD;
@@ -58,6 +58,7 @@ static void attend_block(float *out, const float *q, const float *kb, const floa
             for (int j = 0; j < nk; j++) row[j] = 0.0f;
             continue;
         }
+        if (sinks && sinks[h] > mx) mx = sinks[h];  // the sink joins the denominator only
         float sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < nk; j++) {
@@ -65,6 +66,7 @@ static void attend_block(float *out, const float *q, const float *kb, const floa
             row[j] = e;
             sum += e;
         }
+        if (sinks) sum += cpu_expf(sinks[h] - mx);
         float inv = 1.0f / sum;
 #pragma omp simd
         for (int j = 0; j < nk; j++) row[j] *= inv;
@@ -109,7 +111,7 @@ static void cpu_attention_cached_opt(Backend *be, float *out, const float *q, co
         const float *kb = kc + ((size_t)b * NKV + kh) * S * HD, *vb = vc + ((size_t)b * NKV + kh) * S * HD;
         float *sc = scr + (size_t)omp_get_thread_num() * per;
         attend_block(out, q, kb + (size_t)lo * HD, vb + (size_t)lo * HD, kmask + (size_t)b * S + lo, sc, T, NH, HD,
-                     h, b, t0, t1, lo, start, scale, W, o.softcap);
+                     h, b, t0, t1, lo, start, scale, W, o.softcap, o.sinks);
     }
 }
 
@@ -172,7 +174,7 @@ static void cpu_attention_ring(Backend *be, float *out, const float *q, const fl
             memcpy(V + (size_t)(s - lo) * HD, vs, (size_t)HD * sizeof(float));
             M[s - lo] = kmask[(size_t)b * S + s];
         }
-        attend_block(out, q, K, V, M, sc, T, NH, HD, h, b, t0, t1, lo, start, scale, W, o.softcap);
+        attend_block(out, q, K, V, M, sc, T, NH, HD, h, b, t0, t1, lo, start, scale, W, o.softcap, o.sinks);
     }
 }
 

@@ -30,7 +30,7 @@ template <int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_fwd_kernel(float *out, float *lse, const float *q,
                                                                   const float *k, const float *v, const int32_t *seg,
                                                                   int T, int NH, int NKV, int HD, float scale, int W,
-                                                                  float cap) {
+                                                                  float cap, const float *sinks) {
     extern __shared__ float sm[];
     const int HP = HD + 1;  // padded row: lane j reading row j hits distinct banks
     float *Qs = sm;                      // (BQ, HD)
@@ -107,6 +107,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_fwd_kernel(float *out, fl
         if (t >= T) continue;
         float *o = out + (((size_t)b * T + t) * NH + h) * HD;
         bool pad = segq[i] == 0;
+        if (sinks && !pad) {  // the sink joins the denominator only (m is finite: a query sees itself)
+            float sk = sinks[h], mf = fmaxf(m[i], sk), c = expf(m[i] - mf);
+            l[i] = l[i] * c + expf(sk - mf);
+#pragma unroll
+            for (int cc = 0; cc < DPL; cc++) acc[i][cc] *= c;
+            m[i] = mf;
+        }
         float inv = pad ? 0.0f : 1.0f / l[i];
 #pragma unroll
         for (int c = 0; c < DPL; c++) {
@@ -336,7 +343,7 @@ static int att_dpl(int HD) {
 // The tensor-core kernels implement global, uncapped attention at 1/sqrt(HD); any other AttnOpts
 // runs the fp32 kernels above.
 static int opts_plain(AttnOpts o, int HD) {
-    return o.window <= 0 && o.softcap <= 0 && (o.scale <= 0 || o.scale == (float)(1.0 / sqrt((double)HD)));
+    return o.window <= 0 && o.softcap <= 0 && !o.sinks && (o.scale <= 0 || o.scale == (float)(1.0 / sqrt((double)HD)));
 }
 
 static float opts_scale(AttnOpts o, int HD) { return o.scale > 0 ? o.scale : (float)(1.0 / sqrt((double)HD)); }
@@ -355,7 +362,7 @@ void cu_attention_forward_opt(Backend *be, float *out, float *lse, const float *
     cudaStream_t st = cu_ctx(be)->stream;
     switch (att_dpl(HD)) {
 #define ATT_CASE(D) \
-    case D: attn_fwd_kernel<D><<<grid, ATT_WARPS * 32, sm, st>>>(out, lse, q, k, v, seg, T, NH, NKV, HD, scale, W, cap); break;
+    case D: attn_fwd_kernel<D><<<grid, ATT_WARPS * 32, sm, st>>>(out, lse, q, k, v, seg, T, NH, NKV, HD, scale, W, cap, o.sinks); break;
         ATT_FOR_EACH_DPL(ATT_CASE)
 #undef ATT_CASE
     }
@@ -405,13 +412,40 @@ void cu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, con
 
 void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                           const int32_t *seg, int B, int T, int NH, int NKV, int HD) {
-    AttnOpts o = {0, 0.0f, 0.0f, 0};
+    AttnOpts o = {0, 0.0f, 0.0f, 0, NULL};
     cu_attention_forward_opt(be, out, lse, q, k, v, seg, B, T, NH, NKV, HD, o);
 }
 
 void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
                            int T, int NH, int NKV, int HD) {
-    AttnOpts o = {0, 0.0f, 0.0f, 0};
+    AttnOpts o = {0, 0.0f, 0.0f, 0, NULL};
     cu_attention_backward_opt(be, dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD, o);
+}
+
+// dsinks (NH) += -sum_{b,t: seg != 0} exp(sinks[h] - lse[b,h,t]) (dout . out)[b,t,h]: one block per
+// head, rows strided over its threads, then a fixed-tree block sum (deterministic).
+__global__ void attn_sinks_bwd_kernel(float *dsinks, const float *dout, const float *out, const float *lse,
+                                      const float *sinks, const int32_t *seg, int B, int T, int NH, int HD) {
+    __shared__ float red[32];
+    const int h = blockIdx.x;
+    const float sk = sinks[h];
+    float acc = 0.0f;
+    for (int r = threadIdx.x; r < B * T; r += blockDim.x) {
+        if (seg[r] == 0) continue;
+        int b = r / T, t = r % T;
+        size_t qi = ((size_t)r * NH + h) * HD;
+        float D = 0.0f;
+        for (int d = 0; d < HD; d++) D += dout[qi + d] * out[qi + d];
+        acc -= expf(sk - lse[((size_t)b * NH + h) * T + t]) * D;
+    }
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) dsinks[h] += acc;
+}
+
+void cu_attention_sinks_backward(Backend *be, float *dsinks, const float *dout, const float *out, const float *lse,
+                                 const float *sinks, const int32_t *seg, int B, int T, int NH, int HD) {
+    if (!dsinks || NH <= 0 || B * T <= 0) return;
+    attn_sinks_bwd_kernel<<<NH, 256, 0, cu_ctx(be)->stream>>>(dsinks, dout, out, lse, sinks, seg, B, T, NH, HD);
+    LAUNCH_CHECK();
 }

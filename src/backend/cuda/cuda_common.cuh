@@ -251,6 +251,8 @@ void cu_attention_forward_opt(Backend *be, float *out, float *lse, const float *
 void cu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
                                int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void cu_attention_sinks_backward(Backend *be, float *dsinks, const float *dout, const float *out, const float *lse,
+                                 const float *sinks, const int32_t *seg, int B, int T, int NH, int HD);
 void cu_attention_cached_opt(Backend *be, float *out, const float *q, const float *kc, const float *vc,
                              const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD, int S,
                              AttnOpts o);

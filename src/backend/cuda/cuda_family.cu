@@ -114,6 +114,7 @@ static void cu_softcap_backward(Backend *be, float *dx, const float *y, float ca
 void cu_install_family(Backend *be) {
     be->attention_forward_opt = cu_attention_forward_opt;
     be->attention_backward_opt = cu_attention_backward_opt;
+    be->attention_sinks_backward = cu_attention_sinks_backward;
     be->attention_cached_opt = cu_attention_cached_opt;
     be->kv_ring_write = cu_kv_ring_write;
     be->attention_ring = cu_attention_ring;

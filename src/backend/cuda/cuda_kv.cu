@@ -41,12 +41,13 @@ void cu_kv_cache_write(Backend *be, float *kc, float *vc, const float *k, const 
 // Block (KV_TILE threads) per query: blockIdx.x = (b*T + t)*NH + h. Dynamic shared: q (HD), acc (HD).
 // W > 0: sliding window (query slot p sees slots s > p - W); cap > 0: soft-capped scores. With
 // knew != NULL the cache is a ring of W slots (slot s at s % W) holding the slots before start,
-// and slots >= start are the chunk's own knew, vnew (B,T,NKV,HD) (attention_ring).
+// and slots >= start are the chunk's own knew, vnew (B,T,NKV,HD) (attention_ring). sinks (NH) or
+// NULL: attention sinks (AttnOpts).
 __global__ void __launch_bounds__(KV_TILE) attn_cached_kernel(float *out, const float *q, const float *kc,
                                                               const float *vc, const float *knew, const float *vnew,
                                                               const int32_t *kmask, const int32_t *start_slot, int T,
                                                               int NH, int NKV, int HD, int S, float scale, int W,
-                                                              float cap) {
+                                                              float cap, const float *sinks) {
     extern __shared__ float sh_dyn[];
     float *qs = sh_dyn, *acc = sh_dyn + HD;
     __shared__ float p[KV_TILE];
@@ -104,6 +105,12 @@ __global__ void __launch_bounds__(KV_TILE) attn_cached_kernel(float *out, const 
         }
         __syncthreads();  // p and red are free for the next tile
     }
+    if (sinks && m != -INFINITY) {  // the sink joins the denominator only (uniform across the block)
+        const float sk = sinks[h], mf = fmaxf(m, sk), a = expf(m - mf);
+        l = l * a + expf(sk - mf);
+        m = mf;
+        for (int d = tid; d < HD; d += KV_TILE) acc[d] *= a;  // each thread its own elements
+    }
     float *ot = out + qi * HD;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no key to attend: out = 0
     for (int d = tid; d < HD; d += KV_TILE) ot[d] = m == -INFINITY ? 0.0f : acc[d] * inv;
@@ -122,13 +129,13 @@ static void launch_cached(Backend *be, float *out, const float *q, const float *
     CHECK_MSG(shmem <= 40000, "cuda attention_cached: head dim %d too large", HD);
     attn_cached_kernel<<<(unsigned)nq, KV_TILE, shmem, cu_ctx(be)->stream>>>(
         out, q, kc, vc, k, v, kmask, start, T, NH, NKV, HD, S, kv_scale(o, HD), o.window > 0 ? o.window : 0,
-        o.softcap > 0 ? o.softcap : 0.0f);
+        o.softcap > 0 ? o.softcap : 0.0f, o.sinks);
     LAUNCH_CHECK();
 }
 
 void cu_attention_cached(Backend *be, float *out, const float *q, const float *kc, const float *vc,
                          const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD, int S) {
-    AttnOpts o = {0, 0.0f, 0.0f, 0};
+    AttnOpts o = {0, 0.0f, 0.0f, 0, NULL};
     launch_cached(be, out, q, kc, vc, NULL, NULL, kmask, start, B, T, NH, NKV, HD, S, o);
 }
 

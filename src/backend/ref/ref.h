@@ -52,6 +52,8 @@ void ref_attention_forward_opt(Backend *be, float *out, float *lse, const float 
 void ref_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                 const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
                                 int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void ref_attention_sinks_backward(Backend *be, float *dsinks, const float *dout, const float *out, const float *lse,
+                                  const float *sinks, const int32_t *seg, int B, int T, int NH, int HD);
 
 // ref_loss.c
 void ref_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,

@@ -51,7 +51,9 @@ void ref_attention_forward_opt(Backend *be, float *out, float *lse, const float 
                                 : -INFINITY;
                     if (sc[s] > mx) mx = sc[s];
                 }
-                double sum = 0;
+                double sink = o.sinks ? (double)o.sinks[h] : -INFINITY;  // joins the denominator only
+                if (sink > mx) mx = sink;
+                double sum = o.sinks ? exp(sink - mx) : 0;
                 for (int s = 0; s <= t; s++) sum += exp(sc[s] - mx);
                 double l = mx + log(sum);
                 for (int d = 0; d < HD; d++) acc[d] = 0;
@@ -145,6 +147,22 @@ void ref_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, co
     }
     free(acc_a);
     free(acc_b);
+}
+
+// dsinks (NH) += -sum_{b,t: seg != 0} exp(sinks[h] - lse[b,h,t]) (dout . out)[b,t,h]
+void ref_attention_sinks_backward(Backend *be, float *dsinks, const float *dout, const float *out, const float *lse,
+                                  const float *sinks, const int32_t *seg, int B, int T, int NH, int HD) {
+    for (int h = 0; h < NH; h++) {
+        double acc = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                if (seg[(size_t)b * T + t] == 0) continue;
+                size_t qi = (((size_t)b * T + t) * NH + h) * HD;
+                double ps = exp((double)sinks[h] - lse[((size_t)b * NH + h) * T + t]);
+                acc -= ps * dot(dout + qi, out + qi, HD);
+            }
+        dsinks[h] = (float)(dsinks[h] + acc);
+    }
 }
 
 void ref_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -80,6 +80,7 @@ static void ref_softcap_backward(Backend *be, float *dx, const float *y, float c
 void backend_ref_install_family(Backend *be) {
     be->attention_forward_opt = ref_attention_forward_opt;
     be->attention_backward_opt = ref_attention_backward_opt;
+    be->attention_sinks_backward = ref_attention_sinks_backward;
     be->rmsnorm_forward_off = ref_rmsnorm_forward_off;
     be->rmsnorm_backward_off = ref_rmsnorm_backward_off;
     be->geglu_forward = ref_geglu_forward;

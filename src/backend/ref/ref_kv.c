@@ -54,7 +54,9 @@ static void ref_attention_cached_opt(Backend *be, float *out, const float *q, co
                     for (int i = 0; i < HD; i++) ot[i] = 0.0f;
                     continue;
                 }
-                double sum = 0;
+                double sink = o.sinks ? (double)o.sinks[h] : -INFINITY;  // joins the denominator only
+                if (sink > mx) mx = sink;
+                double sum = o.sinks ? exp(sink - mx) : 0;
                 for (int s = first; s <= last; s++) {
                     if (!mb[s]) continue;
                     double p = exp(sc[s] - mx);
@@ -127,7 +129,9 @@ static void ref_attention_ring(Backend *be, float *out, const float *q, const fl
                     for (int i = 0; i < HD; i++) ot[i] = 0.0f;
                     continue;
                 }
-                double sum = 0;
+                double sink = o.sinks ? (double)o.sinks[h] : -INFINITY;
+                if (sink > mx) mx = sink;
+                double sum = o.sinks ? exp(sink - mx) : 0;
                 for (int s = first; s <= last; s++) {
                     if (!mb[s]) continue;
                     const float *vs = s < start ? vc + (((size_t)b * NKV + kh) * W + s % W) * HD
