@@ -5,7 +5,7 @@ Random fp32 inputs (fixed seed); every op evaluated by PyTorch in float64 from t
 forward and, through autograd, backward with a random output gradient. Cases: attention with
 GQA, left padding (segment 0) and packed documents; RMSNorm; RoPE (half-split, fp32 angle as
 in transformers, non-trivial inv_freq and mscale); SwiGLU; the cross-entropy head with per-row
-weights, ignored rows and a gradient scale.
+weights, ignored rows and a gradient scale; attention with sinks and a sliding window (GPT-OSS).
 
 File format (little endian): b"STILLOPS1", then records until the end:
   u8 kind (0 = f32, 1 = i32), u8 name length, name (ascii), u32 count, count values.
@@ -124,6 +124,39 @@ put("ce.targets", targets)
 for name, t in [("h", h), ("W", W), ("weights", weights), ("loss", row_loss), ("entropy", entropy),
                 ("correct", correct), ("dh", hl.grad), ("dW", Wl.grad)]:
     put("ce." + name, t)
+
+# ---- attention sinks (GPT-OSS, transformers' eager_attention_forward of modeling_gpt_oss.py): the
+# per-head sink logit is concatenated to each row of masked scores, softmax over scores + sink, the
+# sink's column dropped; with a sliding window of 3 (kv_idx > q_idx - 3). Padding rows (seg 0) are
+# 0 with lse 0, as still defines them.
+B, T, NH, NKV, HD, W = 2, 7, 4, 2, 8, 3
+seg = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [3, 3, 3, 5, 5, 5, 5]], dtype=torch.int32)
+q, k, v, dout = randn(B, T, NH, HD), randn(B, T, NKV, HD), randn(B, T, NKV, HD), randn(B, T, NH, HD)
+sinks = randn(NH, scale=1.5)
+ql, kl, vl, sl = leaf(q), leaf(k), leaf(v), leaf(sinks)
+rep = NH // NKV
+kh = kl.repeat_interleave(rep, dim=2).transpose(1, 2)
+vh = vl.repeat_interleave(rep, dim=2).transpose(1, 2)
+scores = ql.transpose(1, 2) @ kh.transpose(-1, -2) / math.sqrt(HD)  # (B,NH,T,T)
+tt = torch.arange(T)
+allowed = ((tt[None, :, None] >= tt[None, None, :]) & (tt[None, None, :] > tt[None, :, None] - W)
+           & (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] != 0))
+allowed = allowed[:, None, :, :].expand(B, NH, T, T)
+masked = scores.masked_fill(~allowed, float("-inf"))
+combined = torch.cat([masked, sl.reshape(1, -1, 1, 1).expand(B, NH, T, 1)], dim=-1)
+combined = combined - combined.max(dim=-1, keepdim=True).values
+probs = torch.softmax(combined, dim=-1)[..., :-1]
+pad = (seg == 0)[:, None, :, None].expand(B, NH, T, 1)
+probs = torch.where(pad.expand(B, NH, T, T), torch.zeros_like(probs), probs)
+out = (probs @ vh).transpose(1, 2)
+lse_full = torch.logsumexp(torch.cat([masked, sl.reshape(1, -1, 1, 1).expand(B, NH, T, 1)], dim=-1), dim=-1)
+lse = torch.where(pad[..., 0], torch.zeros(B, NH, T, dtype=torch.float64), lse_full)
+out.backward(dout.to(torch.float64))
+put("sink.dims", torch.tensor([B, T, NH, NKV, HD, W]))
+put("sink.seg", seg)
+for name, t in [("q", q), ("k", k), ("v", v), ("sinks", sinks), ("dout", dout), ("out", out), ("lse", lse),
+                ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad), ("dsinks", sl.grad)]:
+    put("sink." + name, t)
 
 with open(sys.argv[1], "wb") as f:
     f.write(b"STILLOPS1")

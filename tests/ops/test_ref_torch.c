@@ -81,6 +81,27 @@ static void test_ce_vs_torch(void) {
     free(loss), free(corr), free(ent), free(dh), free(dW), free(scratch);
 }
 
+// Attention sinks with a window, as GPT-OSS's eager attention computes them (scripts/ref_ops.py).
+static void test_attention_sinks_vs_torch(void) {
+    int32_t *d = I("sink.dims");
+    int B = d[0], T = d[1], NH = d[2], NKV = d[3], HD = d[4];
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    AttnOpts o = {d[5], 0, 0, 0, F("sink.sinks")};
+    float *out = xmalloc(nq * 4), *lse = xmalloc((size_t)B * NH * T * 4);
+    float *dq = xcalloc(nq, 4), *dk = xcalloc(nk, 4), *dv = xcalloc(nk, 4), *ds = xcalloc(NH, 4);
+    R->attention_forward_opt(R, out, lse, F("sink.q"), F("sink.k"), F("sink.v"), I("sink.seg"), B, T, NH, NKV, HD, o);
+    expect_ref("sink.out", out, nq);
+    expect_ref("sink.lse", lse, (size_t)B * NH * T);
+    R->attention_backward_opt(R, dq, dk, dv, F("sink.dout"), out, lse, F("sink.q"), F("sink.k"), F("sink.v"),
+                              I("sink.seg"), B, T, NH, NKV, HD, o);
+    R->attention_sinks_backward(R, ds, F("sink.dout"), out, lse, o.sinks, I("sink.seg"), B, T, NH, HD);
+    expect_ref("sink.dq", dq, nq);
+    expect_ref("sink.dk", dk, nk);
+    expect_ref("sink.dv", dv, nk);
+    expect_ref("sink.dsinks", ds, NH);
+    free(out), free(lse), free(dq), free(dk), free(dv), free(ds);
+}
+
 int main(void) {
     if (!fixture_load(FIXTURE, TOL)) {
         printf("FAIL fixture: cannot read %s (regenerate with scripts/refs_ops.sh)\n", FIXTURE);
@@ -92,6 +113,7 @@ int main(void) {
     RUN(test_rope_vs_torch);
     RUN(test_swiglu_vs_torch);
     RUN(test_ce_vs_torch);
+    RUN(test_attention_sinks_vs_torch);
     backend_destroy(R);
     fixture_free();
     TEST_MAIN_END();
