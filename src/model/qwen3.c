@@ -75,6 +75,25 @@ static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, 
     lora_forward(m, p, l, wk, out, inp, N, C, OC);
 }
 
+// linear_forward for count weights that read the same input (q, k, v; gate, up): one pass of
+// the backend over all of them where it has matmul_forward_multi (each output the same).
+static void linear_forward_multi(Model *m, Plan *p, int l, int count, const TensorKind *wk, float *const *out,
+                                 const float *inp, int N, int C, const int *OC) {
+    Backend *be = m->be;
+    if (!be->matmul_forward_multi) {
+        for (int i = 0; i < count; i++) linear_forward(m, p, l, wk[i], out[i], inp, N, C, OC[i]);
+        return;
+    }
+    MatmulPart parts[4];
+    CHECK(count <= 4);
+    for (int i = 0; i < count; i++) {
+        parts[i] = (MatmulPart){.out = out[i], .bias = F(wk[i] + 1, l), .OC = OC[i]};
+        parts[i].w = weight(m, wk[i], l, &parts[i].wdt);
+    }
+    be->matmul_forward_multi(be, parts, count, inp, N, C);
+    for (int i = 0; i < count; i++) lora_forward(m, p, l, wk[i], out[i], inp, N, C, OC[i]);
+}
+
 // dinp (N,C) += dout W (and the adapter's share); the weight and bias gradients accumulate
 // unless frozen.
 static void linear_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp, const float *dout, const float *inp,
@@ -93,9 +112,8 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
     int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
     float eps = (float)cfg->rms_norm_eps;
     be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
-    linear_forward(m, p, l, TK_WQ, a->q, a->ln1, N, C, QD);
-    linear_forward(m, p, l, TK_WK, a->k, a->ln1, N, C, KD);
-    linear_forward(m, p, l, TK_WV, a->v, a->ln1, N, C, KD);
+    linear_forward_multi(m, p, l, 3, (const TensorKind[]){TK_WQ, TK_WK, TK_WV}, (float *const[]){a->q, a->k, a->v},
+                         a->ln1, N, C, (const int[]){QD, KD, KD});
     if (cfg->qk_norm) {
         be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
         be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
@@ -114,8 +132,8 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
     linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
     be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
     be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
-    linear_forward(m, p, l, TK_WG, a->gate, a->ln2, N, C, FF);
-    linear_forward(m, p, l, TK_WU, a->up, a->ln2, N, C, FF);
+    linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2, N,
+                         C, (const int[]){FF, FF});
     be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
     linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
     be->add(be, next, next, a->res_mid, (size_t)N * C);

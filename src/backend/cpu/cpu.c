@@ -124,6 +124,7 @@ Backend *backend_cpu_create(int threads) {
     be->rmsnorm_forward = cpu_rmsnorm_forward;
     be->rmsnorm_backward = cpu_rmsnorm_backward;
     be->matmul_forward = cpu_matmul_forward;
+    be->matmul_forward_multi = cpu_matmul_forward_multi;
     be->matmul_backward = cpu_matmul_backward;
     be->rope_forward = cpu_rope_forward;
     be->rope_backward = cpu_rope_backward;

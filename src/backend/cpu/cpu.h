@@ -151,6 +151,7 @@ void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, cons
 #define CPU_GEMV_MAX_ROWS 8
 void cpu_gemv_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                       int C, int OC);
+void cpu_matmul_forward_multi(Backend *be, const MatmulPart *parts, int count, const float *inp, int N, int C);
 // The best instruction set this machine runs (cpuid), and a name's ("avx512", "avx2", "scalar")
 // set: 0 when the name is none of them.
 CpuIsa cpu_isa_best(void);
