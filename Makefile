@@ -306,7 +306,8 @@ fuzz:
 # reference and cpu backends: op, head and KV parity, the emulator's own tests, and the CLI and
 # bench/cuda_bench check end to end. CUEMU_SCHED=rev or shuffle[:seed] runs the threads and blocks
 # in another order.
-CUEMU_TESTS := tests/ops/test_backend_parity tests/ops/test_heads_parity tests/ops/test_kv tests/cuemu/test_cuemu
+CUEMU_TESTS := tests/ops/test_backend_parity tests/ops/test_heads_parity tests/ops/test_kv tests/cuemu/test_cuemu \
+  tests/ops/test_moe_parity tests/ops/test_family_parity
 cuda-emu-build:
 	@$(MAKE) --no-print-directory CUDA_EMU=1 NO_DEPS=$(NO_DEPS) build-emu/still build-emu/bench/cuda_bench \
 	  $(CUEMU_TESTS:%=build-emu/%)

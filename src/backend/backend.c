@@ -18,7 +18,13 @@ static int default_threads(int threads) {
     X(embedding_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(matmul_forward) X(matmul_backward)              \
     X(rope_forward) X(rope_backward) X(attention_forward) X(attention_backward) X(swiglu_forward)                  \
     X(swiglu_backward) X(add) X(scale) X(sumsq) X(dropout) X(ce_head) X(adamw) X(sample_seen_update) X(sample_logits)         \
-    X(kv_cache_write) X(attention_cached) X(logprob_head) X(distill_head) X(score_head)
+    X(kv_cache_write) X(attention_cached) X(logprob_head) X(distill_head) X(score_head)                      \
+    X(moe_route_forward) X(moe_route_backward) X(moe_dispatch) X(moe_gather) X(moe_gather_backward)                \
+    X(moe_grouped_matmul_forward) X(moe_grouped_matmul_backward) X(moe_combine_forward) X(moe_combine_backward)    \
+    X(moe_aux_stats) X(moe_aux_backward)                                                                       \
+    X(attention_forward_opt) X(attention_backward_opt) X(attention_cached_opt) X(kv_ring_write)                    \
+    X(attention_ring) X(rmsnorm_forward_off) X(rmsnorm_backward_off) X(geglu_forward) X(geglu_backward)            \
+    X(softcap_forward) X(softcap_backward) X(ce_head_cap) X(logprob_head_cap) X(distill_head_cap)
 
 // The first required op the table lacks, or NULL when it is complete.
 static const char *missing_op(const Backend *be) {

@@ -53,6 +53,20 @@ typedef struct SampleParams {
     int32_t pad_;
 } SampleParams;
 
+// Attention options of one layer (the model-family ops at the end of Backend; docs/models.md).
+//   window > 0: sliding window, key s visible to query t only when t - s < window (on top of the
+//     causal and segment rules: transformers' sliding_window_overlay, kv_idx > q_idx - window, so
+//     a query sees itself and the window - 1 keys before it); 0 = global.
+//   softcap > 0: every scaled score x becomes softcap * tanh(x / softcap) before the softmax
+//     (Gemma 2's attn_logit_softcapping); 0 = off.
+//   scale > 0: the score scale (Gemma's query_pre_attn_scalar^-0.5); 0 = 1/sqrt(HD).
+typedef struct AttnOpts {
+    int32_t window;
+    float softcap;
+    float scale;
+    int32_t pad_;
+} AttnOpts;
+
 struct Backend {
     const char *name;  // "ref", "cpu", "cuda"
     void *ctx;         // backend-private state (thread count, BLAS handles, streams)
@@ -293,6 +307,128 @@ struct Backend {
     //   gradients add up). Only the B pooled rows are read: no (N, NL) scores ever exist.
     void (*score_head)(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
                        const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
+
+    // ---- model-family ops (Mistral, Gemma 2 / 3; docs/models.md) --------------------------
+    // attention_forward / attention_backward / attention_cached with AttnOpts (above): the same
+    // layouts and rules, plus the window, the soft-cap and the scale. The backward pass takes the
+    // gradient through the soft-cap: d x = d score * (1 - (score / softcap)^2).
+    void (*attention_forward_opt)(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                                  const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+    void (*attention_backward_opt)(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                   const float *lse, const float *q, const float *k, const float *v,
+                                   const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+    // Cached attention: with o.window > 0 query slot p attends slots s with p - s < window.
+    void (*attention_cached_opt)(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                                 const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD,
+                                 int S, AttnOpts o);
+    // Windowed static cache of a sliding layer: a ring kc, vc (B,NKV,W,HD) of W = window slots,
+    // absolute slot s at ring index s % W, so memory follows the window, not max_cache_len.
+    // kv_ring_write: ring at (start+t) % W = k, v (B,T,NKV,HD) for the chunk's last min(T, W)
+    // tokens (the only ones a later query can see).
+    void (*kv_ring_write)(Backend *be, float *kc, float *vc, const float *k, const float *v, const int32_t *start,
+                          int B, int T, int NKV, int HD, int W);
+    // attention_ring: queries q (B,T,NH,HD) at slots [start, start+T), o.window = W >= 1. Keys at
+    // slots s < start come from the ring (which must hold slots [start - W, start): call this
+    // BEFORE kv_ring_write of the chunk), keys at slots [start, start+T) from the chunk's own k, v
+    // (B,T,NKV,HD). kmask (B,S) by absolute slot (S = max_cache_len) as attention_cached; query
+    // p attends s iff s <= p, p - s < W, kmask[b,s] != 0. Equal to attention_cached_opt on a
+    // full cache holding the same keys.
+    void (*attention_ring)(Backend *be, float *out, const float *q, const float *kc, const float *vc, const float *k,
+                           const float *v, const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV,
+                           int HD, int S, AttnOpts o);
+    // RMSNorm with an offset weight: out (N,C) = inp * rstd * (woff + w), rstd (N) as
+    // rmsnorm_forward (Gemma's (1 + w) norms: woff = 1; fp32). Backward as rmsnorm_backward with
+    // woff + w in place of w; dw (C) += the same sums (d(woff + w) / dw = 1).
+    void (*rmsnorm_forward_off)(Backend *be, float *out, float *rstd, const float *inp, const float *w, float woff,
+                                int N, int C, float eps);
+    void (*rmsnorm_backward_off)(Backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, float woff, const float *rstd, int N, int C);
+    // GeGLU activation with gelu_pytorch_tanh: out (n) = gelu_tanh(gate) * up,
+    //   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    void (*geglu_forward)(Backend *be, float *out, const float *gate, const float *up, size_t n);
+    // dgate (n) +=, dup (n) +=
+    void (*geglu_backward)(Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t n);
+    // Soft-capping of a buffer in place: x (n) = cap * tanh(x / cap), cap > 0 (Gemma 2's
+    // final_logit_softcapping on the last-position logits before sampling).
+    void (*softcap_forward)(Backend *be, float *x, float cap, size_t n);
+    // dx (n) *= 1 - (y / cap)^2 in place, y (n) the capped values (the chain rule through it).
+    void (*softcap_backward)(Backend *be, float *dx, const float *y, float cap, size_t n);
+    // The loss heads with final-logit soft-capping: as ce_head, logprob_head and distill_head
+    // with every logit z (before the temperature) replaced by softcap * tanh(z / softcap) when
+    // softcap > 0 (0 = the plain head), the backward pass through it. distill_head_cap caps the
+    // student's logits with softcap_s and the teacher's with softcap_t (the two models' configs).
+    void (*ce_head_cap)(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                        const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                        float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V);
+    void (*logprob_head_cap)(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                             const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                             float tau, float softcap, float *scratch, int chunk, int N, int C, int V);
+    void (*distill_head_cap)(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                             const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                             const int32_t *targets, const float *weights, float tau, float beta, int top_k,
+                             float grad_scale, float softcap_s, float softcap_t, float *scratch_s, float *scratch_t,
+                             int chunk, int N, int Cs, int Ct, int V);
+    // ---- end of model-family ops ---------------------------------------------------------
+
+    // ---- mixture of experts (docs/models.md, "Routing") ---------------------------------------
+    // E experts, K experts per token, N tokens, S = N*K routed slots. The router logits (N,E) are
+    // a matmul_forward of the block's input with the router weight (E,C). Routing is exact and
+    // capacity-free unless a capacity is given to moe_dispatch (docs/backends.md).
+
+    // Top-k without sorting the experts: idx (N,K) the K largest logits of each row in
+    // descending order, equal values by ascending expert index; w (N,K) their weights:
+    //   norm == 0: w_k = softmax(logits_n)[idx_k]              (qwen3_moe, norm_topk_prob false)
+    //   norm != 0: w_k = softmax over the K selected logits     (mixtral; qwen3_moe with
+    //              norm_topk_prob, the same numbers as renormalising the selected softmax probs)
+    void (*moe_route_forward)(Backend *be, int32_t *idx, float *w, const float *logits, int N, int E, int K, int norm);
+    // dlogits (N,E) += d w / d logits applied to dw (N,K); idx is piecewise constant (no gradient).
+    void (*moe_route_backward)(Backend *be, float *dlogits, const float *dw, const float *logits, const int32_t *idx,
+                               int N, int E, int K, int norm);
+    // Grouping of the routed slots by expert (a counting sort; no host round trip):
+    //   offsets (E+1): expert e owns slots [offsets[e], offsets[e+1]); offsets[E] = slots kept;
+    //   slot_token (S): the token of each kept slot, ascending token order within an expert
+    //                   (entries from offsets[E] on are -1);
+    //   token_slot (N,K): the slot of (token n, choice k), -1 when dropped.
+    // capacity <= 0: every slot is kept. capacity > 0: an expert keeps at most `capacity` slots,
+    // taking choices in order of rank k (all first choices, then all second ...), tokens in order
+    // within a rank; dropped (1) (device, may be NULL) = the number of slots dropped.
+    void (*moe_dispatch)(Backend *be, int32_t *offsets, int32_t *slot_token, int32_t *token_slot, int32_t *dropped,
+                         const int32_t *idx, int N, int E, int K, int capacity);
+    // xs (S,C) = x (N,C) at slot_token; slots from offsets[E] on are 0.
+    void (*moe_gather)(Backend *be, float *xs, const float *x, const int32_t *slot_token, const int32_t *offsets, int S,
+                       int E, int C);
+    // dx (N,C) += sum_k dxs[token_slot[n,k]] (dropped slots skipped)
+    void (*moe_gather_backward)(Backend *be, float *dx, const float *dxs, const int32_t *token_slot, int N, int K,
+                                int C);
+    // Grouped linear layer, one call for all experts: for each slot s < offsets[E] of expert e,
+    // out[s] (OC) = inp[s] (C) w_e^T + bias_e, w (E,OC,C) as wdt, bias (E,OC) or NULL; slots from
+    // offsets[E] on get 0. Experts without slots are not read.
+    void (*moe_grouped_matmul_forward)(Backend *be, float *out, const float *inp, const void *w, DType wdt,
+                                       const float *bias, const int32_t *offsets, int S, int E, int C, int OC);
+    // dinp (S,C) += dout w_e ; dw (E,OC,C) += per expert dout^T inp ; dbias (E,OC) += colsum(dout);
+    // over the kept slots only. Any gradient may be NULL.
+    void (*moe_grouped_matmul_backward)(Backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                        const float *inp, const void *w, DType wdt, const int32_t *offsets, int S,
+                                        int E, int C, int OC);
+    // out (N,C) = sum_k w[n,k] ys[token_slot[n,k]] (dropped slots contribute 0)
+    void (*moe_combine_forward)(Backend *be, float *out, const float *ys, const float *w, const int32_t *token_slot,
+                                int N, int K, int C);
+    // dys (S,C) += w[n,k] dout[n] at token_slot[n,k] ; dw (N,K) += dout[n] . ys[token_slot[n,k]]
+    void (*moe_combine_backward)(Backend *be, float *dys, float *dw, const float *dout, const float *ys, const float *w,
+                                 const int32_t *token_slot, int N, int K, int C);
+    // Load-balancing statistics (transformers' load_balancing_loss_func), accumulated over the
+    // MoE layers of a step: stats (2E+1) += [count of selections per expert (E), sum of
+    // softmax(logits_n) (E), tokens (1)] over the tokens with seg[n] != 0 (seg NULL: all).
+    // With M = stats[2E]: aux = E * sum_e stats[e] * stats[E+e] / M^2.
+    void (*moe_aux_stats)(Backend *be, float *stats, const float *logits, const int32_t *idx, const int32_t *seg,
+                          int N, int E, int K);
+    // dlogits (N,E) += coef * d aux / d logits for the tokens with seg[n] != 0 (the counts are
+    // piecewise constant): p = softmax(logits_n), g_e = E stats[e] / M^2,
+    // dlogits[n,j] += coef p_j (g_j - p . g). Nothing when M = 0.
+    void (*moe_aux_backward)(Backend *be, float *dlogits, const float *logits, const int32_t *seg, const float *stats,
+                             float coef, int N, int E);
+    // ---- end of mixture of experts -------------------------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
@@ -312,6 +448,12 @@ void backend_cpu_install_kv(Backend *be);
 // Install the distillation and RL heads (backend/ref/ref_heads.c, backend/cpu/cpu_heads.c).
 void backend_ref_install_heads(Backend *be);
 void backend_cpu_install_heads(Backend *be);
+// Install the model-family ops (backend/ref/ref_family.c, backend/cpu/cpu_family.c).
+void backend_ref_install_family(Backend *be);
+void backend_cpu_install_family(Backend *be);
+// Install the mixture-of-experts ops (backend/ref/ref_moe.c, backend/cpu/cpu_moe.c).
+void backend_ref_install_moe(Backend *be);
+void backend_cpu_install_moe(Backend *be);
 #ifdef STILL_CUDA
 Status backend_cuda_create(int threads, Backend **out, Err *e);
 #endif

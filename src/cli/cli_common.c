@@ -173,14 +173,38 @@ Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t
 
 int cli_round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
 
+// A mesh size from its flag, else its environment variable (TP_SIZE, FSDP_SIZE), else 0.
+static Status mesh_size(const Args *a, const char *flag, const char *env, int *out, Err *e) {
+    *out = 0;
+    if (args_is_set(a, flag)) return *out = (int)args_int(a, flag), ST_OK;
+    const char *s = getenv(env);
+    if (!s || !*s) return ST_OK;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 1 || v > 65536) return err_set(e, ST_EUSAGE, "%s=%s: expected a positive integer", env, s);
+    *out = (int)v;
+    return ST_OK;
+}
+
 Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e) {
     dist_single(d);
     *zero_stage = (int)args_int(a, "zero_stage");
-    if (*zero_stage != 0 && *zero_stage != 1)
-        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", *zero_stage);
+    if (*zero_stage == 2)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 2 is not supported (0, 1 or 3)");
     double timeout = args_float(a, "ddp_timeout");
     if (!(timeout > 0)) return err_set(e, ST_EINVAL, "--ddp_timeout must be a positive number of seconds");
-    return dist_init(d, timeout, e);
+    int tp, fsdp;
+    TRY(mesh_size(a, "tp_size", "TP_SIZE", &tp, e));
+    TRY(mesh_size(a, "fsdp_size", "FSDP_SIZE", &fsdp, e));
+    if (fsdp > 1 && *zero_stage == 1)
+        return err_set(e, ST_EUSAGE, "--fsdp_size %d shards parameters (ZeRO-3); it does not go with --zero_stage 1",
+                       fsdp);
+    TRY(dist_init(d, timeout, e));
+    if (tp < 1) tp = 1;
+    if (fsdp > 1) *zero_stage = 3;
+    if (fsdp < 1) fsdp = *zero_stage == 3 ? MAX(1, d->world / tp) : 1;
+    if (tp == 1 && fsdp == 1 && *zero_stage != 3) return ST_OK;
+    return dist_mesh_init(d, tp, fsdp, e);
 }
 
 int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e) {

@@ -34,10 +34,15 @@ Status cli_max_memory(const Args *a, size_t *out, Err *e);
 // Parse "1 2 3" (spaces, commas or newlines) into ids; each checked against vocab_size when > 0.
 Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t **ids, int *n, Err *e);
 // The flags of every trainer that runs under mpirun, and the Dist they make (dist_init with
-// --ddp_timeout; *zero_stage from --zero_stage, checked).
+// --ddp_timeout; *zero_stage from --zero_stage, checked; the mesh of --tp_size / --fsdp_size or
+// TP_SIZE / FSDP_SIZE, where either is more than 1 or --zero_stage is 3: docs/distributed.md).
 #define CLI_DIST_FLAGS                                                                                                 \
     {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (mpirun)", "(0,inf)"},              \
-    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks (mpirun)", "[0,1]"}
+    {"zero_stage", ARG_INT, "0", "0: optimizer state on every rank; 1: sharded over the ranks; 3: parameters, "       \
+                                 "gradients and optimizer state sharded (FSDP; mpirun)", "[0,3]"},                     \
+    {"tp_size", ARG_INT, NULL, "tensor-parallel group size (mpirun; default $TP_SIZE or 1)", "[1,4096]"},              \
+    {"fsdp_size", ARG_INT, NULL, "ranks parameters are sharded over (mpirun; default $FSDP_SIZE, or every rank of a "  \
+                                 "tensor-parallel rank's data axis with --zero_stage 3)", "[1,65536]"}
 Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e);
 // The end of such a command: on failure print the error and, with several ranks, abort the job
 // (the other ranks wait in a collective); MPI finalised. Returns the exit code.

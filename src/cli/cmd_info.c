@@ -2,6 +2,7 @@
 #include "../core/alloc.h"
 #include "../core/fileio.h"
 #include "../core/meminfo.h"
+#include "../model/family.h"
 #include "../model/lora.h"
 #include "../model/mem_plan.h"
 #include "../model/tensors.h"
@@ -25,6 +26,58 @@ static const ArgSpec specs[] = {
 };
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
+
+static const char *rope_name(RopeType t) {
+    switch (t) {
+    case ROPE_LLAMA3: return "llama3";
+    case ROPE_YARN: return "yarn";
+    case ROPE_LINEAR: return "linear";
+    case ROPE_LONGROPE: return "longrope";
+    default: return "default";
+    }
+}
+
+// One layer's attention as the family table resolved it.
+static void layer_attention_text(const ModelConfig *cfg, int l, char *buf, size_t n) {
+    int w = cfg->layer_window[l];
+    size_t k = 0;
+    if (w > 0) k += (size_t)snprintf(buf + k, n - k, "sliding window %d", w);
+    else k += (size_t)snprintf(buf + k, n - k, "global");
+    if (cfg->layer_rope[l]) k += (size_t)snprintf(buf + k, n - k, ", rope theta %g (local)", cfg->rope_local_theta);
+    else
+        k += (size_t)snprintf(buf + k, n - k, ", rope theta %g (%s)", cfg->rope_theta,
+                              rope_name(cfg->rope_scaling.type));
+    if (cfg->query_scale != 0) k += (size_t)snprintf(buf + k, n - k, ", query scale %g", cfg->query_scale);
+    else k += (size_t)snprintf(buf + k, n - k, ", query scale 1/sqrt(%d)", cfg->head_dim);
+    if (cfg->attn_softcap != 0) snprintf(buf + k, n - k, ", soft-cap %g", cfg->attn_softcap);
+}
+
+// What the family table resolved: the layer structure and each run of layers' attention.
+static void print_family(const ModelConfig *cfg) {
+    const FamilyDesc *fd = cfg->family;
+    unsigned nm = cfg->norms;
+    printf("family          %s (%s): norms%s%s%s%s%s, act %s, qk norm %s, embedding scale %g%s%s%s\n",
+           fd->model_type, config_architecture(cfg), nm & NORM_PRE_ATTN ? " pre-attention" : "",
+           nm & NORM_POST_ATTN ? " post-attention" : "", nm & NORM_PRE_MLP ? " pre-mlp" : "",
+           nm & NORM_POST_MLP ? " post-mlp" : "", cfg->norm_plus_one ? " (1 + w)" : "",
+           cfg->act == ACT_SILU ? "silu" : "gelu_pytorch_tanh",
+           cfg->qk_norm == QKNORM_HEAD ? "per head" : cfg->qk_norm == QKNORM_PROJ ? "over the projection" : "none",
+           (double)cfg->embed_scale, cfg->fused_qkv ? ", fused qkv_proj" : "",
+           cfg->fused_gate_up ? ", fused gate_up_proj" : "", cfg->final_softcap != 0 ? ", final soft-cap" : "");
+    if (cfg->final_softcap != 0) printf("final soft-cap  %g\n", cfg->final_softcap);
+    char cur[256], next[256];
+    int start = 0;
+    layer_attention_text(cfg, 0, cur, sizeof cur);
+    for (int l = 1; l <= cfg->num_hidden_layers; l++) {
+        if (l < cfg->num_hidden_layers) layer_attention_text(cfg, l, next, sizeof next);
+        if (l == cfg->num_hidden_layers || strcmp(cur, next)) {
+            if (l - 1 == start) printf("attention       layer %d: %s\n", start, cur);
+            else printf("attention       layers %d-%d: %s\n", start, l - 1, cur);
+            start = l;
+            memcpy(cur, next, sizeof cur);
+        }
+    }
+}
 
 // LoRA training at a shape: frozen base weights in wdt, fp32 all-linear adapters of rank r with
 // their gradients and AdamW moments, and one train plan (checkpointed or not).
@@ -141,6 +194,7 @@ static Status run(const Args *a, Err *e) {
         printf("architecture    %s: %d layers, hidden %d, heads %d (kv %d), head_dim %d, mlp %d, vocab %d\n",
                cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
                cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size);
+        print_family(&cfg);
         if (cfg.num_labels > 0)
             printf("classifier      %s: score head of %d label%s, pooled at the last token that is not pad_token_id %d\n",
                    config_architecture(&cfg), cfg.num_labels, cfg.num_labels == 1 ? "" : "s", cfg.pad_token_id);

@@ -12,6 +12,8 @@
 
 #ifdef STILL_MPI
 #include <mpi.h>
+// The communicator of a Dist: its axis of a mesh (dist_mesh_init), else every process.
+#define COMM(d) ((d)->comm ? *(MPI_Comm *)(d)->comm : MPI_COMM_WORLD)
 #endif
 
 static int launched_by_mpi(void) {
@@ -55,7 +57,68 @@ Status dist_init(Dist *d, double timeout_s, Err *e) {
 #endif
 }
 
+// One axis: the ranks of d with the same color, ordered by key.
+static Status split(Dist *d, int color, int key, Dist *out, Err *e) {
+    dist_single(out);
+    out->timeout_s = d->timeout_s;
+    out->local_world = d->local_world;
+    out->local_rank = d->local_rank;
+#ifdef STILL_MPI
+    if (d->mpi) {
+        MPI_Comm *c = xmalloc(sizeof *c);
+        if (MPI_Comm_split(MPI_COMM_WORLD, color, key, c) != MPI_SUCCESS) {
+            free(c);
+            return err_set(e, ST_ERUNTIME, "rank %d: MPI_Comm_split of the mesh failed", d->rank);
+        }
+        MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(*c, &out->rank);
+        MPI_Comm_size(*c, &out->world);
+        out->mpi = 1;
+        out->comm = c;
+        return ST_OK;
+    }
+#endif
+    (void)color, (void)key, (void)e;
+    return ST_OK;
+}
+
+static void axis_free(Dist *a) {
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (a->nccl) dist_nccl_free(a);
+#endif
+#ifdef STILL_MPI
+    if (a->comm) MPI_Comm_free((MPI_Comm *)a->comm);
+#endif
+    free(a->comm);
+    a->comm = NULL;
+}
+
+Status dist_mesh_init(Dist *d, int tp, int fsdp, Err *e) {
+    if (tp < 1 || fsdp < 1 || d->world % (tp * fsdp))
+        return err_set(e, ST_EUSAGE, "--tp_size %d x --fsdp_size %d does not divide the %d ranks of this job (the "
+                                     "world must be tp_size x fsdp_size x data-parallel replicas)", tp, fsdp, d->world);
+    CHECK(!d->mesh);
+    DistMesh *m = xcalloc(1, sizeof *m);
+    m->tp = tp, m->fsdp = fsdp, m->dp = d->world / (tp * fsdp);
+    int t = d->rank % tp, f = d->rank / tp % fsdp, r = d->rank / (tp * fsdp);
+    Status st = split(d, d->rank / tp, t, &m->tp_axis, e);
+    if (st == ST_OK) st = split(d, t + tp * r, f, &m->fsdp_axis, e);
+    if (st == ST_OK) st = split(d, t + tp * f, r, &m->dp_axis, e);
+    if (st == ST_OK) st = split(d, t, d->rank / tp, &m->data_axis, e);
+    d->mesh = m;
+    return st;
+}
+
+void dist_mesh_free(Dist *d) {
+    if (!d->mesh) return;
+    axis_free(&d->mesh->tp_axis), axis_free(&d->mesh->fsdp_axis), axis_free(&d->mesh->dp_axis);
+    axis_free(&d->mesh->data_axis);
+    free(d->mesh);
+    d->mesh = NULL;
+}
+
 void dist_finalize(Dist *d) {
+    dist_mesh_free(d);
 #if defined(STILL_CUDA) && defined(STILL_MPI)
     if (d->nccl) dist_nccl_free(d);
 #endif
@@ -107,7 +170,7 @@ Status dist_allreduce_sum_host_d(Dist *d, double *buf, size_t n, Err *e) {
     if (d->world == 1 || n == 0) return ST_OK;
 #ifdef STILL_MPI
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, COMM(d), &req);
     return wait_req(d, &req, "all-reduce", n, e);
 #else
     return ST_OK;
@@ -132,7 +195,7 @@ Status dist_allreduce_sum(Dist *d, Backend *be, float *buf, size_t n, Err *e) {
     for (size_t off = 0; off < n && st == ST_OK; off += max_chunk) {
         size_t cnt = MIN(max_chunk, n - off);
         MPI_Request req;
-        MPI_Iallreduce(MPI_IN_PLACE, h + off, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Iallreduce(MPI_IN_PLACE, h + off, (int)cnt, MPI_FLOAT, MPI_SUM, COMM(d), &req);
         st = wait_req(d, &req, "gradient all-reduce", cnt, e);
     }
     if (h != buf) {
@@ -199,7 +262,7 @@ Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *s
     float *hr = host ? recv : xmalloc(MAX(mine, 1) * sizeof(float));
     if (!host) be->download(be, hs, send, total * sizeof(float));
     MPI_Request req;
-    MPI_Ireduce_scatter(hs, hr, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Ireduce_scatter(hs, hr, cnt, MPI_FLOAT, MPI_SUM, COMM(d), &req);
     st = wait_req(d, &req, "gradient reduce-scatter", total, e);
     if (!host) {
         if (st == ST_OK && mine) be->upload(be, recv, hr, mine * sizeof(float));
@@ -228,7 +291,7 @@ Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Er
     if (!host && counts[d->rank])
         be->download(be, h + displs[d->rank], buf + displs[d->rank], counts[d->rank] * sizeof(float));
     MPI_Request req;
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt, displs, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt, displs, MPI_FLOAT, COMM(d), &req);
     st = wait_req(d, &req, "parameter all-gather", total, e);
     if (!host) {
         if (st == ST_OK) be->upload(be, buf, h, total * sizeof(float));
@@ -251,7 +314,7 @@ Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t 
     Status st = mpi_blocks(d, counts, cnt, displs, "gather", e);
     if (st != ST_OK) return free(cnt), st;
     MPI_Request req;
-    MPI_Igatherv(send, cnt[d->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &req);
+    MPI_Igatherv(send, cnt[d->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, 0, COMM(d), &req);
     st = wait_req(d, &req, "gather", sum_counts(d, counts), e);
     free(cnt);
     return st;
@@ -268,7 +331,7 @@ Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes,
 #ifdef STILL_MPI
     MPI_Request req;
     int in_place = send == (const char *)recv + (size_t)d->rank * nbytes;
-    MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)nbytes, MPI_BYTE, recv, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD,
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)nbytes, MPI_BYTE, recv, (int)nbytes, MPI_BYTE, COMM(d),
                    &req);
     return wait_req(d, &req, "all-gather", nbytes, e);
 #else
@@ -282,7 +345,7 @@ Status dist_bcast_host(Dist *d, void *buf, size_t nbytes, Err *e) {
     const size_t max_chunk = (size_t)1 << 30;  // MPI counts are int
     for (size_t off = 0; off < nbytes; off += max_chunk) {
         MPI_Request req;
-        MPI_Ibcast((char *)buf + off, (int)MIN(max_chunk, nbytes - off), MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+        MPI_Ibcast((char *)buf + off, (int)MIN(max_chunk, nbytes - off), MPI_BYTE, 0, COMM(d), &req);
         TRY(wait_req(d, &req, "broadcast", nbytes, e));
     }
     return ST_OK;
@@ -295,7 +358,7 @@ Status dist_barrier(Dist *d, Err *e) {
     if (d->world == 1) return ST_OK;
 #ifdef STILL_MPI
     MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    MPI_Ibarrier(COMM(d), &req);
     return wait_req(d, &req, "barrier", 0, e);
 #else
     return ST_OK;
@@ -324,7 +387,13 @@ Status dist_agree(Dist *d, Status st, Err *e) {
 
 Status dist_attach_backend(Dist *d, Backend *be, Err *e) {
 #if defined(STILL_CUDA) && defined(STILL_MPI)
-    if (d->world > 1 && !d->nccl && !strcmp(be->name, "cuda")) return dist_nccl_init(d, e);
+    if (d->world > 1 && !d->nccl && !strcmp(be->name, "cuda")) TRY(dist_nccl_init(d, e));
+    if (d->mesh && !strcmp(be->name, "cuda")) {
+        Dist *axes[] = {&d->mesh->tp_axis, &d->mesh->fsdp_axis, &d->mesh->dp_axis, &d->mesh->data_axis};
+        for (size_t i = 0; i < ARRAY_LEN(axes); i++)
+            if (axes[i]->world > 1 && !axes[i]->nccl) TRY(dist_nccl_init(axes[i], e));
+    }
+    return ST_OK;
 #endif
     (void)d, (void)be, (void)e;
     return ST_OK;

@@ -21,7 +21,20 @@ typedef struct Dist {
     double timeout_s;     // every collective fails after this long (<= 0: no limit)
     int mpi;              // 1 when MPI was initialised by dist_init
     void *nccl;           // NCCL communicator state (CUDA + MPI builds, after dist_attach_backend)
+    void *comm;           // MPI_Comm (heap) of one axis of a mesh; NULL: every process
+    struct DistMesh *mesh;  // the world's mesh axes (dist_mesh_init), NULL without one
 } Dist;
+
+// A mesh of world = tp x fsdp x dp ranks: rank = t + tp * (f + fsdp * r), so a tensor-parallel
+// group is tp consecutive ranks (one node), the FSDP axis joins ranks of the same t and r, the
+// data-parallel replicas those of the same t and f. One communicator per axis.
+typedef struct DistMesh {
+    int tp, fsdp, dp;     // axis sizes
+    Dist tp_axis;         // the ranks of this rank's tensor-parallel group
+    Dist fsdp_axis;       // the ranks this rank's parameter shards are gathered from
+    Dist dp_axis;         // the replicas of this rank's shard
+    Dist data_axis;       // every rank that takes its own batch: fsdp x dp ranks of the same t
+} DistMesh;
 
 // Initialise from the environment: MPI only when launched by an MPI launcher, so a plain
 // `still ...` never starts an MPI runtime.
@@ -29,6 +42,11 @@ Status dist_init(Dist *d, double timeout_s, Err *e);
 void dist_finalize(Dist *d);
 // A one-process context (no MPI), for callers that train without a launcher.
 void dist_single(Dist *d);
+// Lay the world out as a mesh of tp x fsdp x (world / (tp fsdp)) ranks, one communicator per
+// axis (collective: every rank calls it). A world that is no multiple of tp x fsdp is an error.
+Status dist_mesh_init(Dist *d, int tp, int fsdp, Err *e);
+// Free the axes (dist_finalize does).
+void dist_mesh_free(Dist *d);
 // Abort every process of the job (after a fatal error on one rank).
 void dist_abort(Dist *d, int code);
 

@@ -1,11 +1,14 @@
-// config.c: Hugging Face config.json for qwen3 / qwen2 / llama (SEMANTICS_MODEL.md §1.1, §1.5).
+// config.c: Hugging Face config.json through the family table (family.h; SEMANTICS_MODEL.md
+// §1.1, §1.5; docs/models.md).
 //
-// Defaults for absent fields are those of transformers' Qwen3Config / Qwen2Config / LlamaConfig,
+// Defaults for absent fields are those of transformers' <Family>Config (family.c),
 // except the five sizes (vocab, hidden, intermediate, layers, heads), which are required: a
 // checkpoint without them is broken, and silently building a 4096-wide model from class
 // defaults would hide that. Where transformers versions differ (rope_parameters in v5), both
 // spellings are read; docs/formats.md lists every rule.
 #include "config.h"
+
+#include "family.h"
 
 #include "../core/alloc.h"
 #include "../core/fileio.h"
@@ -15,29 +18,6 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { FAM_QWEN3, FAM_QWEN2, FAM_LLAMA } Family;
-
-// Class defaults that differ between the families.
-typedef struct FamilyDefaults {
-    const char *model_type;
-    const char *architecture;
-    const char *classifier;  // the *ForSequenceClassification class of the family
-    int vocab_size;
-    int max_position_embeddings;
-    int head_dim;        // 0 = hidden_size / num_attention_heads
-    int bos_token_id;    // -1 = None
-    int eos_token_id;    // -1 = None
-    int has_attention_bias_key;
-    int has_mlp_bias_key;
-} FamilyDefaults;
-
-static const FamilyDefaults family_defaults[] = {
-    [FAM_QWEN3] = {"qwen3", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification", 151936, 32768, 128, -1, -1, 1, 0},
-    [FAM_QWEN2] = {"qwen2", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification", 151936, 32768, 0, -1, -1, 0, 0},
-    [FAM_LLAMA] = {"llama", "LlamaForCausalLM", "LlamaForSequenceClassification", 32000, 2048, 0, 1, 2, 1, 1},
-};
-
-#define DEFAULT_RMS_NORM_EPS 1e-6
 #define DEFAULT_ROPE_THETA 10000.0
 #define DEFAULT_INITIALIZER_RANGE 0.02
 #define DEFAULT_MAX_WINDOW_LAYERS 28
@@ -95,17 +75,41 @@ static Status get_bool_field(const cJSON *obj, const char *key, const char *what
     return st;
 }
 
-static Status parse_model_type(const cJSON *root, const char *path, Family *fam, Err *e) {
+static Status parse_model_type(const cJSON *root, const char *path, const FamilyDesc **fam, Err *e) {
     const char *mt;
     TRY(json_get_string(root, "model_type", path, 1, &mt, e));
-    for (size_t i = 0; i < ARRAY_LEN(family_defaults); i++) {
-        if (!strcmp(mt, family_defaults[i].model_type)) {
-            *fam = (Family)i;
-            return ST_OK;
-        }
+    *fam = family_find(mt);
+    if (*fam) return ST_OK;
+    return err_set(e, ST_EUNSUPPORTED, "%s: model_type \"%s\" is not supported (supported: %s)", path, mt,
+                   family_names());
+}
+
+// Every key of config.json is one the family reads or knows to be inert; any other may change
+// the math, so it is refused by name rather than ignored.
+static Status check_fields(const cJSON *root, const char *path, const FamilyDesc *fd, Err *e) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        if (!family_accepts(fd, it->string))
+            return err_set(e, ST_EUNSUPPORTED,
+                           "%s: field \"%s\" is not known for model_type %s (still refuses fields it does not "
+                           "implement; docs/models.md)",
+                           path, it->string, fd->model_type);
     }
-    return err_set(e, ST_EUNSUPPORTED, "%s: model_type \"%s\" is not supported (supported: qwen3, qwen2, llama)", path,
-                   mt);
+    return ST_OK;
+}
+
+static int reads_attention_bias(const FamilyDesc *fd) {
+    return fd->qkv_bias == BIAS_ATTN_KEY || fd->o_bias == BIAS_ATTN_KEY;
+}
+
+// A dropout probability: only 0 (still's trainers have no dropout inside the model).
+static Status check_zero_dropout(const cJSON *root, const char *path, const char *key, Err *e) {
+    double p;
+    TRY(get_double_field(root, key, path, 0.0, &p, e));
+    if (p != 0.0)
+        return err_set(e, ST_EUNSUPPORTED, "%s: field \"%s\" is %g: dropout inside the model is not supported (only 0)",
+                       path, key, p);
+    return ST_OK;
 }
 
 static Status parse_eos(const cJSON *root, const char *path, int dflt, ModelConfig *cfg, Err *e) {
@@ -151,8 +155,9 @@ static Status parse_dtype(const cJSON *root, const char *path, ModelConfig *cfg,
     return ST_OK;
 }
 
-// Sliding-window attention is refused wherever it would apply to at least one layer.
-static Status check_layer_types(const cJSON *root, const char *path, Family fam, const ModelConfig *cfg, Err *e) {
+// layer_types (transformers v4.5x+): every layer "full_attention" unless a family's parse hook
+// reads sliding layers itself (then it sets cfg->layer_window and this is not called).
+static Status check_layer_types(const cJSON *root, const char *path, const ModelConfig *cfg, Err *e) {
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (lt && !cJSON_IsNull(lt)) {
         if (!cJSON_IsArray(lt)) return err_set(e, ST_EINVAL, "%s: field \"layer_types\" must be a list of strings", path);
@@ -175,7 +180,12 @@ static Status check_layer_types(const cJSON *root, const char *path, Family fam,
             return err_set(e, ST_EINVAL, "%s: field \"layer_types\" has %d entries, expected num_hidden_layers = %d",
                            path, n, cfg->num_hidden_layers);
     }
-    if (fam == FAM_LLAMA) return ST_OK;
+    return ST_OK;
+}
+
+// Qwen2 / Qwen3: use_sliding_window with max_window_layers (layers from max_window_layers on
+// would slide) is refused wherever it would apply to at least one layer.
+Status family_parse_qwen_window(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
     int use_sw;
     TRY(get_bool_field(root, "use_sliding_window", path, 0, &use_sw, e));
     if (!use_sw || !json_has(root, "sliding_window")) return ST_OK;
@@ -186,6 +196,21 @@ static Status check_layer_types(const cJSON *root, const char *path, Family fam,
                        "%s: use_sliding_window is true (layers %d..%d would use sliding-window attention): "
                        "sliding-window attention layers are not supported",
                        path, mwl, cfg->num_hidden_layers - 1);
+    return ST_OK;
+}
+
+// Phi-3: dropouts (only 0), partial_rotary_factor at the top level, sliding_window on every
+// layer (transformers' Phi3 masks with it when it is not null).
+Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    TRY(check_zero_dropout(root, path, "resid_pdrop", e));
+    TRY(check_zero_dropout(root, path, "embd_pdrop", e));
+    double prf;
+    TRY(get_double_field(root, "partial_rotary_factor", path, 1.0, &prf, e));
+    if (prf != 1.0)
+        return err_set(e, ST_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported (only 1.0)", path, prf);
+    int w;
+    TRY(get_int_field(root, "sliding_window", path, 0, 0, 1, &w, e));
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_window[l] = w;
     return ST_OK;
 }
 
@@ -203,6 +228,49 @@ static const cJSON *rope_dict(const cJSON *root, const char **name) {
     }
     *name = "rope_scaling";
     return cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+}
+
+// longrope's per-frequency factors: a list of head_dim / 2 positive numbers.
+static Status read_factors(const cJSON *rd, const char *key, const char *what, int n, float *out, Err *e) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rd, key);
+    if (!a || !cJSON_IsArray(a))
+        return err_set(e, ST_EINVAL, "%s: field \"%s\" must be a list of %d numbers (head_dim / 2)", what, key, n);
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a) {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0) || !isfinite(it->valuedouble))
+            return err_set(e, ST_EINVAL, "%s: %s[%d] must be a positive number", what, key, k);
+        if (k < n) out[k] = (float)it->valuedouble;
+        k++;
+    }
+    if (k != n) return err_set(e, ST_EINVAL, "%s: field \"%s\" has %d entries, expected %d (head_dim / 2)", what, key, k, n);
+    return ST_OK;
+}
+
+// longrope (modeling_rope_utils.py): factor and the default attention factor come from the two
+// context lengths when config.json has original_max_position_embeddings at the top level
+// (Phi-3), else from the rope dict.
+static Status parse_longrope(const cJSON *root, const cJSON *rd, const char *path, const char *what, ModelConfig *cfg,
+                             Err *e) {
+    RopeScaling *rs = &cfg->rope_scaling;
+    rs->type = ROPE_LONGROPE;
+    TRY(read_factors(rd, "short_factor", what, cfg->head_dim / 2, rs->short_factor, e));
+    TRY(read_factors(rd, "long_factor", what, cfg->head_dim / 2, rs->long_factor, e));
+    TRY(get_double_field(rd, "attention_factor", what, -1.0, &rs->attention_factor, e));
+    if (json_has(root, "original_max_position_embeddings")) {
+        int omax;
+        TRY(get_int_field(root, "original_max_position_embeddings", path, 1, 0, 1, &omax, e));
+        rs->original_max_position_embeddings = omax;
+        rs->factor = (double)cfg->max_position_embeddings / omax;
+    } else {
+        TRY(get_positive_double(rd, "original_max_position_embeddings", what, cfg->max_position_embeddings,
+                                &rs->original_max_position_embeddings, e));
+        TRY(json_get_double(rd, "factor", what, rs->attention_factor < 0, &rs->factor, e));
+    }
+    if (rs->attention_factor < 0)
+        rs->attention_factor =
+            rs->factor <= 1 ? 1.0 : sqrt(1 + log(rs->factor) / log(rs->original_max_position_embeddings));
+    return ST_OK;
 }
 
 static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
@@ -245,6 +313,7 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
     } else if (st != ST_OK) {
         return st;
     }
+    if (cfg->family->rope_longrope_aliases && (!strcmp(type, "su") || !strcmp(type, "yarn"))) type = "longrope";
     if (!strcmp(type, "default")) {
         rs->type = ROPE_DEFAULT;
         return ST_OK;
@@ -262,6 +331,8 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
             return err_set(e, ST_EINVAL,
                            "%s: low_freq_factor %g and high_freq_factor %g must satisfy 0 < low < high", what,
                            rs->low_freq_factor, rs->high_freq_factor);
+    } else if (!strcmp(type, "longrope")) {
+        TRY(parse_longrope(root, rd, path, what, cfg, e));
     } else if (!strcmp(type, "yarn")) {
         rs->type = ROPE_YARN;
         TRY(get_double_field(rd, "original_max_position_embeddings", what, cfg->max_position_embeddings,
@@ -288,7 +359,7 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
             return err_set(e, ST_EINVAL,
                            "%s: original_max_position_embeddings, beta_fast and beta_slow must be positive", what);
     } else {
-        return err_set(e, ST_EUNSUPPORTED, "%s: rope type \"%s\" is not supported (supported: default, linear, llama3, yarn)",
+        return err_set(e, ST_EUNSUPPORTED, "%s: rope type \"%s\" is not supported (supported: default, linear, llama3, yarn, longrope)",
                        what, type);
     }
     if (!(rs->factor > 0) || !isfinite(rs->factor))
@@ -299,7 +370,7 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
 // architectures[0] names a *ForSequenceClassification class: the model has a score head of
 // num_labels outputs, which transformers takes from id2label when the config has one, else from
 // "num_labels", else 2 (PretrainedConfig's default).
-static Status parse_architecture(const cJSON *root, const char *path, const FamilyDefaults *fd, ModelConfig *cfg,
+static Status parse_architecture(const cJSON *root, const char *path, const FamilyDesc *fd, ModelConfig *cfg,
                                  Err *e) {
     cfg->num_labels = 0;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
@@ -311,6 +382,9 @@ static Status parse_architecture(const cJSON *root, const char *path, const Fami
     const char *name = a0->valuestring, *suffix = "ForSequenceClassification";
     size_t n = strlen(name), k = strlen(suffix);
     if (n < k || strcmp(name + n - k, suffix)) return ST_OK;
+    if (!fd->classifier)
+        return err_set(e, ST_EUNSUPPORTED, "%s: architectures[0] is \"%s\": still has no sequence classifier for %s",
+                       path, name, fd->model_type);
     if (strcmp(name, fd->classifier))
         return err_set(e, ST_EUNSUPPORTED, "%s: architectures[0] is \"%s\": a %s model's classifier is %s", path, name,
                        fd->model_type, fd->classifier);
@@ -331,18 +405,25 @@ static Status parse_architecture(const cJSON *root, const char *path, const Fami
 
 static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
     if (!cJSON_IsObject(root)) return err_set(e, ST_EINVAL, "%s: expected a JSON object", path);
-    Family fam = FAM_QWEN3;
-    TRY(parse_model_type(root, path, &fam, e));
-    const FamilyDefaults *fd = &family_defaults[fam];
+    const FamilyDesc *fd = NULL;
+    TRY(parse_model_type(root, path, &fd, e));
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", fd->model_type);
+    cfg->family = fd;
+    TRY(check_fields(root, path, fd, e));
 
     if (json_has(root, "quantization_config"))
         return err_set(e, ST_EUNSUPPORTED, "%s: quantized checkpoints (quantization_config) are not supported", path);
     const char *act;
     Status st = json_get_string(root, "hidden_act", path, 0, &act, e);
-    if (st == ST_OK && strcmp(act, "silu"))
-        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
     if (st != ST_OK && st != ST_ENOTFOUND) return st;
+    cfg->act = fd->act;
+    if (st == ST_OK && !strcmp(act, "silu")) cfg->act = ACT_SILU;
+    else if (st == ST_OK && (!strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_tanh"))) cfg->act = ACT_GELU_TANH;
+    else if (st == ST_OK)
+        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
+    if (cfg->act != ACT_SILU)
+        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path,
+                       st == ST_OK ? act : "gelu_pytorch_tanh");
 
     TRY(get_int_field(root, "vocab_size", path, 1, 0, 1, &cfg->vocab_size, e));
     TRY(get_int_field(root, "hidden_size", path, 1, 0, 1, &cfg->hidden_size, e));
@@ -375,28 +456,72 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
                        cfg->head_dim);
     TRY(check_max(path, "head_dim", cfg->head_dim, CONFIG_MAX_HEAD_DIM, "the attention kernels", e));
 
-    TRY(get_positive_double(root, "rms_norm_eps", path, DEFAULT_RMS_NORM_EPS, &cfg->rms_norm_eps, e));
+    TRY(get_positive_double(root, "rms_norm_eps", path, fd->rms_norm_eps, &cfg->rms_norm_eps, e));
     TRY(get_int_field(root, "max_position_embeddings", path, 0, fd->max_position_embeddings, 1,
                       &cfg->max_position_embeddings, e));
     TRY(get_bool_field(root, "tie_word_embeddings", path, 0, &cfg->tie_word_embeddings, e));
     TRY(get_positive_double(root, "initializer_range", path, DEFAULT_INITIALIZER_RANGE, &cfg->initializer_range, e));
 
     int attention_bias = 0, mlp_bias = 0;
-    if (fd->has_attention_bias_key) TRY(get_bool_field(root, "attention_bias", path, 0, &attention_bias, e));
-    if (fd->has_mlp_bias_key) TRY(get_bool_field(root, "mlp_bias", path, 0, &mlp_bias, e));
-    cfg->qkv_bias = fam == FAM_QWEN2 ? 1 : attention_bias;
-    cfg->o_bias = fam == FAM_QWEN2 ? 0 : attention_bias;
-    cfg->mlp_bias = mlp_bias;
-    cfg->qk_norm = fam == FAM_QWEN3;
+    if (reads_attention_bias(fd)) TRY(get_bool_field(root, "attention_bias", path, 0, &attention_bias, e));
+    if (fd->mlp_bias == BIAS_MLP_KEY) TRY(get_bool_field(root, "mlp_bias", path, 0, &mlp_bias, e));
+    BiasRule rules[3] = {fd->qkv_bias, fd->o_bias, fd->mlp_bias};
+    int *bias[3] = {&cfg->qkv_bias, &cfg->o_bias, &cfg->mlp_bias};
+    for (int i = 0; i < 3; i++)
+        *bias[i] = rules[i] == BIAS_ALWAYS       ? 1
+                   : rules[i] == BIAS_ATTN_KEY ? attention_bias
+                   : rules[i] == BIAS_MLP_KEY  ? mlp_bias
+                                               : 0;
+    cfg->qk_norm = fd->qk_norm;
+    cfg->norms = fd->norms;
+    cfg->norm_plus_one = fd->norm_plus_one;
+    cfg->embed_scale = fd->embed_scale_sqrt ? sqrtf((float)cfg->hidden_size) : 1.0f;
+    cfg->fused_qkv = fd->fused_qkv;
+    cfg->fused_gate_up = fd->fused_gate_up;
+    TRY(check_zero_dropout(root, path, "attention_dropout", e));
 
     TRY(get_int_field(root, "bos_token_id", path, 0, fd->bos_token_id, 0, &cfg->bos_token_id, e));
     TRY(get_int_field(root, "pad_token_id", path, 0, -1, 0, &cfg->pad_token_id, e));
     TRY(parse_eos(root, path, fd->eos_token_id, cfg, e));
     TRY(parse_dtype(root, path, cfg, e));
-    TRY(check_layer_types(root, path, fam, cfg, e));
+    TRY(check_layer_types(root, path, cfg, e));
     TRY(parse_rope(root, path, cfg, e));
+    if (fd->parse) TRY(fd->parse(root, path, cfg, e));
+    TRY(config_check_supported(cfg, path, e));
     TRY(parse_architecture(root, path, fd, cfg, e));
     TRY(check_max(path, "num_labels", cfg->num_labels, CONFIG_MAX_VOCAB, "as vocab_size", e));
+    return ST_OK;
+}
+
+Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e) {
+    const char *what = NULL;
+    if (cfg->norm_plus_one) what = "RMSNorm with (1 + weight)";
+    else if (cfg->act != ACT_SILU) what = "hidden_act gelu_pytorch_tanh";
+    else if (cfg->attn_softcap != 0) what = "attn_logit_softcapping";
+    else if (cfg->final_softcap != 0) what = "final_logit_softcapping";
+    else if (cfg->rope_local_theta != 0) what = "rope_local_base_freq";
+    if (what) return err_set(e, ST_EUNSUPPORTED, "%s: %s is not supported yet (model_type %s)", path, what, cfg->model_type);
+    return ST_OK;
+}
+
+Status config_check_window(const ModelConfig *cfg, int len, Err *e) {
+    const RopeScaling *rs = &cfg->rope_scaling;
+    if (rs->type == ROPE_LONGROPE && len > rs->original_max_position_embeddings)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "this %s model's longrope scaling switches to long_factor beyond "
+                       "original_max_position_embeddings %g, and this plan holds %d positions: long_factor is not "
+                       "supported yet (use sequences and cache lengths of at most %g)",
+                       cfg->model_type, rs->original_max_position_embeddings, len,
+                       rs->original_max_position_embeddings);
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        int w = cfg->layer_window[l];
+        if (w > 0 && len > w)
+            return err_set(e, ST_EUNSUPPORTED,
+                           "layer %d of this %s model attends within a sliding window of %d tokens, and this plan "
+                           "holds %d positions: sliding-window attention is not supported yet (use sequences and "
+                           "cache lengths of at most %d)",
+                           l, cfg->model_type, w, len, w);
+    }
     return ST_OK;
 }
 
@@ -437,16 +562,9 @@ static void add_missing(cJSON *o, const char *key, cJSON *v) {
     cJSON_AddItemToObject(o, key, v);
 }
 
-static const FamilyDefaults *family_of(const ModelConfig *cfg) {
-    Family fam = FAM_QWEN3;
-    for (size_t i = 0; i < ARRAY_LEN(family_defaults); i++)
-        if (!strcmp(cfg->model_type, family_defaults[i].model_type)) fam = (Family)i;
-    return &family_defaults[fam];
-}
-
 const char *config_architecture(const ModelConfig *cfg) {
-    const FamilyDefaults *fd = family_of(cfg);
-    return cfg->num_labels > 0 ? fd->classifier : fd->architecture;
+    const FamilyDesc *fd = cfg->family;
+    return cfg->num_labels > 0 && fd->classifier ? fd->classifier : fd->architecture;
 }
 
 static void set_item(cJSON *o, const char *key, cJSON *v) {
@@ -458,7 +576,8 @@ void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id) {
     CHECK(cfg->raw && num_labels > 0);
     cfg->num_labels = num_labels;
     cJSON *arch = cJSON_CreateArray(), *id2label = cJSON_CreateObject(), *label2id = cJSON_CreateObject();
-    cJSON_AddItemToArray(arch, cJSON_CreateString(family_of(cfg)->classifier));
+    CHECK_MSG(cfg->family->classifier, "%s has no sequence classifier", cfg->model_type);
+    cJSON_AddItemToArray(arch, cJSON_CreateString(cfg->family->classifier));
     for (int i = 0; i < num_labels; i++) {
         char id[16], label[32];
         snprintf(id, sizeof id, "%d", i);
@@ -480,7 +599,7 @@ char *config_to_json(const ModelConfig *cfg) {
     CHECK(cfg->raw);
     cJSON *o = cJSON_Duplicate(cfg->raw, 1);
     CHECK(o);
-    const FamilyDefaults *fd = family_of(cfg);
+    const FamilyDesc *fd = cfg->family;
     cJSON *arch = cJSON_CreateArray();
     cJSON_AddItemToArray(arch, cJSON_CreateString(config_architecture(cfg)));
     add_missing(o, "architectures", arch);
@@ -491,8 +610,8 @@ char *config_to_json(const ModelConfig *cfg) {
     add_missing(o, "rms_norm_eps", cJSON_CreateNumber(cfg->rms_norm_eps));
     if (!json_has(o, "rope_parameters")) add_missing(o, "rope_theta", cJSON_CreateNumber(cfg->rope_theta));
     add_missing(o, "tie_word_embeddings", cJSON_CreateBool(cfg->tie_word_embeddings));
-    if (fd->has_attention_bias_key) add_missing(o, "attention_bias", cJSON_CreateBool(cfg->o_bias));
-    if (fd->has_mlp_bias_key) add_missing(o, "mlp_bias", cJSON_CreateBool(cfg->mlp_bias));
+    if (reads_attention_bias(fd)) add_missing(o, "attention_bias", cJSON_CreateBool(cfg->o_bias));
+    if (fd->mlp_bias == BIAS_MLP_KEY) add_missing(o, "mlp_bias", cJSON_CreateBool(cfg->mlp_bias));
     add_missing(o, "initializer_range", cJSON_CreateNumber(cfg->initializer_range));
     if (!json_has(o, "dtype")) add_missing(o, "torch_dtype", cJSON_CreateString(dtype_torch_name(cfg->torch_dtype)));
     if (cfg->bos_token_id >= 0) add_missing(o, "bos_token_id", cJSON_CreateNumber(cfg->bos_token_id));
@@ -518,6 +637,15 @@ void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale
         inv_freq[i] = 1.0f / pos_freq;
     }
     if (rs->type == ROPE_DEFAULT) return;
+    if (rs->type == ROPE_LONGROPE) {  // 1 / (short_factor * base^(2i/d)), positions within the original context
+        for (int i = 0; i < half; i++) {
+            float ex = (float)(2 * i) / (float)dim;
+            float pos_freq = (float)pow((double)base, (double)ex);
+            inv_freq[i] = 1.0f / (rs->short_factor[i] * pos_freq);
+        }
+        *mscale = (float)rs->attention_factor;
+        return;
+    }
     if (rs->type == ROPE_LINEAR) {
         for (int i = 0; i < half; i++) inv_freq[i] = inv_freq[i] / (float)rs->factor;
         return;

@@ -1,5 +1,6 @@
-// config.h: the model configuration read from a Hugging Face config.json (Qwen3, Qwen2, Llama).
-// See SEMANTICS_MODEL.md §1.1 and §1.5 for what each field means and the per-family flags.
+// config.h: the model configuration read from a Hugging Face config.json, through the family
+// table (family.h). See SEMANTICS_MODEL.md §1.1 and §1.5 for what each field means, and
+// docs/models.md for the families, their fields and what is refused.
 #ifndef STILL_CONFIG_H
 #define STILL_CONFIG_H
 
@@ -21,7 +22,26 @@
 #define CONFIG_MAX_HEADS 1024
 #define CONFIG_MAX_HEAD_DIM 256
 
-typedef enum { ROPE_DEFAULT = 0, ROPE_LLAMA3, ROPE_YARN, ROPE_LINEAR } RopeType;
+typedef enum { ROPE_DEFAULT = 0, ROPE_LLAMA3, ROPE_YARN, ROPE_LINEAR, ROPE_LONGROPE } RopeType;
+
+// Which norms a decoder layer has (bits of ModelConfig.norms). Pre-norms normalise a sublayer's
+// input; post-norms normalise its output before the residual add.
+enum {
+    NORM_PRE_ATTN = 1,   // TK_LN1: x -> attention(norm(x))          (Llama, Qwen, Gemma, Phi-3)
+    NORM_POST_ATTN = 2,  // TK_LNA: x + norm(attention(...))          (OLMo 2, Gemma)
+    NORM_PRE_MLP = 4,    // TK_LN2: mlp(norm(h))                      (Llama, Qwen, Gemma, Phi-3)
+    NORM_POST_MLP = 8,   // TK_LNF: h + norm(mlp(...))                (OLMo 2, Gemma)
+};
+typedef enum { ACT_SILU = 0, ACT_GELU_TANH } Activation;  // gated MLP: act(gate) * up
+typedef enum {
+    QKNORM_NONE = 0,
+    QKNORM_HEAD,  // RMSNorm of each head (HD wide) of q and k, before RoPE (Qwen3, Gemma 3)
+    QKNORM_PROJ,  // RMSNorm over the whole q / k projection (NH*HD, NKV*HD wide), before the
+                  // split into heads (OLMo 2)
+} QkNorm;
+
+#define ROPE_MAX_FACTORS (CONFIG_MAX_HEAD_DIM / 2)
+struct FamilyDesc;
 
 typedef struct RopeScaling {
     RopeType type;
@@ -32,10 +52,13 @@ typedef struct RopeScaling {
     double attention_factor;                  // yarn; < 0 = derived from factor (and mscale)
     double mscale, mscale_all_dim;            // yarn variant; 0 = absent
     int truncate;                             // yarn [1]
+    float short_factor[ROPE_MAX_FACTORS];     // longrope: per-frequency divisors (HD/2)
+    float long_factor[ROPE_MAX_FACTORS];      // longrope: beyond original_max_position_embeddings
 } RopeScaling;
 
 typedef struct ModelConfig {
-    char model_type[32];         // "qwen3", "qwen2", "llama"
+    char model_type[32];         // "qwen3", "qwen2", "llama", ... (family.h)
+    const struct FamilyDesc *family;  // the family table's entry (static storage)
     int vocab_size;              // V
     int hidden_size;             // C
     int intermediate_size;       // FF
@@ -51,7 +74,21 @@ typedef struct ModelConfig {
     int qkv_bias;                // bias on q, k, v projections (Qwen2 always; Qwen3/Llama: attention_bias)
     int o_bias;                  // bias on o_proj (Qwen3/Llama attention_bias; never Qwen2)
     int mlp_bias;                // Llama mlp_bias
-    int qk_norm;                 // per-head RMSNorm on q and k before RoPE (Qwen3)
+    int qk_norm;                 // QkNorm: q/k RMSNorm before RoPE (Qwen3: per head; OLMo 2: projection)
+    // resolved from the family table (family.h); the forward and backward read only these
+    unsigned norms;              // NORM_* bits
+    int norm_plus_one;           // RMSNorm scales by (1 + w)
+    Activation act;
+    float embed_scale;           // embeddings are multiplied by this (1 = none)
+    int fused_qkv, fused_gate_up;  // fused projections in the checkpoint (family.h)
+    double query_scale;          // attention score scale; 0 = 1/sqrt(head_dim)
+    double attn_softcap;         // cap * tanh(score / cap) on attention scores; 0 = none
+    double final_softcap;        // the same on the LM head's logits; 0 = none
+    double rope_local_theta;     // RoPE base of layers with layer_rope 1 (unscaled); 0 = none
+    // per layer l < num_hidden_layers
+    int layer_window[CONFIG_MAX_LAYERS];    // 0 = global attention; W > 0: query t attends keys
+                                            // s with t - W < s <= t (sliding window)
+    unsigned char layer_rope[CONFIG_MAX_LAYERS];  // 0 = rope_theta + rope_scaling; 1 = local
     int num_labels;              // > 0: a *ForSequenceClassification model (architectures[0]): a score
                                  // head (num_labels, C) and no LM head; 0: a causal LM
     double initializer_range;    // for `still init`
@@ -77,6 +114,13 @@ void config_free(ModelConfig *cfg);
 void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id);
 // The architecture name config_to_json writes when config.json has none.
 const char *config_architecture(const ModelConfig *cfg);
+
+// Refuse what the family table can describe but no op implements yet, naming the field.
+Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e);
+// Refuse a plan of `len` positions (T of a batch, S of a KV cache) that is longer than a layer's
+// sliding window (until the windowed ops exist, a window that never binds is the only one run),
+// or than longrope's original_max_position_embeddings (beyond it transformers uses long_factor).
+Status config_check_window(const ModelConfig *cfg, int len, Err *e);
 
 // RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that
 // multiplies cos and sin (1 except for yarn).

@@ -91,6 +91,9 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
     if (m->cfg.num_labels > 0)
         return err_set(e, ST_EUNSUPPORTED, "%s is a sequence classifier (a score head): GGUF export writes causal LMs only",
                        m->dir ? m->dir : "the model");
+    const char *mt = m->cfg.model_type;
+    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama"))
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of model_type %s is not supported (qwen3, qwen2, llama)", mt);
     for (int i = 0; i < m->tt.n; i++) {
         char gname[160];
         if (!gguf_name_from_hf(m->tt.t[i].name, gname, sizeof gname))

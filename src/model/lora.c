@@ -186,6 +186,9 @@ Status lora_new(Model *m, const LoraConfig *c, int (*has_pair)(void *, int, int)
     if (!(c->dropout >= 0 && c->dropout < 1))
         return err_set(e, ST_EINVAL, "--lora_dropout must be in [0, 1) (got %g)", c->dropout);
     if (m->lora) return err_set(e, ST_EINVAL, "the model already has an adapter");
+    if (m->cfg.fused_qkv || m->cfg.fused_gate_up)
+        return err_set(e, ST_EUNSUPPORTED, "LoRA on %s (fused qkv_proj / gate_up_proj) is not supported",
+                       m->cfg.model_type);
     Lora *lo = xcalloc(1, sizeof(Lora));
     lo->cfg = *c;
     lo->scale = (float)(c->use_rslora ? c->alpha / sqrt((double)c->r) : c->alpha / c->r);

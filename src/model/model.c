@@ -19,9 +19,22 @@ void *model_param(const Model *m, TensorKind kind, int layer) {
     return t ? model_data(m, t) : NULL;
 }
 
+float *model_tensor_grad(const Model *m, const TensorInfo *t) {
+    if (!t) return NULL;
+    if (m->gdata) return m->gdata[t - m->tt.t];
+    return m->grads ? m->grads + t->goffset : NULL;
+}
+
 float *model_grad(const Model *m, TensorKind kind, int layer) {
-    const TensorInfo *t = tensors_get(&m->tt, kind, layer);
-    return (t && m->grads) ? m->grads + t->goffset : NULL;
+    return model_tensor_grad(m, tensors_get(&m->tt, kind, layer));
+}
+
+void model_materialize(Model *m, int layer) {
+    if (m->hooks) m->hooks->materialize(m->hooks->ctx, m, layer);
+}
+
+void model_grads_done(Model *m, int layer) {
+    if (m->hooks) m->hooks->grads_done(m->hooks->ctx, m, layer);
 }
 
 const TensorInfo *model_lm_head(const Model *m) {
@@ -95,6 +108,7 @@ Model *model_share(const Model *m) {
     s->params = m->params;
     s->inv_freq = m->inv_freq;
     s->rope_mscale = m->rope_mscale;
+    s->inv_freq_local = m->inv_freq_local;
     s->plans.max_plans = m->plans.max_plans;
     s->frozen = 1;
     s->shared = 1;
@@ -113,6 +127,7 @@ void model_free(Model *m) {
     free(m->data);
     if (m->grads) m->be->free(m->be, m->grads);
     if (!m->shared) m->be->free(m->be, m->inv_freq);
+    if (!m->shared && m->inv_freq_local) m->be->free(m->be, m->inv_freq_local);
     tensors_free(&m->tt);
     config_free(&m->cfg);
     free(m->dir);
@@ -354,7 +369,8 @@ Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed,
             host = xmalloc(t->numel * sizeof(float));
             cap = t->numel;
         }
-        int is_norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_QN || t->kind == TK_KN;
+        int is_norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_QN ||
+                      t->kind == TK_KN || t->kind == TK_LNA || t->kind == TK_LNF;
         for (size_t j = 0; j < t->numel; j++) host[j] = t->is_matrix ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
         be->upload(be, m->data[i], host, t->numel * sizeof(float));
         if (pr) progress_update(pr, i + 1, m->tt.n, t->name, 0);

@@ -9,6 +9,16 @@
 #include "plan.h"
 #include "tensors.h"
 
+struct Model;
+// Sharded parameters (FSDP, src/train/fsdp.c): the forward and backward passes ask for a layer's
+// weights before they use them and say when a layer's gradients are complete. layer -1: the
+// embedding, final norm and LM head (the rest of the model).
+typedef struct ModelHooks {
+    void *ctx;
+    void (*materialize)(void *ctx, struct Model *m, int layer);  // m->data of the layer's tensors valid
+    void (*grads_done)(void *ctx, struct Model *m, int layer);   // the layer's gradients are final
+} ModelHooks;
+
 typedef struct Model {
     ModelConfig cfg;
     TensorTable tt;
@@ -25,11 +35,20 @@ typedef struct Model {
     float *grads;         // device (tt.n_params) fp32, NULL until model_alloc_grads
     float *inv_freq;      // device (HD/2) RoPE inverse frequencies
     float rope_mscale;    // attention scaling applied to cos and sin (yarn), else 1
+    float *inv_freq_local;  // device (HD/2) RoPE of layers with cfg.layer_rope 1, or NULL
     PlanCache plans;
     struct Lora *lora;    // LoRA adapter (model/lora.h) or NULL; with one, only the adapter trains
     int grad_ckpt;        // TRAIN plans recompute each layer's forward in the backward pass
     int shared;           // params and inv_freq belong to another model (model_share)
+    const ModelHooks *hooks;  // sharded parameters (NULL: every tensor always in data)
+    float **gdata;        // (tt.n) each tensor's gradient when sharded (hooks), else NULL: grads + goffset
 } Model;
+
+// The hooks' calls; no-ops on a model without hooks.
+void model_materialize(struct Model *m, int layer);
+void model_grads_done(struct Model *m, int layer);
+// The gradient of a table entry of m->tt, NULL when the model has none.
+float *model_tensor_grad(const Model *m, const TensorInfo *t);
 
 // The tensors a trainer updates: the adapter's when the model has one, else the model's own
 // (table, fp32 parameter buffer, gradient buffer or NULL).

@@ -39,16 +39,22 @@ static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t
     size_t C = cfg->hidden_size, FF = cfg->intermediate_size;
     size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
     la->res_in = TAKE_F(N * C);
-    la->ln1 = TAKE_F(N * C);
-    la->rstd1 = TAKE_F(N);
+    if (cfg->norms & NORM_PRE_ATTN) {
+        la->ln1 = TAKE_F(N * C);
+        la->rstd1 = TAKE_F(N);
+    } else {  // the projections read the residual itself
+        la->ln1 = la->res_in;
+        la->rstd1 = NULL;
+    }
     la->q = TAKE_F(N * QD);
     la->k = TAKE_F(N * KD);
     la->v = TAKE_F(N * KD);
     if (cfg->qk_norm) {
+        int per_head = cfg->qk_norm == QKNORM_HEAD;
         la->qr = TAKE_F(N * QD);
         la->kr = TAKE_F(N * KD);
-        la->rstdq = TAKE_F(N * cfg->num_attention_heads);
-        la->rstdk = TAKE_F(N * cfg->num_key_value_heads);
+        la->rstdq = TAKE_F(N * (per_head ? cfg->num_attention_heads : 1));
+        la->rstdk = TAKE_F(N * (per_head ? cfg->num_key_value_heads : 1));
     } else {
         la->qr = la->q;
         la->kr = la->k;
@@ -56,12 +62,21 @@ static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t
     }
     la->att = TAKE_F(N * QD);
     la->lse = TAKE_F((size_t)B * cfg->num_attention_heads * T);
+    la->ao = (cfg->norms & NORM_POST_ATTN) ? TAKE_F(N * C) : NULL;
+    la->rstda = (cfg->norms & NORM_POST_ATTN) ? TAKE_F(N) : NULL;
     la->res_mid = TAKE_F(N * C);
-    la->ln2 = TAKE_F(N * C);
-    la->rstd2 = TAKE_F(N);
+    if (cfg->norms & NORM_PRE_MLP) {
+        la->ln2 = TAKE_F(N * C);
+        la->rstd2 = TAKE_F(N);
+    } else {
+        la->ln2 = la->res_mid;
+        la->rstd2 = NULL;
+    }
     la->gate = TAKE_F(N * FF);
     la->up = TAKE_F(N * FF);
     la->act = TAKE_F(N * FF);
+    la->mo = (cfg->norms & NORM_POST_MLP) ? TAKE_F(N * C) : NULL;
+    la->rstdm = (cfg->norms & NORM_POST_MLP) ? TAKE_F(N) : NULL;
 }
 
 #define TAKE_B(n) ((uint8_t *)arena_take(a, (size_t)(n)))
@@ -118,6 +133,7 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
         for (int l = 1; l < L; l++) {
             p->layers[l] = p->layers[0];
             p->layers[l].res_in = TAKE_F(N * C);
+            if (!(cfg->norms & NORM_PRE_ATTN)) p->layers[l].ln1 = p->layers[l].res_in;
         }
     } else {
         layer_layout(a, &p->layers[0], cfg, N, B, T);
@@ -150,6 +166,7 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
         p->dact = TAKE_F(N * FF);
         p->dgate = TAKE_F(N * FF);
         p->dup = TAKE_F(N * FF);
+        p->dpost = (cfg->norms & (NORM_POST_ATTN | NORM_POST_MLP)) ? TAKE_F(N * C) : NULL;
     }
     p->mode = mode, p->B = B, p->T = T;
     lora_plan_layout(lo, L, p, a);
@@ -222,6 +239,7 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
                        "shape %s needs plan %d but --max_plans is %d; pad to fewer shapes "
                        "(--pad_to_multiple_of, --padding max_length, --max_cache_len) or raise --max_plans",
                        shape, pc->n + 1, pc->max_plans);
+    TRY(config_check_window(&m->cfg, mode == PLAN_DECODE ? S : T, e));
     const ModelConfig *cfg = &m->cfg;
     Plan *p = xcalloc(1, sizeof(Plan));
     p->mode = mode;

@@ -24,23 +24,27 @@ const char *plan_mode_name(PlanMode mode);
 
 typedef struct LayerActs {
     float *res_in;   // (N,C) residual stream entering the layer
-    float *ln1;      // (N,C)
+    float *ln1;      // (N,C) (aliases res_in without NORM_PRE_ATTN)
     float *rstd1;    // (N)
     float *q;        // (N,NH*HD) q_proj output (before q_norm)
     float *k;        // (N,NKV*HD)
     float *v;        // (N,NKV*HD)
     float *qr;       // (N,NH*HD) after q_norm and RoPE (aliases q without q/k norm)
     float *kr;       // (N,NKV*HD)
-    float *rstdq;    // (N*NH)
-    float *rstdk;    // (N*NKV)
+    float *rstdq;    // (N*NH) per-head q norm; (N) QKNORM_PROJ
+    float *rstdk;    // (N*NKV); (N) QKNORM_PROJ
     float *att;      // (N,NH*HD) attention output
     float *lse;      // (B,NH,T)
+    float *ao;       // (N,C) o_proj output before its norm (NORM_POST_ATTN), else NULL
+    float *rstda;    // (N) NORM_POST_ATTN
     float *res_mid;  // (N,C) residual after attention
-    float *ln2;      // (N,C)
+    float *ln2;      // (N,C) (aliases res_mid without NORM_PRE_MLP)
     float *rstd2;    // (N)
     float *gate;     // (N,FF)
     float *up;       // (N,FF)
     float *act;      // (N,FF) silu(gate)*up
+    float *mo;       // (N,C) down_proj output before its norm (NORM_POST_MLP), else NULL
+    float *rstdm;    // (N) NORM_POST_MLP
 } LayerActs;
 
 typedef struct Plan {
@@ -74,6 +78,7 @@ typedef struct Plan {
     float *dqr, *dkr;      // (N,NH*HD), (N,NKV*HD)
     float *datt;           // (N,NH*HD)
     float *dact, *dgate, *dup;  // (N,FF)
+    float *dpost;          // (N,C) d(sublayer output) before a post-norm (NORM_POST_*), else NULL
     // DECODE only: the static KV cache and one decoding step's head and sampler buffers
     float *kcache, *vcache;  // (L,B,NKV,S,HD) keys after q/k norm and RoPE; values
     int32_t *kmask;        // (B,S) 1 = a real token's slot, 0 = left padding

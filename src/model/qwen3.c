@@ -6,6 +6,7 @@
 #include "../core/alloc.h"
 #include "lora.h"
 
+#include <math.h>
 #include <string.h>
 
 void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos, const int32_t *seg,
@@ -34,9 +35,32 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
     lora_set_inputs(m, p);
 }
 
+// A fused projection's part: (fused kind, first row) of kind, or TK_COUNT when kind is its own
+// tensor. qkv_proj holds q (QD rows), k (KD), v (KD); gate_up_proj holds gate (FF), up (FF).
+static TensorKind fused_part(const ModelConfig *cfg, TensorKind kind, int64_t *row0) {
+    int64_t QD = (int64_t)cfg->num_attention_heads * cfg->head_dim, KD = (int64_t)cfg->num_key_value_heads * cfg->head_dim;
+    *row0 = 0;
+    if (cfg->fused_qkv && (kind == TK_WQ || kind == TK_WK || kind == TK_WV)) {
+        *row0 = kind == TK_WQ ? 0 : kind == TK_WK ? QD : QD + KD;
+        return TK_WQKV;
+    }
+    if (cfg->fused_gate_up && (kind == TK_WG || kind == TK_WU)) {
+        *row0 = kind == TK_WG ? 0 : cfg->intermediate_size;
+        return TK_WGU;
+    }
+    return TK_COUNT;
+}
+
 // A tensor as the forward pass uses it: an adapter's saved copy (fp32) replaces the base tensor
-// while the adapter is active.
+// while the adapter is active; a part of a fused projection is its rows of the fused tensor.
 static const void *weight(const Model *m, TensorKind kind, int l, DType *dt) {
+    int64_t row0;
+    TensorKind fk = fused_part(&m->cfg, kind, &row0);
+    if (fk != TK_COUNT) {
+        if (dt) *dt = m->matrix_dtype;
+        const char *base = model_param(m, fk, l);
+        return base + dtype_bytes(m->matrix_dtype, (size_t)row0 * m->cfg.hidden_size);
+    }
     const float *s = lora_saved_param(m, kind, l);
     if (dt) *dt = s ? DT_F32 : m->matrix_dtype;
     return s ? (const void *)s : model_param(m, kind, l);
@@ -44,11 +68,17 @@ static const void *weight(const Model *m, TensorKind kind, int l, DType *dt) {
 
 // Its gradient: NULL for a frozen tensor (the base of a model with an adapter).
 static float *grad(const Model *m, TensorKind kind, int l) {
+    int64_t row0;
+    TensorKind fk = fused_part(&m->cfg, kind, &row0);
+    if (fk != TK_COUNT) {
+        float *g = m->lora ? NULL : model_grad(m, fk, l);
+        return g ? g + (size_t)row0 * m->cfg.hidden_size : NULL;
+    }
     return m->lora ? lora_saved_grad(m, kind, l) : model_grad(m, kind, l);
 }
 
 // Whether a backward pass has anything to accumulate into.
-static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : m->grads != NULL; }
+static int trains(const Model *m) { return m->lora ? m->lora->grads != NULL : (m->grads || m->gdata); }
 
 // The LM head (tied: the embedding), or an adapter's saved lm_head, and its gradient.
 static const void *head_weight(const Model *m, DType *dt) {
@@ -59,7 +89,7 @@ static const void *head_weight(const Model *m, DType *dt) {
 
 static float *head_grad(const Model *m) {
     if (m->lora) return lora_saved_grad(m, TK_LM_HEAD, -1);
-    return m->grads ? m->grads + model_lm_head(m)->goffset : NULL;
+    return model_tensor_grad(m, model_lm_head(m));
 }
 
 #define W(kind, l) weight(m, (kind), (l), NULL)
@@ -104,39 +134,87 @@ static void linear_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp
     lora_backward(m, p, l, wk, dinp, dout, inp, N, C, OC);
 }
 
-// Layer l up to attention: ln1, q/k/v projections, q/k norm, RoPE (a->qr, a->kr, a->v).
+// The RoPE table of layer l (layer_rope: 0 = rope_theta with its scaling, 1 = the local base).
+static const float *rope_table(const Model *m, int l) {
+    return m->cfg.layer_rope[l] && m->inv_freq_local ? m->inv_freq_local : m->inv_freq;
+}
+
+// What multiplies q after RoPE so that the attention ops' 1/sqrt(HD) becomes cfg.query_scale
+// (1 when it is the default).
+static float query_mult(const ModelConfig *cfg) {
+    if (cfg->query_scale == 0) return 1.0f;
+    return (float)(cfg->query_scale * sqrt((double)cfg->head_dim));
+}
+
+// Layer l up to attention: the input norm (NORM_PRE_ATTN; else the projections read res_in,
+// which a->ln1 aliases), q/k/v projections, q/k norm, RoPE, query scale (a->qr, a->kr, a->v).
 static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
     int N = p->B * p->T, C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
     int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
     float eps = (float)cfg->rms_norm_eps;
-    be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
+    if (cfg->norms & NORM_PRE_ATTN) be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
     linear_forward_multi(m, p, l, 3, (const TensorKind[]){TK_WQ, TK_WK, TK_WV}, (float *const[]){a->q, a->k, a->v},
                          a->ln1, N, C, (const int[]){QD, KD, KD});
-    if (cfg->qk_norm) {
+    if (cfg->qk_norm == QKNORM_HEAD) {
         be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
         be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
+    } else if (cfg->qk_norm == QKNORM_PROJ) {
+        be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD, eps);
+        be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD, eps);
     }
-    be->rope_forward(be, a->qr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
-    be->rope_forward(be, a->kr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
+    be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
+    be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
+    float qm = query_mult(cfg);
+    if (qm != 1.0f) be->scale(be, a->qr, qm, (size_t)N * QD);
 }
 
-// Layer l after attention (a->att): output projection, residual, MLP, residual -> next.
+// out (N,C) = x + norm(y) for a post-norm of kind nk (rstd (N)), in place of the plain residual add.
+static void post_norm_add(Model *m, float *out, float *rstd, const float *y, const float *x, TensorKind nk, int l,
+                          int N) {
+    Backend *be = m->be;
+    int C = m->cfg.hidden_size;
+    be->rmsnorm_forward(be, out, rstd, y, F(nk, l), N, C, (float)m->cfg.rms_norm_eps);
+    be->add(be, out, out, x, (size_t)N * C);
+}
+
+// Layer l after attention (a->att): output projection, (post-norm,) residual, (pre-norm,) MLP,
+// (post-norm,) residual -> next.
 static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
     int N = p->B * p->T, C = cfg->hidden_size, FF = cfg->intermediate_size;
     int QD = cfg->num_attention_heads * cfg->head_dim;
     float eps = (float)cfg->rms_norm_eps;
-    linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
-    be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
-    be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
+    if (cfg->norms & NORM_POST_ATTN) {
+        linear_forward(m, p, l, TK_WO, a->ao, a->att, N, QD, C);
+        post_norm_add(m, a->res_mid, a->rstda, a->ao, a->res_in, TK_LNA, l, N);
+    } else {
+        linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
+        be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
+    }
+    if (cfg->norms & NORM_PRE_MLP) be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
     linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2, N,
                          C, (const int[]){FF, FF});
     be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
-    linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
-    be->add(be, next, next, a->res_mid, (size_t)N * C);
+    if (cfg->norms & NORM_POST_MLP) {
+        linear_forward(m, p, l, TK_WD, a->mo, a->act, N, FF, C);
+        post_norm_add(m, next, a->rstdm, a->mo, a->res_mid, TK_LNF, l, N);
+    } else {
+        linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
+        be->add(be, next, next, a->res_mid, (size_t)N * C);
+    }
+}
+
+// The token embeddings of p->ids into out (N,C), times cfg.embed_scale.
+static void embed(Model *m, Plan *p, float *out) {
+    Backend *be = m->be;
+    int N = p->B * p->T, C = m->cfg.hidden_size;
+    DType edt;
+    const void *emb = weight(m, TK_EMBED, -1, &edt);
+    be->embedding_forward(be, out, p->ids, emb, edt, N, C);
+    if (m->cfg.embed_scale != 1.0f) be->scale(be, out, m->cfg.embed_scale, (size_t)N * C);
 }
 
 void qwen3_forward(Model *m, Plan *p) {
@@ -145,11 +223,11 @@ void qwen3_forward(Model *m, Plan *p) {
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size;
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
 
-    DType edt;
-    const void *emb = weight(m, TK_EMBED, -1, &edt);
-    be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, N, C);
+    model_materialize(m, -1);
+    embed(m, p, p->layers[0].res_in);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
         // l-1 in res_out is copied into res_in.
         if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
@@ -175,11 +253,11 @@ void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
     size_t layer_cache = (size_t)B * NKV * S * HD;
     CHECK(dp->mode == PLAN_DECODE && dp->B == B && T <= S);
 
-    DType edt;
-    const void *emb = weight(m, TK_EMBED, -1, &edt);
-    be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, N, C);
+    model_materialize(m, -1);
+    embed(m, p, p->layers[0].res_in);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
+        model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
         layer_qkv(m, p, a, l);
         float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
@@ -211,11 +289,11 @@ void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
     int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
     size_t row_cache = (size_t)NKV * S * HD, layer_cache = (size_t)dp->B * row_cache;
     CHECK(dp->mode == PLAN_DECODE && p->B == 1 && row >= 0 && row < dp->B && T <= S);
-    DType edt;
-    const void *emb = weight(m, TK_EMBED, -1, &edt);
-    be->embedding_forward(be, p->layers[0].res_in, p->ids, emb, edt, T, C);
+    model_materialize(m, -1);
+    embed(m, p, p->layers[0].res_in);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)T * C * sizeof(float));
         layer_qkv(m, p, a, l);
         float *kc = dp->kcache + l * layer_cache + row * row_cache, *vc = dp->vcache + l * layer_cache + row * row_cache;
@@ -244,6 +322,10 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
 static void run_recorded(Model *m, Plan *p, void (*step)(Model *, Plan *)) {
     Backend *be = m->be;
     uint64_t key = (uint64_t)(uintptr_t)p;
+    if (m->hooks) {  // sharded weights: collectives between the ops, never recorded
+        step(m, p);
+        return;
+    }
     if (p->graph_ready && be->graph_launch(be, key)) return;
     if (!be->graph_begin || p->eager_runs == 0) {  // the first run sizes every scratch buffer
         step(m, p);
@@ -322,43 +404,77 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     // final norm: d(res_out) from d(lnf)
     be->zero(be, p->dres, (size_t)N * C * fs);
     be->rmsnorm_backward(be, p->dres, G(TK_NORM, -1), p->dln, p->res_out, F(TK_NORM, -1), p->rstdf, N, C);
+    float qm = query_mult(cfg);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &p->layers[l];
+        model_materialize(m, l);
         recompute_layer(m, p, l);
-        // MLP block: out = res_mid + down(silu(gate(ln2)) * up(ln2)); dres holds d(out).
+        // MLP block: out = res_mid + [norm](down(silu(gate(x)) * up(x))), x = [norm](res_mid);
+        // dres holds d(out). Without a pre-norm the projections' input gradient goes straight
+        // into dres (it is d(res_mid) from here on).
         be->zero(be, p->dact, (size_t)N * FF * fs);
         be->zero(be, p->dgate, (size_t)N * FF * fs);
         be->zero(be, p->dup, (size_t)N * FF * fs);
-        be->zero(be, p->dln, (size_t)N * C * fs);
-        linear_backward(m, p, l, TK_WD, p->dact, p->dres, a->act, N, FF, C);
+        const float *dmo = p->dres;
+        if (cfg->norms & NORM_POST_MLP) {
+            be->zero(be, p->dpost, (size_t)N * C * fs);
+            be->rmsnorm_backward(be, p->dpost, G(TK_LNF, l), p->dres, a->mo, F(TK_LNF, l), a->rstdm, N, C);
+            dmo = p->dpost;
+        }
+        linear_backward(m, p, l, TK_WD, p->dact, dmo, a->act, N, FF, C);
         be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
-        linear_backward(m, p, l, TK_WG, p->dln, p->dgate, a->ln2, N, C, FF);
-        linear_backward(m, p, l, TK_WU, p->dln, p->dup, a->ln2, N, C, FF);
-        be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
-        // attention block: res_mid = res_in + o(attn(rope(norm(q)), rope(norm(k)), v)); dres = d(res_mid).
+        float *dx = p->dres;
+        if (cfg->norms & NORM_PRE_MLP) {
+            be->zero(be, p->dln, (size_t)N * C * fs);
+            dx = p->dln;
+        }
+        linear_backward(m, p, l, TK_WG, dx, p->dgate, a->ln2, N, C, FF);
+        linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
+        if (cfg->norms & NORM_PRE_MLP)
+            be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
+        // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
+        // dres = d(res_mid).
         be->zero(be, p->datt, (size_t)N * QD * fs);
         be->zero(be, p->dqr, (size_t)N * QD * fs);
         be->zero(be, p->dkr, (size_t)N * KD * fs);
         be->zero(be, p->dv, (size_t)N * KD * fs);
-        be->zero(be, p->dln, (size_t)N * C * fs);
-        linear_backward(m, p, l, TK_WO, p->datt, p->dres, a->att, N, QD, C);
+        const float *dao = p->dres;
+        if (cfg->norms & NORM_POST_ATTN) {
+            be->zero(be, p->dpost, (size_t)N * C * fs);
+            be->rmsnorm_backward(be, p->dpost, G(TK_LNA, l), p->dres, a->ao, F(TK_LNA, l), a->rstda, N, C);
+            dao = p->dpost;
+        }
+        linear_backward(m, p, l, TK_WO, p->datt, dao, a->att, N, QD, C);
         be->attention_backward(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH,
                                NKV, HD);
-        be->rope_backward(be, p->dqr, p->pos, m->inv_freq, m->rope_mscale, N, NH, HD);
-        be->rope_backward(be, p->dkr, p->pos, m->inv_freq, m->rope_mscale, N, NKV, HD);
+        if (qm != 1.0f) be->scale(be, p->dqr, qm, (size_t)N * QD);
+        be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
+        be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
         if (cfg->qk_norm) {
+            int per_head = cfg->qk_norm == QKNORM_HEAD;
             be->zero(be, p->dq, (size_t)N * QD * fs);
             be->zero(be, p->dk, (size_t)N * KD * fs);
-            be->rmsnorm_backward(be, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, N * NH, HD);
-            be->rmsnorm_backward(be, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, N * NKV, HD);
+            be->rmsnorm_backward(be, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, per_head ? N * NH : N,
+                                 per_head ? HD : QD);
+            be->rmsnorm_backward(be, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, per_head ? N * NKV : N,
+                                 per_head ? HD : KD);
         }
-        linear_backward(m, p, l, TK_WQ, p->dln, p->dq, a->ln1, N, C, QD);
-        linear_backward(m, p, l, TK_WK, p->dln, p->dk, a->ln1, N, C, KD);
-        linear_backward(m, p, l, TK_WV, p->dln, p->dv, a->ln1, N, C, KD);
-        be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        dx = p->dres;
+        if (cfg->norms & NORM_PRE_ATTN) {
+            be->zero(be, p->dln, (size_t)N * C * fs);
+            dx = p->dln;
+        }
+        linear_backward(m, p, l, TK_WQ, dx, p->dq, a->ln1, N, C, QD);
+        linear_backward(m, p, l, TK_WK, dx, p->dk, a->ln1, N, C, KD);
+        linear_backward(m, p, l, TK_WV, dx, p->dv, a->ln1, N, C, KD);
+        if (cfg->norms & NORM_PRE_ATTN)
+            be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        model_grads_done(m, l);
     }
     float *demb = G(TK_EMBED, -1);
+    if (demb && cfg->embed_scale != 1.0f) be->scale(be, p->dres, cfg->embed_scale, (size_t)N * C);
     if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
+    model_grads_done(m, -1);
 }
 
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {

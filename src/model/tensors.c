@@ -2,21 +2,9 @@
 #include "tensors.h"
 
 #include "../core/alloc.h"
+#include "family.h"
 
 #include <string.h>
-
-static const char *layer_suffix[TK_COUNT] = {
-    [TK_LN1] = "input_layernorm.weight",
-    [TK_WQ] = "self_attn.q_proj.weight", [TK_BQ] = "self_attn.q_proj.bias",
-    [TK_WK] = "self_attn.k_proj.weight", [TK_BK] = "self_attn.k_proj.bias",
-    [TK_WV] = "self_attn.v_proj.weight", [TK_BV] = "self_attn.v_proj.bias",
-    [TK_WO] = "self_attn.o_proj.weight", [TK_BO] = "self_attn.o_proj.bias",
-    [TK_QN] = "self_attn.q_norm.weight", [TK_KN] = "self_attn.k_norm.weight",
-    [TK_LN2] = "post_attention_layernorm.weight",
-    [TK_WG] = "mlp.gate_proj.weight", [TK_BG] = "mlp.gate_proj.bias",
-    [TK_WU] = "mlp.up_proj.weight", [TK_BU] = "mlp.up_proj.bias",
-    [TK_WD] = "mlp.down_proj.weight", [TK_BD] = "mlp.down_proj.bias",
-};
 
 TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, int layer, int64_t d0, int64_t d1,
                            DType matrix_dtype) {
@@ -61,23 +49,31 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
     tt->index = xmalloc((size_t)(L + 1) * TK_COUNT * sizeof(int));
     for (int i = 0; i < (L + 1) * TK_COUNT; i++) tt->index[i] = -1;
     add(tt, "model.embed_tokens.weight", TK_EMBED, -1, V, C, matrix_dtype);
+    const FamilyDesc *fd = cfg->family;
+    unsigned nm = cfg->norms;
+    int64_t qn = cfg->qk_norm == QKNORM_PROJ ? QD : HD, kn = cfg->qk_norm == QKNORM_PROJ ? KD : HD;
+    int sep_qkv = !cfg->fused_qkv, sep_gu = !cfg->fused_gate_up;
     for (int l = 0; l < L; l++) {
         struct { TensorKind k; int64_t d0, d1; int present; } spec[] = {
-            {TK_LN1, C, 0, 1},
-            {TK_WQ, QD, C, 1}, {TK_BQ, QD, 0, cfg->qkv_bias},
-            {TK_WK, KD, C, 1}, {TK_BK, KD, 0, cfg->qkv_bias},
-            {TK_WV, KD, C, 1}, {TK_BV, KD, 0, cfg->qkv_bias},
+            {TK_LN1, C, 0, (nm & NORM_PRE_ATTN) != 0},
+            {TK_WQKV, QD + 2 * KD, C, !sep_qkv},
+            {TK_WQ, QD, C, sep_qkv}, {TK_BQ, QD, 0, cfg->qkv_bias},
+            {TK_WK, KD, C, sep_qkv}, {TK_BK, KD, 0, cfg->qkv_bias},
+            {TK_WV, KD, C, sep_qkv}, {TK_BV, KD, 0, cfg->qkv_bias},
             {TK_WO, C, QD, 1}, {TK_BO, C, 0, cfg->o_bias},
-            {TK_QN, HD, 0, cfg->qk_norm}, {TK_KN, HD, 0, cfg->qk_norm},
-            {TK_LN2, C, 0, 1},
-            {TK_WG, FF, C, 1}, {TK_BG, FF, 0, cfg->mlp_bias},
-            {TK_WU, FF, C, 1}, {TK_BU, FF, 0, cfg->mlp_bias},
+            {TK_QN, qn, 0, cfg->qk_norm != QKNORM_NONE}, {TK_KN, kn, 0, cfg->qk_norm != QKNORM_NONE},
+            {TK_LNA, C, 0, (nm & NORM_POST_ATTN) != 0},
+            {TK_LN2, C, 0, (nm & NORM_PRE_MLP) != 0},
+            {TK_WGU, 2 * FF, C, !sep_gu},
+            {TK_WG, FF, C, sep_gu}, {TK_BG, FF, 0, cfg->mlp_bias},
+            {TK_WU, FF, C, sep_gu}, {TK_BU, FF, 0, cfg->mlp_bias},
             {TK_WD, C, FF, 1}, {TK_BD, C, 0, cfg->mlp_bias},
+            {TK_LNF, C, 0, (nm & NORM_POST_MLP) != 0},
         };
         for (size_t i = 0; i < ARRAY_LEN(spec); i++) {
             if (!spec[i].present) continue;
             char name[96];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, layer_suffix[spec[i].k]);
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, family_tensor_suffix(fd, spec[i].k));
             add(tt, name, spec[i].k, l, spec[i].d0, spec[i].d1, matrix_dtype);
         }
     }

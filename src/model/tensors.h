@@ -13,16 +13,21 @@ typedef enum {
     TK_LM_HEAD,    // lm_head.weight                (V, C)   untied causal LMs only
     TK_SCORE,      // score.weight                  (NL, C)  sequence classifiers only (no bias)
     // per layer:
-    TK_LN1,        // input_layernorm.weight        (C)
+    // (HF suffixes per family: family.h; the names here are the defaults)
+    TK_LN1,        // input_layernorm.weight        (C)      NORM_PRE_ATTN
     TK_WQ, TK_BQ,  // self_attn.q_proj              (NH*HD, C), (NH*HD)
     TK_WK, TK_BK,  // self_attn.k_proj              (NKV*HD, C), (NKV*HD)
     TK_WV, TK_BV,  // self_attn.v_proj              (NKV*HD, C), (NKV*HD)
     TK_WO, TK_BO,  // self_attn.o_proj              (C, NH*HD), (C)
-    TK_QN, TK_KN,  // self_attn.q_norm / k_norm     (HD)
-    TK_LN2,        // post_attention_layernorm      (C)
+    TK_QN, TK_KN,  // self_attn.q_norm / k_norm     (HD) per head; (NH*HD), (NKV*HD) QKNORM_PROJ
+    TK_LN2,        // post_attention_layernorm      (C)      NORM_PRE_MLP (the MLP's input norm)
     TK_WG, TK_BG,  // mlp.gate_proj                 (FF, C), (FF)
     TK_WU, TK_BU,  // mlp.up_proj                   (FF, C), (FF)
     TK_WD, TK_BD,  // mlp.down_proj                 (C, FF), (C)
+    TK_LNA,        // norm of the attention output  (C)      NORM_POST_ATTN (OLMo 2, Gemma)
+    TK_LNF,        // norm of the MLP output        (C)      NORM_POST_MLP
+    TK_WQKV,       // self_attn.qkv_proj            (NH*HD + 2*NKV*HD, C)  fused_qkv (Phi-3)
+    TK_WGU,        // mlp.gate_up_proj              (2*FF, C)              fused_gate_up
     TK_COUNT
 } TensorKind;
 

@@ -2,6 +2,7 @@
 #include "optim.h"
 
 #include "../core/alloc.h"
+#include "fsdp.h"
 
 #include <math.h>
 #include <string.h>
@@ -53,9 +54,22 @@ static size_t param_float_index(const TensorTable *tt, size_t x) {
 
 void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero_stage) {
     memset(o, 0, sizeof *o);
-    CHECK(dist && (zero_stage == 0 || zero_stage == 1));
+    CHECK(dist && (zero_stage == 0 || zero_stage == 1 || zero_stage == 3));
     o->cfg = *cfg;
     o->dist = dist;
+    if (zero_stage == 3) {
+        o->zero_stage = 3;
+        o->fsdp = xcalloc(1, sizeof(Fsdp));
+        DistMesh *mesh = dist->mesh;
+        fsdp_init(o->fsdp, m, mesh ? &mesh->fsdp_axis : dist, mesh ? &mesh->dp_axis : NULL);
+        o->n = o->hi = o->fsdp->n;
+        size_t k = MAX(o->n, 1) * sizeof(float);
+        o->m = m->be->alloc(m->be, k);
+        o->v = m->be->alloc(m->be, k);
+        m->be->zero(m->be, o->m, k);
+        m->be->zero(m->be, o->v, k);
+        return;
+    }
     Trainable tr = model_trainable(m);
     const TensorTable *tt = tr.tt;
     o->n = tt->n_params;
@@ -85,7 +99,21 @@ void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero
     o->v = m->be->alloc(m->be, k * sizeof(float));
 }
 
+void optim_zero_grads(Optim *o, Model *m) {
+    if (o->fsdp) {
+        fsdp_zero_grads(o->fsdp);
+        return;
+    }
+    Trainable tr = model_trainable(m);
+    m->be->zero(m->be, tr.grads, tr.tt->n_params * sizeof(float));
+}
+
 void optim_free(Optim *o, Backend *be) {
+    if (o->fsdp) {
+        fsdp_free(o->fsdp);
+        free(o->fsdp);
+        o->fsdp = NULL;
+    }
     if (o->m) be->free(be, o->m);
     if (o->v) be->free(be, o->v);
     if (o->gshard) be->free(be, o->gshard);
@@ -101,6 +129,15 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     Backend *be = m->be;
     float *grads = model_trainable(m).grads;
     Dist *d = o->dist;
+    if (o->fsdp) {  // every layer's gradient is reduce-scattered already; replicas sum theirs
+        Fsdp *f = o->fsdp;
+        TRY(fsdp_status(f, e));
+        if (f->dp) TRY(dist_allreduce_sum(f->dp, be, f->g, f->n, e));
+        double ss = f->n ? be->sumsq(be, f->g, f->n) : 0.0;
+        TRY(dist_allreduce_sum_host_d(f->d, &ss, 1, e));
+        *grad_norm = sqrt(ss);
+        return ST_OK;
+    }
     if (o->zero_stage == 1) {
         size_t k = o->hi - o->lo;
         TRY(dist_reduce_scatter_sum(d, be, o->gshard, grads, o->gcounts, e));
@@ -114,9 +151,38 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     return ST_OK;
 }
 
+typedef struct PieceStep {
+    Optim *o;
+    Backend *be;
+    double rate;
+    float clip;
+} PieceStep;
+
+static void adamw_piece(void *ctx, const TensorInfo *t, size_t elem, size_t at, size_t len) {
+    PieceStep *c = ctx;
+    Optim *o = c->o;
+    Fsdp *f = o->fsdp;
+    (void)elem;
+    c->be->adamw(c->be, f->p + at, o->m + at, o->v + at, f->g + at, len, c->rate, o->cfg.beta1, o->cfg.beta2,
+                 o->cfg.eps, t->decay ? o->cfg.weight_decay : 0.0, o->t, c->clip);
+}
+
 Status optim_apply(Optim *o, Model *m, double norm, double *lr, Err *e) {
     Backend *be = m->be;
     CHECK_MSG(m->lora || m->matrix_dtype == DT_F32, "training needs fp32 master weights");
+    if (o->fsdp) {
+        float clip = 1.0f;
+        if (o->cfg.max_grad_norm > 0) {  // as below
+            float coef = (float)o->cfg.max_grad_norm / ((float)norm + 1e-6f);
+            clip = coef < 1.0f ? coef : 1.0f;
+        }
+        PieceStep c = {o, be, optim_lr_at(&o->cfg, o->t), clip};
+        o->t++;
+        fsdp_for_pieces(o->fsdp, adamw_piece, &c);
+        fsdp_invalidate(o->fsdp);
+        if (lr) *lr = c.rate;
+        return ST_OK;
+    }
     Trainable tr = model_trainable(m);
     // the summed gradient of [lo, hi) starts at g[lo]
     const float *g = o->zero_stage == 1 ? o->gshard - o->lo : tr.grads;
@@ -151,6 +217,10 @@ Status optim_step(Optim *o, Model *m, double *grad_norm, double *lr, Err *e) {
 Status optim_gather_state(Optim *o, Backend *be, float *mh, float *vh, Err *e) {
     Dist *d = o->dist;
     size_t k = o->hi - o->lo;
+    if (o->fsdp) {
+        TRY(fsdp_gather_flat(o->fsdp, mh, o->m, e));
+        return fsdp_gather_flat(o->fsdp, vh, o->v, e);
+    }
     if (o->zero_stage == 0) {
         if (d->rank == 0) {
             be->download(be, mh, o->m, o->n * sizeof(float));
@@ -170,6 +240,11 @@ Status optim_gather_state(Optim *o, Backend *be, float *mh, float *vh, Err *e) {
 }
 
 void optim_load_state(Optim *o, Backend *be, const float *mh, const float *vh) {
+    if (o->fsdp) {
+        fsdp_scatter_flat(o->fsdp, o->m, mh);
+        fsdp_scatter_flat(o->fsdp, o->v, vh);
+        return;
+    }
     size_t k = o->hi - o->lo;
     be->upload(be, o->m, mh + o->lo, k * sizeof(float));
     be->upload(be, o->v, vh + o->lo, k * sizeof(float));

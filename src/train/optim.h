@@ -6,7 +6,10 @@
 // gradient buffer in one call and every rank updates every parameter. ZeRO-1 splits the flat
 // range [0, n) into one block per rank (dist_shard_range): the gradient is reduce-scattered, each
 // rank holds m and v of its block only and updates that block of the parameters, and the
-// parameter buffer is all-gathered. Clipping uses the global norm in both modes.
+// parameter buffer is all-gathered. ZeRO-3 (FSDP, fsdp.h): parameters and gradients are sharded
+// too; the gradient arrives reduce-scattered layer by layer during the backward pass, each rank
+// updates its blocks and nothing is gathered after the update (the next forward gathers each
+// layer). Clipping uses the global norm in every mode.
 #ifndef STILL_OPTIM_H
 #define STILL_OPTIM_H
 
@@ -31,7 +34,8 @@ typedef struct OptimConfig {
 typedef struct Optim {
     OptimConfig cfg;
     Dist *dist;                // the ranks the gradient is summed over (never NULL after init)
-    int zero_stage;            // 0 or 1
+    int zero_stage;            // 0, 1 or 3
+    struct Fsdp *fsdp;         // ZeRO-3: the sharded parameters (m, v and the update run over its blocks)
     size_t n;                  // parameters (flat fp32 elements)
     size_t lo, hi;             // the flat block this rank updates: [0, n) unless ZeRO-1
     float *m, *v;              // device (hi - lo) AdamW moments of [lo, hi)
@@ -50,9 +54,12 @@ int optim_warmup_steps(double warmup_steps, double warmup_ratio, int total_steps
 // scheduler step `done`).
 double optim_lr_at(const OptimConfig *c, int done);
 
-// dist NULL: one process. zero_stage 0 or 1 (1 with one process is the same as 0).
+// dist NULL: one process. zero_stage 0 or 1 (1 with one process is the same as 0), or 3: the
+// model is sharded over the FSDP axis of dist's mesh (all of dist without one), even on one rank.
 void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero_stage);
 void optim_free(Optim *o, Backend *be);
+// Zero the gradients before a step.
+void optim_zero_grads(Optim *o, Model *m);
 // Bytes of optimizer state this rank holds (m and v).
 size_t optim_state_bytes(const Optim *o);
 // The gradient summed over the ranks (ZeRO-0: all-reduce; ZeRO-1: reduce-scatter of this rank's

@@ -7,6 +7,7 @@
 #include "../core/meminfo.h"
 #include "../model/lora.h"
 #include "../model/qwen3.h"
+#include "fsdp.h"
 
 #include <math.h>
 #include <string.h>
@@ -154,7 +155,7 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     float scale = counts[0] > 0 ? 1.0f / (float)counts[0] : 0.0f;
     // On a backend that records steps as graphs the micro-batch runs with scale 1 (a recorded step
     // cannot take a new scalar) and the accumulated gradient is scaled once afterwards.
-    int recorded = m->be->graph_begin != NULL;
+    int recorded = m->be->graph_begin != NULL && !m->hooks;
     for (int g = 0; g < n_micro; g++) {
         HostBatch *hb = &s->hb[g];
         Plan *p;
@@ -215,7 +216,7 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const Train
     StepSource src = {.ctx = &s, .what = "rows", .n_items = train->rows->n,
                       .steps_per_epoch = trainer_steps_per_epoch(mb, GA), .micro_batches = mb,
                       .batch_size = train->cfg.B, .grad_accum = GA, .step = sft_step,
-                      .evaluate = eval ? sft_evaluate : NULL, .dist = d};
+                      .evaluate = eval ? sft_evaluate : NULL, .dist = d, .sharded_ok = 1};
     Status st = trainer_loop(m, &src, cfg, res, e);
     for (int g = 0; g < GA; g++) host_batch_free(&s.hb[g]);
     free(s.hb);
@@ -265,8 +266,8 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
     double t0 = metrics_now();
     float *mh = NULL, *vh = NULL;
     CkptMoments mo = {opt->m, opt->v, 1}, *mop = cfg->save_only_model ? NULL : &mo;
-    Status st = ST_OK;
-    if (mop && opt->zero_stage == 1 && d->world > 1) {
+    Status st = opt->fsdp ? fsdp_full_begin(opt->fsdp, 0, e) : ST_OK;  // the weights whole on rank 0
+    if (st == ST_OK && mop && ((opt->zero_stage == 1 && d->world > 1) || opt->fsdp)) {
         if (d->rank == 0) {
             mh = xmalloc(model_trainable(m).tt->n_params * sizeof(float));
             vh = xmalloc(model_trainable(m).tt->n_params * sizeof(float));
@@ -286,6 +287,7 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
     }
     free(mh);
     free(vh);
+    if (opt->fsdp) fsdp_full_end(opt->fsdp, 0);
     *secs += metrics_now() - t0;
     return dist_agree(d, st, e);
 }
@@ -349,7 +351,10 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     size_t n = tr.tt->n_params;
     // One process on host memory reads the moments straight into the optimizer's buffers; otherwise
     // through host copies that rank 0 broadcasts and every rank takes its block of.
-    int direct = d->world == 1 && m->be->host_memory;
+    int direct = d->world == 1 && m->be->host_memory && !opt->fsdp;
+    // ZeRO-3: every tensor whole on every rank while the checkpoint is read and broadcast
+    TRY(opt->fsdp ? fsdp_full_begin(opt->fsdp, 1, e) : ST_OK);
+    tr = model_trainable(m);
     float *mh = direct ? opt->m : xmalloc(n * sizeof(float)), *vh = direct ? opt->v : xmalloc(n * sizeof(float));
     char *dir = NULL;
     TrainState saved = {0};
@@ -402,8 +407,26 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
         ts->num_tokens = saved.num_tokens;
     }
     if (!direct) free(mh), free(vh);
+    if (opt->fsdp) fsdp_full_end(opt->fsdp, st == ST_OK);
     free(dir);
     return st;
+}
+
+Status trainer_check_mesh(const Model *m, const Dist *d, Err *e) {
+    const DistMesh *mesh = d ? d->mesh : NULL;
+    if (!mesh || mesh->tp == 1) return ST_OK;
+    const ModelConfig *c = &m->cfg;
+    int T = mesh->tp;
+    struct { const char *what; int n; } dims[] = {
+        {"num_attention_heads", c->num_attention_heads}, {"num_key_value_heads", c->num_key_value_heads},
+        {"intermediate_size", c->intermediate_size}, {"vocab_size", c->vocab_size}};
+    for (size_t i = 0; i < ARRAY_LEN(dims); i++)
+        if (dims[i].n % T)
+            return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
+                                         "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
+                           dims[i].n, m->dir ? m->dir : "the model");
+    return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism is not implemented yet (use --tp_size 1 with "
+                                       "--fsdp_size or --zero_stage 1)", T);
 }
 
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
@@ -417,18 +440,28 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
     if (total <= 0) return err_set(e, ST_EINVAL, "nothing to train: 0 steps (num_train_epochs %g)", cfg->num_train_epochs);
-    if (cfg->zero_stage != 0 && cfg->zero_stage != 1)
-        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported yet (0 or 1)", cfg->zero_stage);
+    if (cfg->zero_stage != 0 && cfg->zero_stage != 1 && cfg->zero_stage != 3)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported (0, 1 or 3)", cfg->zero_stage);
+    TRY(trainer_check_mesh(m, d, e));
+    if (cfg->zero_stage == 3 && !src->sharded_ok)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet by this trainer (only "
+                                           "sft); use --zero_stage 0 or 1");
+    if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
-    if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
+    if (cfg->zero_stage == 3) {  // blocks of params, gradients, moments; working buffers of a layer and the rest
+        size_t n = m->tt.n_params, w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), k = (n + w - 1) / w, big = 0;
+        for (int i = 0; i < m->tt.n; i++) big = MAX(big, m->tt.t[i].numel);  // ~ the embedding
+        TRY(mem_check((3 * k + 4 * big) * sizeof(float), m->be->max_memory,
+                      "sharded training state (ZeRO-3 gradients, AdamW moments and working buffers)", e));
+    } else if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
         size_t n = model_trainable(m).tt->n_params, w = (size_t)d->world, k = cfg->zero_stage == 1 && w > 1 ? (n + w - 1) / w : n;
         TRY(mem_check((n + (cfg->zero_stage == 1 && w > 1 ? 3 : 2) * k) * sizeof(float), m->be->max_memory,
                       "training state (fp32 gradients and AdamW moments)", e));
     }
-    model_alloc_grads(m);
+    if (cfg->zero_stage != 3) model_alloc_grads(m);
     Optim opt;
     optim_init(&opt, m, &oc, d, cfg->zero_stage);
     char *metrics_path = path_join(cfg->output_dir, "metrics.jsonl");
@@ -455,6 +488,20 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (st == ST_OK) log_info("%d ranks, %d rows per rank per micro-batch; %s", d->world, src->batch_size, line);
         free(bytes);
     }
+    if (st == ST_OK && opt.fsdp) {  // what sharding leaves on each rank (tests read this line)
+        double *bytes = xcalloc((size_t)d->world, sizeof(double));
+        bytes[d->rank] = 4.0 * (double)opt.fsdp->n * sizeof(float);
+        st = dist_allreduce_sum_host_d(d, bytes, (size_t)d->world, e);
+        char line[1024];
+        int k = snprintf(line, sizeof line, "sharded parameters, gradients and AdamW moments (ZeRO-3 over %d ranks):",
+                         opt.fsdp->d->world);
+        for (int r = 0; r < d->world && k < (int)sizeof line; r++)
+            k += snprintf(line + k, sizeof line - (size_t)k, " rank %d %.0f bytes%s", r, bytes[r],
+                          r + 1 < d->world ? "," : "");
+        if (st == ST_OK)
+            log_info("%s; working buffers %.0f bytes", line, (double)fsdp_bytes(opt.fsdp) - bytes[d->rank]);
+        free(bytes);
+    }
     if (st == ST_OK && cfg->resume) st = resume_from(m, &opt, d, src, cfg, &ts, e);
     Metrics mt = {0};
     if (st == ST_OK && lead) st = metrics_open(&mt, cfg->output_dir, cfg->resume ? ts.step : -1, ts.step, e);
@@ -478,10 +525,10 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         StepReport rep;
         memset(&rep, 0, sizeof rep);
         if (lead) rep.tick = tick, rep.tick_ctx = &mt;
-        Trainable tr = model_trainable(m);
-        m->be->zero(m->be, tr.grads, tr.tt->n_params * sizeof(float));
+        optim_zero_grads(&opt, m);
         if (m->lora) m->lora->step = ts.step, m->lora->calls = 0;  // dropout masks keyed by the step
         st = src->step(src->ctx, m, ts.step, &rep, e);
+        if (st == ST_OK && opt.fsdp) st = fsdp_status(opt.fsdp, e);
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
         // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
@@ -558,6 +605,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     // no evaluation after the last step unless it falls on eval_steps (as Trainer's DefaultFlowCallback)
     if (finished && st == ST_OK && save_every > 0)
         st = save_checkpoint(m, &opt, d, src, cfg, &ts, lead ? &mt : NULL, &save_secs, e);
+    if (finished && st == ST_OK && opt.fsdp) st = fsdp_full_begin(opt.fsdp, 0, e);  // whole on rank 0
     if (finished && st == ST_OK && lead) {  // the final model: once on disk
         double t0 = metrics_now();
         char name[64];
@@ -568,6 +616,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         free(ck);
         save_secs += metrics_now() - t0;
     }
+    if (opt.fsdp) fsdp_full_end(opt.fsdp, 0);
     if (st != ST_OK && lead && mt.open && !cfg->resume && mt.lines == 0) unlink(metrics_path);  // a failed start leaves no empty file
     metrics_close(&mt);
     res->save_seconds = save_secs;

@@ -97,7 +97,12 @@ typedef struct StepSource {
     // teacher, say).
     Status (*save_state)(void *ctx, const char *ckpt_dir, Err *e);
     Status (*load_state)(void *ctx, const char *ckpt_dir, Err *e);
+    int sharded_ok;            // its steps run on a model with sharded parameters (ZeRO-3, fsdp.h)
 } StepSource;
+
+// The mesh of d (--tp_size, --fsdp_size) against m: dimensions a tensor-parallel split needs
+// divisible (a usage error naming the dimension), and what is not implemented yet.
+Status trainer_check_mesh(const Model *m, const Dist *d, Err *e);
 
 // The loop every trainer shares: steps, AdamW, logging, evaluation, checkpoints, resume.
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e);

@@ -18,7 +18,7 @@ if ! mpi_available "$BUILD/tests/unit/test_dist"; then
 fi
 out=$(timeout 120 mpirun $MPI_FLAGS -np 2 "$BUILD/tests/unit/test_dist" 2>&1); rc=$?
 n=$(grep -c '^ok ' <<<"$out")
-if [ $rc -eq 0 ] && [ "$n" -eq 6 ]; then ok collectives_2_ranks; else fail collectives_2_ranks "rc=$rc $out"; fi
+if [ $rc -eq 0 ] && [ "$n" -eq 8 ]; then ok collectives_2_ranks; else fail collectives_2_ranks "rc=$rc $out"; fi
 # rank 1 stalls; rank 0 must fail with the timeout error (1 s) long before the 10x kill
 t0=$(date +%s)
 out=$(STILL_TEST_STALL=1 timeout 10 mpirun $MPI_FLAGS -x STILL_TEST_STALL -np 2 "$BUILD/tests/unit/test_dist" 2>&1); rc=$?

@@ -1,6 +1,7 @@
-// test_torch_parity.c: logits, loss and every gradient of the four tiny reference models
-// (qwen3 tied / untied, qwen2 with q/k/v biases, llama with llama3 RoPE scaling) against
-// PyTorch in float64 (scripts/ref_model.py), on every backend. Tolerances, norm-wise relative
+// test_torch_parity.c: logits, loss and every gradient of the tiny reference models (qwen3 tied /
+// untied, qwen2 with q/k/v biases, llama with llama3 RoPE scaling: scripts/ref_model.py; olmo2
+// with post-norms and projection-wide q/k norm, phi3 with fused projections and longrope:
+// scripts/ref_family.py) against PyTorch in float64, on every backend. Tolerances, norm-wise relative
 // error per tensor of fp32 compute against a float64 reference: logits and loss 1e-5 (observed
 // up to 8e-7); gradients TOL_GRAD 2e-5: the backward pass through every layer accumulates more
 // rounding, observed up to 4.5e-6 (qwen2's first layer on the cpu backend), within a factor of
@@ -16,7 +17,7 @@
 
 #include <unistd.h>
 
-static const char *models[] = {"qwen3_tied", "qwen3_untied", "qwen2", "llama"};
+static const char *models[] = {"qwen3_tied", "qwen3_untied", "qwen2", "llama", "olmo2", "phi3"};
 static const char *backends[] = {"ref", "cpu"};
 
 static double rel_norm_err(const float *a, const float *b, size_t n) {
@@ -156,6 +157,8 @@ static void test_cli_qwen3_tied(void) { check_cli("qwen3_tied"); }
 static void test_cli_qwen3_untied(void) { check_cli("qwen3_untied"); }
 static void test_cli_qwen2(void) { check_cli("qwen2"); }
 static void test_cli_llama(void) { check_cli("llama"); }
+static void test_cli_olmo2(void) { check_cli("olmo2"); }
+static void test_cli_phi3(void) { check_cli("phi3"); }
 
 #define CASE(i, j)                                                                                 \
     static void test_##i##_##j(void) { check_model(models[i], backends[j]); }
@@ -167,6 +170,10 @@ CASE(2, 0)
 CASE(2, 1)
 CASE(3, 0)
 CASE(3, 1)
+CASE(4, 0)
+CASE(4, 1)
+CASE(5, 0)
+CASE(5, 1)
 
 int main(void) {
     test_run("qwen3_tied_ref", test_0_0);
@@ -177,9 +184,15 @@ int main(void) {
     test_run("qwen2_cpu", test_2_1);
     test_run("llama_llama3_rope_ref", test_3_0);
     test_run("llama_llama3_rope_cpu", test_3_1);
+    test_run("olmo2_ref", test_4_0);
+    test_run("olmo2_cpu", test_4_1);
+    test_run("phi3_longrope_fused_ref", test_5_0);
+    test_run("phi3_longrope_fused_cpu", test_5_1);
     RUN(test_cli_qwen3_tied);
     RUN(test_cli_qwen3_untied);
     RUN(test_cli_qwen2);
     RUN(test_cli_llama);
+    RUN(test_cli_olmo2);
+    RUN(test_cli_phi3);
     TEST_MAIN_END();
 }

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "dist/dist.h"
 
+#include <string.h>
 #include <unistd.h>
 
 static Dist d;
@@ -88,6 +89,43 @@ static void test_agree(void) {
     free(buf);
 }
 
+// The axes of a mesh over the world: tp groups of consecutive ranks, FSDP across them; every
+// axis sums over exactly its ranks; a mesh that does not divide the world is a usage error.
+static void test_mesh(void) {
+    Err e = {0};
+    int shapes[][2] = {{1, 1}, {1, d.world}, {d.world, 1}};
+    for (size_t s = 0; s < ARRAY_LEN(shapes); s++) {
+        int tp = shapes[s][0], fsdp = shapes[s][1];
+        Dist m = d;
+        m.mesh = NULL;
+        EXPECT(dist_mesh_init(&m, tp, fsdp, &e) == ST_OK);
+        DistMesh *x = m.mesh;
+        EXPECT(x->tp == tp && x->fsdp == fsdp && x->dp == d.world / (tp * fsdp));
+        EXPECT(x->tp_axis.world == tp && x->tp_axis.rank == d.rank % tp);
+        EXPECT(x->fsdp_axis.world == fsdp && x->fsdp_axis.rank == d.rank / tp % fsdp);
+        EXPECT(x->data_axis.world == d.world / tp);
+        Dist *axes[] = {&x->tp_axis, &x->fsdp_axis, &x->dp_axis, &x->data_axis};
+        for (size_t i = 0; i < ARRAY_LEN(axes); i++) {  // sum of (world rank + 1) over the axis
+            double v = d.rank + 1, want = 0;
+            EXPECT(dist_allreduce_sum_host_d(axes[i], &v, 1, &e) == ST_OK);
+            for (int r = 0; r < d.world; r++) {
+                int same = i == 0 ? r / tp == d.rank / tp
+                         : i == 1 ? (r % tp == d.rank % tp && r / (tp * fsdp) == d.rank / (tp * fsdp))
+                         : i == 2 ? (r % tp == d.rank % tp && r / tp % fsdp == d.rank / tp % fsdp)
+                                  : r % tp == d.rank % tp;
+                if (same) want += r + 1;
+            }
+            EXPECT(v == want);
+        }
+        dist_mesh_free(&m);
+    }
+    Dist m = d;
+    m.mesh = NULL;
+    EXPECT(dist_mesh_init(&m, 2 * d.world, 1, &e) == ST_EUSAGE);
+    EXPECT(strstr(e.msg, "does not divide") != NULL);
+    dist_mesh_free(&m);
+}
+
 int main(void) {
     Err e = {0};
     int stall = getenv("STILL_TEST_STALL") != NULL;
@@ -111,6 +149,7 @@ int main(void) {
     RUN(test_allreduce);
     RUN(test_reduce_scatter_allgather);
     RUN(test_agree);
+    RUN(test_mesh);
     backend_destroy(be);
     dist_finalize(&d);
     TEST_MAIN_END();

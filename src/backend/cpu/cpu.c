@@ -140,5 +140,7 @@ Backend *backend_cpu_create(int threads) {
     be->adamw = cpu_adamw;
     backend_cpu_install_sampling(be);
     backend_cpu_install_kv(be);
+    backend_cpu_install_family(be);
+    backend_cpu_install_moe(be);
     return be;
 }

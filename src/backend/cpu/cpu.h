@@ -9,6 +9,7 @@
 
 #include "../backend.h"
 
+#include <math.h>
 #include <string.h>
 #if defined(__F16C__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -23,6 +24,8 @@ typedef enum {
     CPU_SCR_ATTN_ACC,  // per-part dk/dv accumulators when kv heads are fewer than threads
     CPU_SCR_INDEX,     // int32 indices: attention key bounds, gathered ce rows
     CPU_SCR_GEMV,      // decode matmul: input rows with even / odd elements split (cpu_gemv.c)
+    CPU_SCR_CAP,       // per-thread rows of soft-cap derivatives (the capped loss heads)
+    CPU_SCR_NORMW,     // the woff + w weights of rmsnorm_*_off (cpu_family.c)
     CPU_SCR_COUNT
 } CpuScratchSlot;
 
@@ -183,7 +186,32 @@ void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const 
                             const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
                             int B, int T, int NH, int NKV, int HD);
 
+void cpu_attention_forward_opt(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void cpu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                                int B, int T, int NH, int NKV, int HD, AttnOpts o);
+
+// Final-logit soft-capping of one row of a loss head: z (V) = cap tanh(z / cap) and, when g is
+// not NULL, g (V) = its derivative 1 - (z_capped / cap)^2 for the backward pass.
+static inline void cpu_cap_row(float *z, float *g, int V, float cap) {
+    float inv = 1.0f / cap;
+    for (int j = 0; j < V; j++) {
+        float t = tanhf(z[j] * inv);
+        z[j] = cap * t;
+        if (g) g[j] = 1.0f - t * t;
+    }
+}
+
+// The capped heads' per-thread derivative rows: (threads, V) floats, or NULL without a cap.
+static inline float *cpu_cap_scratch(Backend *be, float cap, int V) {
+    return cap > 0 ? (float *)cpu_scratch(be, CPU_SCR_CAP, (size_t)be->threads * V * sizeof(float)) : NULL;
+}
+
 // cpu_loss.c
+void cpu_ce_head_cap(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                     float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V);
 void cpu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
                  const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
                  float grad_scale, float *scratch, int chunk, int N, int C, int V);

@@ -49,30 +49,41 @@ static int block_klo(const int32_t *kmin_b, int t0, int t1) {
 
 // Row i of a block's scores (keys klo..klo+nk-1) for query t: masked entries become exactly 0
 // and the rest exp(s - sub) ; returns the sum of the row.
-static float masked_exp_row(float *row, int nk, int klo, int t, const int32_t *segb, float sub) {
+// With a window W > 0 keys s with t - s >= W are masked too.
+static float masked_exp_row(float *row, int nk, int klo, int t, const int32_t *segb, float sub, int W) {
     int32_t st = segb[t];
+    int lo = W > 0 ? t - W + 1 : INT32_MIN;
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < nk; j++) {
         int s = klo + j;
-        float e = (s <= t && segb[s] == st) ? cpu_expf(row[j] - sub) : 0.0f;
+        float e = (s <= t && s >= lo && segb[s] == st) ? cpu_expf(row[j] - sub) : 0.0f;
         row[j] = e;
         sum += e;
     }
     return sum;
 }
 
-static float masked_max_row(const float *row, int nk, int klo, int t, const int32_t *segb) {
+static float masked_max_row(const float *row, int nk, int klo, int t, const int32_t *segb, int W) {
     int32_t st = segb[t];
+    int lo = W > 0 ? t - W + 1 : INT32_MIN;
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < nk; j++) {
         int s = klo + j;
-        float x = (s <= t && segb[s] == st) ? row[j] : -INFINITY;
+        float x = (s <= t && s >= lo && segb[s] == st) ? row[j] : -INFINITY;
         mx = x > mx ? x : mx;
     }
     return mx;
 }
+
+// Soft-capping of a row of scores in place: x -> cap tanh(x / cap).
+static void cap_row(float *row, int nk, float cap) {
+    float inv = 1.0f / cap;
+    for (int j = 0; j < nk; j++) row[j] = cap * tanhf(row[j] * inv);
+}
+
+static float opt_scale(AttnOpts o, int HD) { return o.scale > 0 ? o.scale : (float)(1.0 / sqrt((double)HD)); }
 
 static int32_t *attention_key_bounds(Backend *be, const int32_t *seg, int B, int T) {
     int32_t *kmin = cpu_scratch(be, CPU_SCR_INDEX, ((size_t)B * T + 2 * (size_t)T) * sizeof(int32_t));
@@ -81,11 +92,11 @@ static int32_t *attention_key_bounds(Backend *be, const int32_t *seg, int B, int
 }
 
 // q (B,T,NH,HD), k v (B,T,NKV,HD), seg (B,T) -> out (B,T,NH,HD), lse (B,NH,T)
-void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                           const int32_t *seg, int B, int T, int NH, int NKV, int HD) {
+void cpu_attention_forward_opt(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o) {
     CHECK(NKV > 0 && NH % NKV == 0);
-    int rep = NH / NKV, nqb = (T + QB - 1) / QB;
-    float scale = (float)(1.0 / sqrt((double)HD));
+    int rep = NH / NKV, nqb = (T + QB - 1) / QB, W = o.window;
+    float scale = opt_scale(o, HD), cap = o.softcap;
     size_t ldq = (size_t)NH * HD, ldk = (size_t)NKV * HD;
     const int32_t *kmin = attention_key_bounds(be, seg, B, T);
     float *S_all = cpu_scratch(be, CPU_SCR_ATTN, (size_t)be->threads * QB * T * sizeof(float));
@@ -102,6 +113,7 @@ void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, 
             float *ob = out + ((size_t)b * T + t0) * ldq + (size_t)h * HD;
             float *lb = lse + ((size_t)b * NH + h) * T;
             int klo = block_klo(kmin + (size_t)b * T, t0, t1);
+            if (W > 0 && klo < t1) klo = MAX(klo, t0 - W + 1);  // no query of the block sees further back
             if (klo >= t1) {  // all padding
                 for (int i = 0; i < M; i++) memset(ob + i * ldq, 0, (size_t)HD * sizeof(float)), lb[t0 + i] = 0;
                 continue;
@@ -119,8 +131,9 @@ void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, 
                     lb[t] = 0;
                     continue;
                 }
-                float mx = masked_max_row(row, nk, klo, t, segb);
-                float sum = masked_exp_row(row, nk, klo, t, segb, mx);
+                if (cap > 0) cap_row(row, nk, cap);
+                float mx = masked_max_row(row, nk, klo, t, segb, W);
+                float sum = masked_exp_row(row, nk, klo, t, segb, mx, W);
                 float inv = 1.0f / sum;
 #pragma omp simd
                 for (int j = 0; j < nk; j++) row[j] *= inv;
@@ -133,12 +146,13 @@ void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, 
 
 // dq (B,T,NH,HD) +=, dk dv (B,T,NKV,HD) += ; P = exp(S - lse), dS = P (dO V^T - rowdot(dO, O)),
 // dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q.
-void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
-                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
-                            int B, int T, int NH, int NKV, int HD) {
+// With a soft-cap the scores are capped before P is recomputed and dS picks up 1 - (S / cap)^2.
+void cpu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                                int B, int T, int NH, int NKV, int HD, AttnOpts o) {
     CHECK(NKV > 0 && NH % NKV == 0);
-    int rep = NH / NKV, nqb = (T + QB - 1) / QB;
-    float scale = (float)(1.0 / sqrt((double)HD));
+    int rep = NH / NKV, nqb = (T + QB - 1) / QB, W = o.window;
+    float scale = opt_scale(o, HD), cap = o.softcap;
     size_t ldq = (size_t)NH * HD, ldk = (size_t)NKV * HD;
     const int32_t *kmin = attention_key_bounds(be, seg, B, T);
     float *S_all = cpu_scratch(be, CPU_SCR_ATTN, (size_t)be->threads * 2 * QB * T * sizeof(float));
@@ -175,6 +189,7 @@ void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const 
                 for (int qb = 0; qb < nqb; qb++) {
                     int t0 = qb * QB, t1 = MIN(T, t0 + QB), M = t1 - t0;
                     int klo = block_klo(kmin + (size_t)b * T, t0, t1);
+                    if (W > 0 && klo < t1) klo = MAX(klo, t0 - W + 1);
                     if (klo >= t1) continue;
                     int nk = t1 - klo;
                     size_t qoff = ((size_t)b * T + t0) * ldq + (size_t)h * HD;
@@ -190,11 +205,20 @@ void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const 
                             memset(ds, 0, (size_t)nk * sizeof(float));
                             continue;
                         }
-                        masked_exp_row(p, nk, klo, t, segb, lb[t]);
                         const float *go = dout + qoff + (size_t)i * ldq, *oo = out + qoff + (size_t)i * ldq;
                         float D = 0;
 #pragma omp simd reduction(+ : D)
                         for (int d = 0; d < HD; d++) D += go[d] * oo[d];
+                        if (cap > 0) {
+                            cap_row(p, nk, cap);
+                            float inv = 1.0f / cap;
+                            for (int j = 0; j < nk; j++) ds[j] = (ds[j] - D) * (1.0f - (p[j] * inv) * (p[j] * inv));
+                            masked_exp_row(p, nk, klo, t, segb, lb[t], W);
+#pragma omp simd
+                            for (int j = 0; j < nk; j++) ds[j] *= p[j];
+                            continue;
+                        }
+                        masked_exp_row(p, nk, klo, t, segb, lb[t], W);
 #pragma omp simd
                         for (int j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - D);
                     }
@@ -222,4 +246,15 @@ void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const 
                 for (int d = 0; d < HD; d++) dv[dst + d] += src[(size_t)T * HD + d];
         }
     }
+}
+
+void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int32_t *seg, int B, int T, int NH, int NKV, int HD) {
+    cpu_attention_forward_opt(be, out, lse, q, k, v, seg, B, T, NH, NKV, HD, (AttnOpts){0});
+}
+
+void cpu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                            const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                            int B, int T, int NH, int NKV, int HD) {
+    cpu_attention_backward_opt(be, dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD, (AttnOpts){0});
 }

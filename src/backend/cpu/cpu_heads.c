@@ -7,6 +7,7 @@
 #include "cpu.h"
 
 #include <math.h>
+#include <omp.h>
 
 // Gather the next up-to-`chunk` rows of targets (N) that are not IGNORE_INDEX, starting at *r,
 // into idx; rows skipped on the way get 0 in out0 / out1 (each may be NULL). Returns the count.
@@ -101,10 +102,12 @@ static void logprob_row(float *z, int V, int tgt, float tau, int want_grad, floa
     }
 }
 
-static void cpu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
-                             const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
-                             float tau, float *scratch, int chunk, int N, int C, int V) {
-    CHECK(chunk >= 1 && V >= 1 && tau > 0);
+static void cpu_logprob_head_cap(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh,
+                                 float *dW, const float *h, const void *W, DType wdt, const int32_t *targets,
+                                 const float *coef, float tau, float softcap, float *scratch, int chunk, int N, int C,
+                                 int V) {
+    CHECK(chunk >= 1 && V >= 1 && tau > 0 && softcap >= 0);
+    float *G = cpu_cap_scratch(be, softcap, V);  // (threads, V) soft-cap derivatives
     CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
     int32_t *idx = cpu_scratch(be, CPU_SCR_INDEX, (size_t)chunk * sizeof(int32_t));
     float *Z = scratch, *Hg = scratch + (size_t)chunk * V;
@@ -121,12 +124,24 @@ static void cpu_logprob_head(Backend *be, float *row_logp, float *row_entropy, f
 #pragma omp parallel for schedule(static) num_threads(be->threads) if (M > 1)
         for (int i = 0; i < M; i++) {
             int row = idx[i];
-            logprob_row(Z + (size_t)i * V, V, targets[row], tau, coef != NULL, coef ? coef[row] / tau : 0.0f,
+            float *z = Z + (size_t)i * V, *g = G ? G + (size_t)omp_get_thread_num() * V : NULL;
+            if (g) cpu_cap_row(z, coef ? g : NULL, V, softcap);
+            logprob_row(z, V, targets[row], tau, coef != NULL, coef ? coef[row] / tau : 0.0f,
                         row_logp ? row_logp + row : NULL, row_entropy ? row_entropy + row : NULL,
                         row_stats ? row_stats + (size_t)row * LOGPROB_STATS : NULL);
+            if (g && coef)
+#pragma omp simd
+                for (int j = 0; j < V; j++) z[j] *= g[j];
         }
         if (coef) head_backward(be, dh, dW, Z, Hg, W, wdt, idx, M, C, V);
     }
+}
+
+static void cpu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                             const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                             float tau, float *scratch, int chunk, int N, int C, int V) {
+    cpu_logprob_head_cap(be, row_logp, row_entropy, row_stats, dh, dW, h, W, wdt, targets, coef, tau, 0.0f, scratch,
+                         chunk, N, C, V);
 }
 
 // ---------------------------------------------------------------- distill_head
@@ -200,12 +215,13 @@ static double jsd_row(float *zs, float *zt, int V, float tau, float beta, int wa
     return L;
 }
 
-static void cpu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
-                             const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
-                             const int32_t *targets, const float *weights, float tau, float beta, int top_k,
-                             float grad_scale, float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct,
-                             int V) {
-    CHECK(chunk >= 1 && V >= 1 && tau > 0 && beta >= 0 && beta <= 1 && top_k >= 0);
+static void cpu_distill_head_cap(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s,
+                                 const float *h_s, const void *W_s, DType wdt_s, const float *h_t, const void *W_t,
+                                 DType wdt_t, const int32_t *targets, const float *weights, float tau, float beta,
+                                 int top_k, float grad_scale, float softcap_s, float softcap_t, float *scratch_s,
+                                 float *scratch_t, int chunk, int N, int Cs, int Ct, int V) {
+    CHECK(chunk >= 1 && V >= 1 && tau > 0 && beta >= 0 && beta <= 1 && top_k >= 0 && softcap_s >= 0 && softcap_t >= 0);
+    float *G = cpu_cap_scratch(be, softcap_s, V);  // (threads, V) the student's soft-cap derivatives
     int32_t *idx = cpu_scratch(be, CPU_SCR_INDEX, (size_t)chunk * sizeof(int32_t));
     float *Zs = scratch_s, *Hs = scratch_s + (size_t)chunk * V;
     float *Zt = scratch_t, *Ht = scratch_t + (size_t)chunk * V;
@@ -221,14 +237,29 @@ static void cpu_distill_head(Backend *be, float *row_loss, float *row_kl, float 
         for (int i = 0; i < M; i++) {
             int row = idx[i];
             float *zs = Zs + (size_t)i * V, *zt = Zt + (size_t)i * V;
+            float *g = G ? G + (size_t)omp_get_thread_num() * V : NULL;
+            if (g) cpu_cap_row(zs, dh_s ? g : NULL, V, softcap_s);
+            if (softcap_t > 0) cpu_cap_row(zt, NULL, V, softcap_t);
             if (row_kl) row_kl[row] = (float)kl_row(zs, zt, V);
             heads_topk_mask(zs, zt, V, top_k);
             float w = weights ? weights[row] : 1.0f;
             double L = jsd_row(zs, zt, V, tau, beta, dh_s != NULL, grad_scale * w / tau);
             if (row_loss) row_loss[row] = (float)(w * L);
+            if (g && dh_s)
+#pragma omp simd
+                for (int j = 0; j < V; j++) zs[j] *= g[j];
         }
         if (dh_s) head_backward(be, dh_s, dW_s, Zs, Hs, W_s, wdt_s, idx, M, Cs, V);
     }
+}
+
+static void cpu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                             const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                             const int32_t *targets, const float *weights, float tau, float beta, int top_k,
+                             float grad_scale, float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct,
+                             int V) {
+    cpu_distill_head_cap(be, row_loss, row_kl, dh_s, dW_s, h_s, W_s, wdt_s, h_t, W_t, wdt_t, targets, weights, tau,
+                         beta, top_k, grad_scale, 0.0f, 0.0f, scratch_s, scratch_t, chunk, N, Cs, Ct, V);
 }
 
 // ---------------------------------------------------------------- score_head
@@ -272,4 +303,6 @@ void backend_cpu_install_heads(Backend *be) {
     be->score_head = cpu_score_head;
     be->logprob_head = cpu_logprob_head;
     be->distill_head = cpu_distill_head;
+    be->logprob_head_cap = cpu_logprob_head_cap;
+    be->distill_head_cap = cpu_distill_head_cap;
 }

@@ -7,6 +7,7 @@
 #include "cpu.h"
 
 #include <math.h>
+#include <omp.h>
 
 // Z (M, V) = Hg (M, C) W^T
 static void lm_head_logits(Backend *be, float *Z, const float *Hg, const void *W, DType wdt, int M, int C, int V) {
@@ -71,16 +72,22 @@ static void row_stats(float *z, int V, int tgt, float weight, int want_grad, flo
 // One chunk of M gathered rows idx (M).
 static void ce_chunk(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
                      const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
-                     float grad_scale, float *Z, float *Hg, const int32_t *idx, int M, int C, int V) {
+                     float grad_scale, float softcap, float *Z, float *Hg, const int32_t *idx, int M, int C, int V) {
+    float *G = cpu_cap_scratch(be, softcap, V);  // (threads, V) soft-cap derivatives
 #pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)M * C > 65536)
     for (int i = 0; i < M; i++) memcpy(Hg + (size_t)i * C, h + (size_t)idx[i] * C, (size_t)C * sizeof(float));
     lm_head_logits(be, Z, Hg, W, wdt, M, C, V);
 #pragma omp parallel for schedule(static) num_threads(be->threads) if (M > 1)
     for (int i = 0; i < M; i++) {
         int r = idx[i];
-        float w = weights ? weights[r] : 1.0f;
-        row_stats(Z + (size_t)i * V, V, targets[r], w, dh != NULL, grad_scale * w, row_loss ? row_loss + r : NULL,
+        float w = weights ? weights[r] : 1.0f, *z = Z + (size_t)i * V;
+        float *g = G ? G + (size_t)omp_get_thread_num() * V : NULL;
+        if (g) cpu_cap_row(z, dh ? g : NULL, V, softcap);
+        row_stats(z, V, targets[r], w, dh != NULL, grad_scale * w, row_loss ? row_loss + r : NULL,
                   row_correct ? row_correct + r : NULL, row_entropy ? row_entropy + r : NULL);
+        if (g && dh)
+#pragma omp simd
+            for (int j = 0; j < V; j++) z[j] *= g[j];
     }
     if (!dh) return;
     if (dW) cpu_sgemm(1, 0, V, C, M, 1.0f, Z, V, Hg, C, 1.0f, dW, C);
@@ -96,10 +103,10 @@ static void ce_chunk(Backend *be, float *row_loss, float *row_correct, float *ro
 
 // h (N,C), W (V,C), targets (N), weights (N) or NULL -> row_loss, row_correct, row_entropy (N);
 // dh (N,C) +=, dW (V,C) += ; scratch (chunk, V + C)
-void cpu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
-                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
-                 float grad_scale, float *scratch, int chunk, int N, int C, int V) {
-    CHECK(chunk >= 1 && V >= 1);
+void cpu_ce_head_cap(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                     float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V) {
+    CHECK(chunk >= 1 && V >= 1 && softcap >= 0);
     int32_t *idx = cpu_scratch(be, CPU_SCR_INDEX, (size_t)chunk * sizeof(int32_t));
     float *Z = scratch, *Hg = scratch + (size_t)chunk * V;
     int r = 0;
@@ -117,7 +124,14 @@ void cpu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_en
             idx[M++] = r;
         }
         if (M > 0)
-            ce_chunk(be, row_loss, row_correct, row_entropy, dh, dW, h, W, wdt, targets, weights, grad_scale, Z, Hg, idx,
-                     M, C, V);
+            ce_chunk(be, row_loss, row_correct, row_entropy, dh, dW, h, W, wdt, targets, weights, grad_scale, softcap, Z, Hg,
+                     idx, M, C, V);
     }
+}
+
+void cpu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                 float grad_scale, float *scratch, int chunk, int N, int C, int V) {
+    cpu_ce_head_cap(be, row_loss, row_correct, row_entropy, dh, dW, h, W, wdt, targets, weights, grad_scale, 0.0f,
+                    scratch, chunk, N, C, V);
 }

@@ -293,6 +293,8 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     be->logprob_head = cu_logprob_head;
     be->distill_head = cu_distill_head;
     be->score_head = cu_score_head;
+    cu_install_family(be);
+    cu_install_moe(be);
     if (!graphs || strcmp(graphs, "0")) {  // STILL_CUDA_GRAPHS=0: every step runs eagerly
         be->graph_begin = cuda_graph_begin;
         be->graph_end = cuda_graph_end;

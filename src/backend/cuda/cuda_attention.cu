@@ -17,13 +17,20 @@
 #define ATT_TILE 32                     // keys (or queries) per shared-memory tile
 #define ATT_MAX_SMEM (112 * 1024)  // >= the largest need (dk/dv at HD 256: ~99 KB); fits sm_80 and sm_90
 
-// Query t attends key s iff s <= t and seg[s] == seg[t] != 0.
+// Query t attends key s iff s <= t and seg[s] == seg[t] != 0 and, with a window W > 0, t - s < W.
+// With cap > 0 a score x becomes cap tanh(x / cap) (AttnOpts, backend.h).
+__device__ __forceinline__ float att_cap(float x, float cap) { return cap > 0.0f ? cap * tanhf(x / cap) : x; }
+// d score / d x at the score sc: 1 - (sc / cap)^2 with a cap, else 1.
+__device__ __forceinline__ float att_cap_grad(float sc, float cap) {
+    return cap > 0.0f ? 1.0f - (sc / cap) * (sc / cap) : 1.0f;
+}
 
 // DPL: head-dim elements per lane (HD <= 32 * DPL).
 template <int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_fwd_kernel(float *out, float *lse, const float *q,
                                                                   const float *k, const float *v, const int32_t *seg,
-                                                                  int T, int NH, int NKV, int HD, float scale) {
+                                                                  int T, int NH, int NKV, int HD, float scale, int W,
+                                                                  float cap) {
     extern __shared__ float sm[];
     const int HP = HD + 1;  // padded row: lane j reading row j hits distinct banks
     float *Qs = sm;                      // (BQ, HD)
@@ -49,7 +56,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_fwd_kernel(float *out, fl
         for (int c = 0; c < DPL; c++) acc[i][c] = 0.0f;
     }
     const int tmax = min(T - 1, t0 + ATT_BQ - 1);
-    for (int s0 = 0; s0 <= tmax; s0 += ATT_TILE) {
+    const int sfirst = W > 0 ? max(0, t0 - W + 1) / ATT_TILE * ATT_TILE : 0;  // no query of the block sees further back
+    for (int s0 = sfirst; s0 <= tmax; s0 += ATT_TILE) {
         __syncthreads();
         for (int i = threadIdx.x; i < ATT_TILE * HD; i += blockDim.x) {
             int j = i / HD, d = i % HD, s = s0 + j;
@@ -64,13 +72,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_fwd_kernel(float *out, fl
             const int qi = warp * ATT_QPW + i, t = t0 + qi;
             if (t >= T || segq[i] == 0 || s0 > t) continue;  // warp-uniform
             const int s = s0 + lane;
-            const bool valid = s <= t && segk[lane] == segq[i];
+            const bool valid = s <= t && segk[lane] == segq[i] && (W <= 0 || t - s < W);
             float sc = -INFINITY;
             if (valid) {
                 float dot = 0.0f;
                 const float *qr = Qs + qi * HD, *kr = Ks + lane * HP;
                 for (int d = 0; d < HD; d++) dot += qr[d] * kr[d];
-                sc = dot * scale;
+                sc = att_cap(dot * scale, cap);
             }
             float tmx = warp_max(sc);
             if (tmx == -INFINITY) continue;
@@ -129,7 +137,7 @@ template <int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_dq_kernel(float *dq, const float *dout, const float *lse,
                                                                  const float *D, const float *q, const float *k,
                                                                  const float *v, const int32_t *seg, int T, int NH,
-                                                                 int NKV, int HD, float scale) {
+                                                                 int NKV, int HD, float scale, int W, float cap) {
     extern __shared__ float sm[];
     const int HP = HD + 1;
     float *Qs = sm;                      // (BQ, HD)
@@ -159,7 +167,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_dq_kernel(float *dq, cons
         for (int c = 0; c < DPL; c++) acc[i][c] = 0.0f;
     }
     const int tmax = min(T - 1, t0 + ATT_BQ - 1);
-    for (int s0 = 0; s0 <= tmax; s0 += ATT_TILE) {
+    const int sfirst = W > 0 ? max(0, t0 - W + 1) / ATT_TILE * ATT_TILE : 0;
+    for (int s0 = sfirst; s0 <= tmax; s0 += ATT_TILE) {
         __syncthreads();
         for (int i = threadIdx.x; i < ATT_TILE * HD; i += blockDim.x) {
             int j = i / HD, d = i % HD, s = s0 + j;
@@ -175,12 +184,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_dq_kernel(float *dq, cons
             if (t >= T || segq[i] == 0 || s0 > t) continue;
             const int s = s0 + lane;
             float ds = 0.0f;
-            if (s <= t && segk[lane] == segq[i]) {
+            if (s <= t && segk[lane] == segq[i] && (W <= 0 || t - s < W)) {
                 const float *qr = Qs + qi * HD, *gr = Gs + qi * HD, *kr = Ks + lane * HP, *vr = Vs + lane * HP;
                 float qk = 0.0f, gv = 0.0f;
                 for (int d = 0; d < HD; d++) qk += qr[d] * kr[d], gv += gr[d] * vr[d];
-                float p = expf(qk * scale - lq[i]);
-                ds = p * (gv - Dq[i]);
+                float sc = att_cap(qk * scale, cap);
+                float p = expf(sc - lq[i]);
+                ds = p * (gv - Dq[i]) * att_cap_grad(sc, cap);
             }
             for (int j = 0; j < ATT_TILE; j++) {
                 float dj = __shfl_sync(0xffffffffu, ds, j);
@@ -212,7 +222,8 @@ template <int DPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32) attn_dkv_kernel(float *dk, float *dv, const float *dout,
                                                                   const float *lse, const float *D, const float *q,
                                                                   const float *k, const float *v, const int32_t *seg,
-                                                                  int T, int NH, int NKV, int HD, float scale) {
+                                                                  int T, int NH, int NKV, int HD, float scale, int W,
+                                                                  float cap) {
     extern __shared__ float sm[];
     const int HP = HD + 1;
     float *Ks = sm;                       // (BQ, HD) this block's keys
@@ -242,8 +253,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_dkv_kernel(float *dk, flo
         for (int c = 0; c < DPL; c++) ak[i][c] = av[i][c] = 0.0f;
     }
     const int tstart = s0 / ATT_TILE * ATT_TILE;
+    const int tend = W > 0 ? min(T, s0 + ATT_BQ - 1 + W) : T;  // no later query sees a key of the block
     for (int h = kh * rep; h < (kh + 1) * rep; h++) {
-        for (int t0 = tstart; t0 < T; t0 += ATT_TILE) {
+        for (int t0 = tstart; t0 < tend; t0 += ATT_TILE) {
             __syncthreads();
             for (int i = threadIdx.x; i < ATT_TILE * HD; i += blockDim.x) {
                 int j = i / HD, d = i % HD, t = t0 + j;
@@ -264,12 +276,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attn_dkv_kernel(float *dk, flo
                 if (s >= T || segs[i] == 0 || t0 + ATT_TILE - 1 < s) continue;  // warp-uniform
                 const int t = t0 + lane;
                 float p = 0.0f, ds = 0.0f;
-                if (t < T && t >= s && segt[lane] == segs[i]) {
+                if (t < T && t >= s && segt[lane] == segs[i] && (W <= 0 || t - s < W)) {
                     const float *kr = Ks + si * HD, *vr = Vs + si * HD, *qr = Qs + lane * HP, *gr = Gs + lane * HP;
                     float qk = 0.0f, gv = 0.0f;
                     for (int d = 0; d < HD; d++) qk += qr[d] * kr[d], gv += gr[d] * vr[d];
-                    p = expf(qk * scale - ls[lane]);
-                    ds = p * (gv - Ds[lane]);
+                    float sc = att_cap(qk * scale, cap);
+                    p = expf(sc - ls[lane]);
+                    ds = p * (gv - Ds[lane]) * att_cap_grad(sc, cap);
                 }
                 for (int j = 0; j < ATT_TILE; j++) {
                     float pj = __shfl_sync(0xffffffffu, p, j), dj = __shfl_sync(0xffffffffu, ds, j);
@@ -320,38 +333,48 @@ static int att_dpl(int HD) {
     return HD <= 32 ? 1 : HD <= 64 ? 2 : HD <= 128 ? 4 : 8;
 }
 
-void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                          const int32_t *seg, int B, int T, int NH, int NKV, int HD) {
+// The tensor-core kernels implement global, uncapped attention at 1/sqrt(HD); any other AttnOpts
+// runs the fp32 kernels above.
+static int opts_plain(AttnOpts o, int HD) {
+    return o.window <= 0 && o.softcap <= 0 && (o.scale <= 0 || o.scale == (float)(1.0 / sqrt((double)HD)));
+}
+
+static float opts_scale(AttnOpts o, int HD) { return o.scale > 0 ? o.scale : (float)(1.0 / sqrt((double)HD)); }
+
+void cu_attention_forward_opt(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o) {
     CHECK(NKV > 0 && NH % NKV == 0);
-    if (cu_ctx(be)->attn_mma) {
+    if (cu_ctx(be)->attn_mma && opts_plain(o, HD)) {
         cu_attention_mma_forward(be, out, lse, q, k, v, seg, B, T, NH, NKV, HD);
         return;
     }
     dim3 grid((T + ATT_BQ - 1) / ATT_BQ, NH, B);
-    float scale = (float)(1.0 / sqrt((double)HD));
+    float scale = opts_scale(o, HD), cap = o.softcap > 0 ? o.softcap : 0.0f;
+    int W = o.window > 0 ? o.window : 0;
     size_t sm = fwd_smem(HD);
     cudaStream_t st = cu_ctx(be)->stream;
     switch (att_dpl(HD)) {
 #define ATT_CASE(D) \
-    case D: attn_fwd_kernel<D><<<grid, ATT_WARPS * 32, sm, st>>>(out, lse, q, k, v, seg, T, NH, NKV, HD, scale); break;
+    case D: attn_fwd_kernel<D><<<grid, ATT_WARPS * 32, sm, st>>>(out, lse, q, k, v, seg, T, NH, NKV, HD, scale, W, cap); break;
         ATT_FOR_EACH_DPL(ATT_CASE)
 #undef ATT_CASE
     }
     LAUNCH_CHECK();
 }
 
-void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
-                           int T, int NH, int NKV, int HD) {
+void cu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                               const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                               int B, int T, int NH, int NKV, int HD, AttnOpts o) {
     CHECK(NKV > 0 && NH % NKV == 0);
     if (!dq && !dk && !dv) return;
     cudaStream_t st = cu_ctx(be)->stream;
-    float scale = (float)(1.0 / sqrt((double)HD));
+    float scale = opts_scale(o, HD), cap = o.softcap > 0 ? o.softcap : 0.0f;
+    int W = o.window > 0 ? o.window : 0;
     size_t rows = (size_t)B * T * NH;
     float *Dbuf = (float *)cu_scratch(be, CU_SCR_RED, rows * sizeof(float));
     attn_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dbuf, dout, out, B, T, NH, HD);
     LAUNCH_CHECK();
-    if (cu_ctx(be)->attn_mma) {
+    if (cu_ctx(be)->attn_mma && opts_plain(o, HD)) {
         cu_attention_mma_backward(be, dq, dk, dv, Dbuf, dout, lse, q, k, v, seg, B, T, NH, NKV, HD);
         return;
     }
@@ -361,7 +384,7 @@ void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const f
         size_t sm = dq_smem(HD);
         switch (dpl) {
 #define ATT_CASE(DD) \
-    case DD: attn_dq_kernel<DD><<<grid, ATT_WARPS * 32, sm, st>>>(dq, dout, lse, Dbuf, q, k, v, seg, T, NH, NKV, HD, scale); break;
+    case DD: attn_dq_kernel<DD><<<grid, ATT_WARPS * 32, sm, st>>>(dq, dout, lse, Dbuf, q, k, v, seg, T, NH, NKV, HD, scale, W, cap); break;
             ATT_FOR_EACH_DPL(ATT_CASE)
 #undef ATT_CASE
         }
@@ -372,10 +395,23 @@ void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const f
         size_t sm = dkv_smem(HD);
         switch (dpl) {
 #define ATT_CASE(DD) \
-    case DD: attn_dkv_kernel<DD><<<grid, ATT_WARPS * 32, sm, st>>>(dk, dv, dout, lse, Dbuf, q, k, v, seg, T, NH, NKV, HD, scale); break;
+    case DD: attn_dkv_kernel<DD><<<grid, ATT_WARPS * 32, sm, st>>>(dk, dv, dout, lse, Dbuf, q, k, v, seg, T, NH, NKV, HD, scale, W, cap); break;
             ATT_FOR_EACH_DPL(ATT_CASE)
 #undef ATT_CASE
         }
         LAUNCH_CHECK();
     }
+}
+
+void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                          const int32_t *seg, int B, int T, int NH, int NKV, int HD) {
+    AttnOpts o = {0, 0.0f, 0.0f, 0};
+    cu_attention_forward_opt(be, out, lse, q, k, v, seg, B, T, NH, NKV, HD, o);
+}
+
+void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, const int32_t *seg, int B,
+                           int T, int NH, int NKV, int HD) {
+    AttnOpts o = {0, 0.0f, 0.0f, 0};
+    cu_attention_backward_opt(be, dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, NH, NKV, HD, o);
 }

@@ -244,5 +244,34 @@ void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, f
                      float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V);
 void cu_score_head(Backend *be, float *scores, float *dh, float *dW, const float *h, const void *W, DType wdt,
                    const int32_t *rows, const float *dscores, int B, int N, int C, int NL);
+// The model-family ops (backend.h): attention with AttnOpts (cuda_attention.cu, cuda_kv.cu), the
+// soft-capped heads (cuda_loss.cu, cuda_heads.cu); cuda_family.cu installs them with its own ops.
+void cu_attention_forward_opt(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void cu_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                               const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                               int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void cu_attention_cached_opt(Backend *be, float *out, const float *q, const float *kc, const float *vc,
+                             const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV, int HD, int S,
+                             AttnOpts o);
+void cu_kv_ring_write(Backend *be, float *kc, float *vc, const float *k, const float *v, const int32_t *start, int B,
+                      int T, int NKV, int HD, int W);
+void cu_attention_ring(Backend *be, float *out, const float *q, const float *kc, const float *vc, const float *k,
+                       const float *v, const int32_t *kmask, const int32_t *start, int B, int T, int NH, int NKV,
+                       int HD, int S, AttnOpts o);
+void cu_ce_head_cap(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                    const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                    float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V);
+void cu_logprob_head_cap(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                         const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                         float tau, float softcap, float *scratch, int chunk, int N, int C, int V);
+void cu_distill_head_cap(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                         const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                         const int32_t *targets, const float *weights, float tau, float beta, int top_k,
+                         float grad_scale, float softcap_s, float softcap_t, float *scratch_s, float *scratch_t,
+                         int chunk, int N, int Cs, int Ct, int V);
+void cu_install_family(Backend *be);
+// cuda_moe.cu: installs the mixture-of-experts ops
+void cu_install_moe(Backend *be);
 
 #endif

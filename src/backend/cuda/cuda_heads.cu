@@ -49,7 +49,8 @@ __device__ inline double row_lse(const float *z, int V, double tau, float *red, 
 // dz in place when backward.
 __global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, float *row_logp, float *row_entropy,
                                                                     float *row_stats, const int32_t *targets,
-                                                                    const float *coef, float tau, int backward, int V) {
+                                                                    const float *coef, float tau, int backward, int V,
+                                                                    float cap) {
     __shared__ float red[32];
     __shared__ double redd[32];
     __shared__ int redi[32];
@@ -64,6 +65,10 @@ __global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, fl
         if (threadIdx.x == 0)
             printf("still: cuda logprob_head: target %d at chunk row %d outside the vocabulary (%d)\n", tgt, r, V);
         __trap();
+    }
+    if (cap > 0.0f) {  // final-logit soft-capping, each thread its own entries
+        for (int v = threadIdx.x; v < V; v += blockDim.x) zr[v] = cap * tanhf(zr[v] / cap);
+        __syncthreads();
     }
     const double dtau = tau;
     const double lse = row_lse(zr, V, dtau, red, redd);
@@ -101,14 +106,16 @@ __global__ void __launch_bounds__(HEADS_THREADS) logprob_row_kernel(float *z, fl
     if (!backward) return;
     __syncthreads();  // every thread has read z[tgt] before z becomes dz
     const double g = coef[r] / dtau;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        zr[v] = g == 0 ? 0.0f : (float)(g * ((v == tgt) - exp(zr[v] / dtau - lse)));
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        const double c = cap > 0.0f ? 1.0 - ((double)zr[v] / cap) * ((double)zr[v] / cap) : 1.0;  // d capped / d raw
+        zr[v] = g == 0 ? 0.0f : (float)(g * ((v == tgt) - exp(zr[v] / dtau - lse)) * c);
+    }
 }
 
-void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
-                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
-                     float *scratch, int chunk, int N, int C, int V) {
-    CHECK(chunk >= 1 && V >= 1 && tau > 0);
+void cu_logprob_head_cap(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                         const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef,
+                         float tau, float softcap, float *scratch, int chunk, int N, int C, int V) {
+    CHECK(chunk >= 1 && V >= 1 && tau > 0 && softcap >= 0);
     CHECK_MSG(!coef || dh, "logprob_head: coef given without dh");
     CudaCtx *ctx = cu_ctx(be);
     const int backward = coef != NULL;
@@ -122,13 +129,20 @@ void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *ro
         logprob_row_kernel<<<nr, HEADS_THREADS, 0, ctx->stream>>>(
             z, row_logp ? row_logp + r0 : NULL, row_entropy ? row_entropy + r0 : NULL,
             row_stats ? row_stats + (size_t)r0 * LOGPROB_STATS : NULL, targets + r0, backward ? coef + r0 : NULL, tau,
-            backward, V);
+            backward, V, softcap);
         LAUNCH_CHECK();
         if (!backward) continue;
         const void *G = cu_operand(be, CU_SCR_C, z, DT_F32, (size_t)nr * V);
         cu_gemm(be, 0, 0, nr, C, V, 1.0f, G, V, Wc, C, 1.0f, dh + (size_t)r0 * C, C);
         if (dW) cu_gemm(be, 1, 0, V, C, nr, 1.0f, G, V, Hc, C, 1.0f, dW, C);
     }
+}
+
+void cu_logprob_head(Backend *be, float *row_logp, float *row_entropy, float *row_stats, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *coef, float tau,
+                     float *scratch, int chunk, int N, int C, int V) {
+    cu_logprob_head_cap(be, row_logp, row_entropy, row_stats, dh, dW, h, W, wdt, targets, coef, tau, 0.0f, scratch,
+                        chunk, N, C, V);
 }
 
 // ---- distill_head ----------------------------------------------------------------------------
@@ -195,12 +209,20 @@ __device__ void topk_mask_block(float *zs, float *zt, int V, int k) {
 __global__ void __launch_bounds__(HEADS_THREADS) distill_row_kernel(float *zs_all, float *zt_all, float *row_loss,
                                                                     float *row_kl, const int32_t *targets,
                                                                     const float *weights, float tau, float beta,
-                                                                    int top_k, float grad_scale, int backward, int V) {
+                                                                    int top_k, float grad_scale, int backward, int V,
+                                                                    float cap_s, float cap_t) {
     __shared__ float red[32];
     __shared__ double redd[32];
     const int r = blockIdx.x;
     float *zs = zs_all + (size_t)r * V, *zt = zt_all + (size_t)r * V;
     if (ignored_row(targets[r], zs, row_loss ? row_loss + r : NULL, row_kl ? row_kl + r : NULL, backward, V)) return;
+    if (cap_s > 0.0f || cap_t > 0.0f) {  // final-logit soft-capping of each model, each thread its own entries
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            if (cap_s > 0.0f) zs[v] = cap_s * tanhf(zs[v] / cap_s);
+            if (cap_t > 0.0f) zt[v] = cap_t * tanhf(zt[v] / cap_t);
+        }
+        __syncthreads();
+    }
     if (row_kl) {  // KL(student || teacher), whole vocabulary, temperature 1
         const double la = row_lse(zs, V, 1.0, red, redd), lb = row_lse(zt, V, 1.0, red, redd);
         double kl = 0;
@@ -252,15 +274,17 @@ __global__ void __launch_bounds__(HEADS_THREADS) distill_row_kernel(float *zs_al
             double m = mx + log(exp(x - mx) + exp(y - mx));
             d = (1 - db) * p * (s - m - K);
         }
-        zs[v] = (float)(gscale * d / dtau);
+        const double c = cap_s > 0.0f ? 1.0 - ((double)zs[v] / cap_s) * ((double)zs[v] / cap_s) : 1.0;  // d capped / d raw
+        zs[v] = (float)(gscale * d / dtau * c);
     }
 }
 
-void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
-                     const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
-                     const int32_t *targets, const float *weights, float tau, float beta, int top_k, float grad_scale,
-                     float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V) {
-    CHECK(chunk >= 1 && V >= 1 && tau > 0 && beta >= 0 && beta <= 1 && top_k >= 0);
+void cu_distill_head_cap(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                         const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                         const int32_t *targets, const float *weights, float tau, float beta, int top_k,
+                         float grad_scale, float softcap_s, float softcap_t, float *scratch_s, float *scratch_t,
+                         int chunk, int N, int Cs, int Ct, int V) {
+    CHECK(chunk >= 1 && V >= 1 && tau > 0 && beta >= 0 && beta <= 1 && top_k >= 0 && softcap_s >= 0 && softcap_t >= 0);
     CudaCtx *ctx = cu_ctx(be);
     const int backward = dh_s != NULL;
     if (dW_s) cu_weights_written(be, dW_s);
@@ -276,13 +300,21 @@ void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, f
         distill_row_kernel<<<nr, HEADS_THREADS, 0, ctx->stream>>>(zs, zt, row_loss ? row_loss + r0 : NULL,
                                                                   row_kl ? row_kl + r0 : NULL, targets + r0,
                                                                   weights ? weights + r0 : NULL, tau, beta, top_k,
-                                                                  grad_scale, backward, V);
+                                                                  grad_scale, backward, V, softcap_s, softcap_t);
         LAUNCH_CHECK();
         if (!backward) continue;
         const void *G = cu_operand(be, CU_SCR_C, zs, DT_F32, (size_t)nr * V);
         cu_gemm(be, 0, 0, nr, Cs, V, 1.0f, G, V, Wsc, Cs, 1.0f, dh_s + (size_t)r0 * Cs, Cs);
         if (dW_s) cu_gemm(be, 1, 0, V, Cs, nr, 1.0f, G, V, Hs, Cs, 1.0f, dW_s, Cs);
     }
+}
+
+void cu_distill_head(Backend *be, float *row_loss, float *row_kl, float *dh_s, float *dW_s, const float *h_s,
+                     const void *W_s, DType wdt_s, const float *h_t, const void *W_t, DType wdt_t,
+                     const int32_t *targets, const float *weights, float tau, float beta, int top_k, float grad_scale,
+                     float *scratch_s, float *scratch_t, int chunk, int N, int Cs, int Ct, int V) {
+    cu_distill_head_cap(be, row_loss, row_kl, dh_s, dW_s, h_s, W_s, wdt_s, h_t, W_t, wdt_t, targets, weights, tau,
+                        beta, top_k, grad_scale, 0.0f, 0.0f, scratch_s, scratch_t, chunk, N, Cs, Ct, V);
 }
 
 // ---- score_head --------------------------------------------------------------------------------

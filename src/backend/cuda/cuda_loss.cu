@@ -11,7 +11,7 @@
 __global__ void __launch_bounds__(CE_THREADS) ce_row_kernel(float *z, float *row_loss, float *row_correct,
                                                             float *row_entropy, const int32_t *targets,
                                                             const float *weights, float grad_scale, int backward,
-                                                            int V) {
+                                                            int V, float cap) {
     __shared__ float shf[32];
     __shared__ int shi[32];
     const int r = blockIdx.x;
@@ -30,6 +30,10 @@ __global__ void __launch_bounds__(CE_THREADS) ce_row_kernel(float *z, float *row
     if (tgt < 0 || tgt >= V) {
         if (threadIdx.x == 0) printf("still: cuda ce_head: target %d at chunk row %d outside the vocabulary (%d)\n", tgt, r, V);
         __trap();
+    }
+    if (cap > 0.0f) {  // final-logit soft-capping, each thread its own entries
+        for (int v = threadIdx.x; v < V; v += blockDim.x) zr[v] = cap * tanhf(zr[v] / cap);
+        __syncthreads();
     }
     float bv = -INFINITY;
     int bi = INT32_MAX;
@@ -57,13 +61,16 @@ __global__ void __launch_bounds__(CE_THREADS) ce_row_kernel(float *z, float *row
     if (!backward) return;
     __syncthreads();  // every thread has read zt and z[amax] before z becomes dz
     const float gw = grad_scale * wr;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) zr[v] = gw * (expf(zr[v] - lse) - (v == tgt ? 1.0f : 0.0f));
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        const float c = cap > 0.0f ? 1.0f - (zr[v] / cap) * (zr[v] / cap) : 1.0f;  // d capped / d raw
+        zr[v] = gw * (expf(zr[v] - lse) - (v == tgt ? 1.0f : 0.0f)) * c;
+    }
 }
 
-void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
-                const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights, float grad_scale,
-                float *scratch, int chunk, int N, int C, int V) {
-    CHECK(chunk >= 1 && V >= 1);
+void cu_ce_head_cap(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                    const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                    float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V) {
+    CHECK(chunk >= 1 && V >= 1 && softcap >= 0);
     CudaCtx *ctx = cu_ctx(be);
     if (dW) cu_weights_written(be, dW);
     const void *Wc = cu_weight_operand(be, CU_SCR_W, W, wdt, (size_t)V * C);
@@ -75,11 +82,19 @@ void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_ent
         ce_row_kernel<<<nr, CE_THREADS, 0, ctx->stream>>>(z, row_loss ? row_loss + r0 : NULL,
                                                           row_correct ? row_correct + r0 : NULL,
                                                           row_entropy ? row_entropy + r0 : NULL, targets + r0,
-                                                          weights ? weights + r0 : NULL, grad_scale, dh != NULL, V);
+                                                          weights ? weights + r0 : NULL, grad_scale, dh != NULL, V,
+                                                          softcap);
         LAUNCH_CHECK();
         if (!dh) continue;
         const void *G = cu_operand(be, CU_SCR_C, z, DT_F32, (size_t)nr * V);
         cu_gemm(be, 0, 0, nr, C, V, 1.0f, G, V, Wc, C, 1.0f, dh + (size_t)r0 * C, C);
         if (dW) cu_gemm(be, 1, 0, V, C, nr, 1.0f, G, V, Hc, C, 1.0f, dW, C);
     }
+}
+
+void cu_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights, float grad_scale,
+                float *scratch, int chunk, int N, int C, int V) {
+    cu_ce_head_cap(be, row_loss, row_correct, row_entropy, dh, dW, h, W, wdt, targets, weights, grad_scale, 0.0f,
+                   scratch, chunk, N, C, V);
 }

@@ -61,5 +61,7 @@ Backend *backend_ref_create(int threads) {
     be->adamw = ref_adamw;
     backend_ref_install_sampling(be);
     backend_ref_install_kv(be);
+    backend_ref_install_family(be);
+    backend_ref_install_moe(be);
     return be;
 }

@@ -47,10 +47,18 @@ void ref_attention_forward(Backend *be, float *out, float *lse, const float *q, 
 void ref_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
                             int B, int T, int NH, int NKV, int HD);
+void ref_attention_forward_opt(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int32_t *seg, int B, int T, int NH, int NKV, int HD, AttnOpts o);
+void ref_attention_backward_opt(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                const float *lse, const float *q, const float *k, const float *v, const int32_t *seg,
+                                int B, int T, int NH, int NKV, int HD, AttnOpts o);
 
 // ref_loss.c
 void ref_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
                  const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
                  float grad_scale, float *scratch, int chunk, int N, int C, int V);
+void ref_ce_head_cap(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                     float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V);
 
 #endif

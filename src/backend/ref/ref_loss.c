@@ -7,10 +7,12 @@
 
 // h (N,C), W (V,C), targets (N), weights (N) or NULL -> row_loss, row_correct, row_entropy (N);
 // dh (N,C) +=, dW (V,C) += (see backend.h)
-void ref_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
-                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
-                 float grad_scale, float *scratch, int chunk, int N, int C, int V) {
-    CHECK(chunk >= 1 && V >= 1);
+// With softcap > 0 every logit is softcap * tanh(z / softcap) and dz picks up 1 - (z_capped / softcap)^2.
+void ref_ce_head_cap(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                     const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                     float grad_scale, float softcap, float *scratch, int chunk, int N, int C, int V) {
+    CHECK(chunk >= 1 && V >= 1 && softcap >= 0);
+    double cap = softcap;
     float *z = scratch;  // (V)
     for (int r = 0; r < N; r++) {
         int tgt = targets[r];
@@ -27,7 +29,7 @@ void ref_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_en
         for (int v = 0; v < V; v++) {
             double acc = 0;
             for (int c = 0; c < C; c++) acc += (double)hr[c] * ref_wload(W, wdt, (size_t)v * C + c);
-            z[v] = (float)acc;
+            z[v] = cap > 0 ? (float)(cap * tanh(acc / cap)) : (float)acc;
             if (z[v] > z[amax]) amax = v;
         }
         double mx = z[amax], sum = 0, pz = 0;
@@ -46,17 +48,24 @@ void ref_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_en
         for (int c = 0; c < C; c++) {
             double acc = 0;
             for (int v = 0; v < V; v++) {
-                double dz = gw * (exp(z[v] - lse) - (v == tgt));
+                double dz = gw * (exp(z[v] - lse) - (v == tgt)) * (cap > 0 ? 1.0 - (z[v] / cap) * (z[v] / cap) : 1.0);
                 acc += dz * ref_wload(W, wdt, (size_t)v * C + c);
             }
             dhr[c] = (float)(dhr[c] + acc);
         }
         if (dW) {
             for (int v = 0; v < V; v++) {
-                double dz = gw * (exp(z[v] - lse) - (v == tgt));
+                double dz = gw * (exp(z[v] - lse) - (v == tgt)) * (cap > 0 ? 1.0 - (z[v] / cap) * (z[v] / cap) : 1.0);
                 float *dWv = dW + (size_t)v * C;
                 for (int c = 0; c < C; c++) dWv[c] = (float)(dWv[c] + dz * hr[c]);
             }
         }
     }
+}
+
+void ref_ce_head(Backend *be, float *row_loss, float *row_correct, float *row_entropy, float *dh, float *dW,
+                 const float *h, const void *W, DType wdt, const int32_t *targets, const float *weights,
+                 float grad_scale, float *scratch, int chunk, int N, int C, int V) {
+    ref_ce_head_cap(be, row_loss, row_correct, row_entropy, dh, dW, h, W, wdt, targets, weights, grad_scale, 0.0f,
+                    scratch, chunk, N, C, V);
 }

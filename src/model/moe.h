@@ -1,0 +1,68 @@
+// moe.h: one mixture-of-experts MLP block over backend ops (docs/models.md, "Routing"): router
+// logits, top-k, dispatch, the grouped SwiGLU experts, the weighted combine; its backward, router
+// included; and the load-balancing statistics of transformers' load_balancing_loss_func.
+#ifndef STILL_MODEL_MOE_H
+#define STILL_MODEL_MOE_H
+
+#include "../backend/backend.h"
+
+typedef struct MoeDims {
+    int N;         // tokens
+    int C;         // hidden size
+    int E;         // experts
+    int K;         // experts per token
+    int FF;        // expert intermediate size
+    int norm;      // weights: softmax over the selected logits (backend.h moe_route_forward)
+    int capacity;  // slots per expert, <= 0: all (moe_dispatch)
+} MoeDims;
+
+typedef struct MoeWeights {
+    const void *router;        // (E,C)
+    const void *gate, *up;     // (E,FF,C)
+    const void *down;          // (E,C,FF)
+    DType router_dt, wdt;      // storage of the router and of the experts
+} MoeWeights;
+
+typedef struct MoeGrads {  // accumulated into (+=); any may be NULL
+    float *router;         // (E,C)
+    float *gate, *up;      // (E,FF,C)
+    float *down;           // (E,C,FF)
+} MoeGrads;
+
+// What one block's forward keeps for its backward (S = N*K).
+typedef struct MoeActs {
+    float *logits;         // (N,E)
+    int32_t *idx;          // (N,K)
+    float *w;              // (N,K)
+    int32_t *offsets;      // (E+1)
+    int32_t *slot_token;   // (S)
+    int32_t *token_slot;   // (N,K)
+    int32_t *dropped;      // (1)
+    float *xs;             // (S,C)
+    float *g, *u, *h;      // (S,FF) gate, up, silu(gate) * up
+    float *ys;             // (S,C)
+} MoeActs;
+
+// Backward scratch, zeroed by moe_block_backward itself.
+typedef struct MoeScratch {
+    float *dlogits;        // (N,E)
+    float *dw;             // (N,K)
+    float *dys, *dxs;      // (S,C)
+    float *dh, *dg, *du;   // (S,FF)
+} MoeScratch;
+
+// out (N,C) = the block's output for x (N,C). stats (2E+1) or NULL: the load-balancing
+// statistics accumulate over the tokens with seg != 0 (seg (N) or NULL: all).
+void moe_block_forward(Backend *be, float *out, const float *x, const MoeWeights *W, const MoeActs *a,
+                       const MoeDims *d, float *stats, const int32_t *seg);
+// dx (N,C) += and grads += from dout (N,C); aux_coef * the load-balancing loss's gradient is
+// added through the router when stats != NULL (stats complete over every layer of the step).
+void moe_block_backward(Backend *be, float *dx, const MoeGrads *G, const float *dout, const float *x,
+                        const MoeWeights *W, const MoeActs *a, const MoeScratch *s, const MoeDims *d,
+                        const float *stats, float aux_coef, const int32_t *seg);
+
+// The load-balancing loss from complete statistics (host copy of stats (2E+1)): E sum_e
+// count_e psum_e / M^2, 0 when M = 0.
+double moe_aux_loss(const float *stats, int E);
+
+#endif
