@@ -90,6 +90,8 @@ Status cli_max_memory(const Args *a, size_t *out, Err *e) {
     return ST_OK;
 }
 
+void cli_apply_moe(const Args *a, Model *m) { m->moe_capacity_factor = args_float(a, "moe_capacity_factor"); }
+
 Status cli_apply_adapter(const Args *a, Model *m, Err *e) {
     const char *dir = args_str(a, "adapter");
     if (!dir) return ST_OK;

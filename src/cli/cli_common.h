@@ -51,6 +51,13 @@ int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e);
 #define CLI_ADAPTER_FLAG {"adapter", ARG_STR, NULL, "PEFT LoRA adapter directory to apply to the model"}
 // Load --adapter (when given) into m.
 Status cli_apply_adapter(const Args *a, Model *m, Err *e);
+// --moe_capacity_factor: the fixed-shape expert dispatch emulated on any backend (docs/backends.md)
+#define CLI_MOE_FLAG                                                                                                 \
+    {"moe_capacity_factor", ARG_FLOAT, "0", "mixture of experts: each expert keeps at most ceil(F * tokens * k / "    \
+                                            "experts) routed tokens, the rest dropped (0 = exact, capacity-free)",      \
+     "[0,inf)"}
+// Set it on a loaded model (a dense model ignores it).
+void cli_apply_moe(const Args *a, Model *m);
 // A command's result: one compact JSON line, numbers at 9 significant digits at most (rounded in
 // place). cli_json_line returns the text (caller frees); cli_print_json prints it to stdout.
 char *cli_json_line(cJSON *o);

@@ -12,11 +12,13 @@
 #include "../model/gguf.h"
 #include "../tokenizer/chat.h"
 #include "../tokenizer/tokenizer.h"
+#include "../train/tp.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "line_input.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -46,7 +48,8 @@
     {"pad_to_multiple_of", ARG_INT, "0", "left-pad prompts to a multiple of this: one prefill shape (0 = the backend's prefill buckets, 1 = exact lengths)", "[0,inf)"}, \
     {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step, the largest bucket (a multiple of pad_to_multiple_of)", "[1,inf)"}, \
     {"max_cache_len", ARG_INT, NULL, "KV cache slots per sequence (default: padded prompt + max_new_tokens, rounded up to 128)", "[0,inf)"}, \
-    {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)", "[0,inf)"}
+    {"max_plans", ARG_INT, "0", "fail when a run needs more than this many plans (0 = no limit)", "[0,inf)"},    \
+    CLI_MOE_FLAG
 
 static const ArgSpec generate_specs[] = {
     GEN_COMMON_FLAGS,
@@ -57,6 +60,9 @@ static const ArgSpec generate_specs[] = {
     {"num_return_sequences", ARG_INT, "1", "sequences per prompt", "[1,inf)"},
     {"print_ids", ARG_BOOL, "false", "print the generated ids, space-separated, as the last stdout line"},
     {"output_dir", ARG_STR, NULL, "write generations.jsonl here (with --prompts; default: stdout)"},
+    {"tp_size", ARG_INT, NULL, "tensor-parallel ranks: mpirun -np T, the model split over them (default $TP_SIZE or 1)",
+     "[1,4096]"},
+    {"ddp_timeout", ARG_FLOAT, "1800", "seconds any collective may take before the run fails (--tp_size)", "(0,inf)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -184,6 +190,7 @@ static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
     TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
+    cli_apply_moe(a, s->m);
     TRY(cli_apply_adapter(a, s->m, e));
     if (gguf_is_file(s->dir)) {  // the tokenizer is in the metadata; needed only for text
         Status ts = tokenizer_load(s->dir, &s->tok, e);
@@ -378,11 +385,47 @@ static Status write_generations(Session *s, const Prompts *p, const GenSeq *seqs
     return st;
 }
 
+// --tp_size T (or TP_SIZE): T ranks of an MPI job, each with its part of the model (tp.h); every
+// rank runs the same generation, rank 0 prints and writes.
+static Status tp_open(const Args *a, Dist *d, int *T, Err *e) {
+    dist_single(d);
+    *T = args_is_set(a, "tp_size") ? (int)args_int(a, "tp_size") : 1;
+    const char *env = getenv("TP_SIZE");
+    if (!args_is_set(a, "tp_size") && env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 1 || v > 4096) return err_set(e, ST_EUSAGE, "TP_SIZE=%s: expected a positive integer", env);
+        *T = (int)v;
+    }
+    if (*T == 1) return ST_OK;
+    TRY(dist_init(d, args_float(a, "ddp_timeout"), e));
+    if (d->world != *T)
+        return err_set(e, ST_EUSAGE, "--tp_size %d: still generate runs on exactly that many ranks (mpirun -np %d); "
+                                     "this job has %d", *T, *T, d->world);
+    return dist_mesh_init(d, *T, 1, e);
+}
+
+static Status run_generate_on(const Args *a, Dist *d, int T, Err *e);
+
 static Status run_generate(const Args *a, Err *e) {
+    Dist d;
+    int T;
+    Status st = tp_open(a, &d, &T, e);
+    if (st == ST_OK) st = run_generate_on(a, &d, T, e);
+    if (st != ST_OK && d.world > 1) cli_dist_finish("generate", &d, st, e);  // the others wait in a collective
+    dist_finalize(&d);
+    return st;
+}
+
+static Status run_generate_on(const Args *a, Dist *d, int T, Err *e) {
     int given = args_is_set(a, "prompt") + args_is_set(a, "prompts") + args_is_set(a, "ids");
     if (given != 1) return err_set(e, ST_EINVAL, "give exactly one of --prompt TEXT, --prompts FILE.jsonl, --ids \"1 2 3\"");
     Session s;
     Status st = session_open(&s, a, !args_is_set(a, "ids"), e);
+    Tp tp = {0};
+    if (st == ST_OK && T > 1) st = dist_attach_backend(d, s.be, e);
+    if (st == ST_OK && T > 1) st = tp_shard(&tp, &s.m, &d->mesh->tp_axis, e);
+    int lead = d->rank == 0;
     Prompts p = {0};
     int jsonl = args_is_set(a, "prompts");
     s.cfg.num_return_sequences = (int)args_int(a, "num_return_sequences");
@@ -410,7 +453,7 @@ static Status run_generate(const Args *a, Err *e) {
     int nrows = p.n * s.cfg.num_return_sequences;
     GenText gt;
     gen_text_init(&gt, s.tok, MAX(p.n, 1), s.cfg.num_return_sequences, s.stops, s.n_stops);
-    int stream = !jsonl && s.tok && nrows == 1 && isatty(STDOUT_FILENO);
+    int stream = lead && !jsonl && s.tok && nrows == 1 && isatty(STDOUT_FILENO);
     if (stream) gt.sink = stdout_sink;
     s.cfg.on_token = gen_text_on_token;
     s.cfg.user = &gt;
@@ -418,9 +461,10 @@ static Status run_generate(const Args *a, Err *e) {
     progress_begin(&pr, "generate", "rows", 0);
     if (!stream) s.cfg.on_progress = progress_gen_rows, s.cfg.progress_user = &pr;
     if (st == ST_OK) st = gen_generate(s.m, &s.cfg, (const int32_t *const *)p.ids, p.lens, p.n, &seqs, &stats, e);
+    if (st == ST_OK && T > 1) st = tp_status(&tp, e);
     if (!stream) progress_end(&pr, nrows, nrows, NULL);
     s.cfg.on_progress = NULL;
-    if (st == ST_OK) {
+    if (st == ST_OK && lead) {
         if (jsonl) {
             st = write_generations(&s, &p, seqs, nrows, args_str(a, "output_dir"), e);
         } else {
@@ -446,6 +490,7 @@ static Status run_generate(const Args *a, Err *e) {
     gen_text_free(&gt);
     gen_seqs_free(seqs, nrows);
     prompts_free(&p);
+    tp_free(&tp, s.m);
     session_free(&s);
     return st;
 }

@@ -22,6 +22,8 @@ static const ArgSpec specs[] = {
     {"teacher_dtype", ARG_STR, NULL, "teacher weight storage: float32 | bfloat16 | q8_0 (default: its checkpoint's)"},
     {"lora_r", ARG_INT, "16", "rank of the LoRA row (all-linear adapters on the frozen base)", "[1,inf)"},
     {"max_new_tokens", ARG_INT, "256", "new tokens of the generate row (cache: seq + max_new_tokens, rounded up to 128)", "[1,inf)"},
+    {"tp_size", ARG_INT, NULL, "also the per-rank training memory on a mesh of this tensor-parallel size (or $TP_SIZE)", "[1,4096]"},
+    {"fsdp_size", ARG_INT, NULL, "... and this FSDP size (ZeRO-3; or $FSDP_SIZE)", "[1,65536]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -106,6 +108,59 @@ static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T) {
                n, mib(plan), mib(tt.param_bytes + state + plan));
     }
     tensors_free(&tt);
+}
+
+// A mesh size: the flag, else the environment variable, else 1.
+static Status mesh_arg(const Args *a, const char *flag, const char *env, int *out, Err *e) {
+    *out = 1;
+    if (args_is_set(a, flag)) return *out = (int)args_int(a, flag), ST_OK;
+    const char *s = getenv(env);
+    if (!s || !*s) return ST_OK;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 1 || v > 65536) return err_set(e, ST_EUSAGE, "%s=%s: expected a positive integer", env, s);
+    *out = (int)v;
+    return ST_OK;
+}
+
+// Per-rank training memory on a tp x fsdp mesh (src/train/tp.c, fsdp.c): the rank's part of the
+// model (heads, kv-heads and MLP columns / tp; norms, embedding and LM head whole), its parameters,
+// gradients and AdamW moments / fsdp, the working buffers of FSDP (the largest layer and the rest
+// with their gradients), and the train plan of the local shapes.
+static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err *e) {
+    int tp, fsdp;
+    TRY(mesh_arg(a, "tp_size", "TP_SIZE", &tp, e));
+    TRY(mesh_arg(a, "fsdp_size", "FSDP_SIZE", &fsdp, e));
+    if (tp == 1 && fsdp == 1) return ST_OK;
+    struct { const char *what; int n; } dims[] = {
+        {"num_attention_heads", c->num_attention_heads}, {"num_key_value_heads", c->num_key_value_heads},
+        {"intermediate_size", c->intermediate_size}, {"vocab_size", c->vocab_size}};
+    for (size_t i = 0; i < ARRAY_LEN(dims); i++)
+        if (dims[i].n % tp)
+            return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d is not divisible by it", tp, dims[i].what, dims[i].n);
+    ModelConfig lc = *c;
+    lc.num_attention_heads /= tp, lc.num_key_value_heads /= tp, lc.intermediate_size /= tp;
+    TensorTable tt;
+    tensors_build(&tt, &lc, DT_F32);
+    size_t layer = 0, rest = 0;
+    for (int i = 0; i < tt.n; i++) {
+        size_t next = i + 1 < tt.n ? tt.t[i + 1].offset : tt.param_bytes, bytes = next - tt.t[i].offset;
+        if (tt.t[i].layer < 0) rest += bytes;
+        else if (tt.t[i].layer == 0) layer += bytes;
+    }
+    size_t shard = (tt.param_bytes + (size_t)fsdp - 1) / (size_t)fsdp;  // parameters of this rank, each of 4 buffers
+    size_t work = fsdp > 1 ? 2 * (layer + rest) : 0;
+    size_t plan = plan_bytes(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size));
+    size_t plan_ck = plan_bytes_opts(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size), 1, NULL);
+    printf("mesh            tp %d x fsdp %d, per rank: weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB%s + working "
+           "buffers %.1f MiB + plan train B=%d T=%d %.1f MiB = %.1f MiB (the rank's part of the model: %zu parameters, "
+           "embedding and LM head whole)\n",
+           tp, fsdp, mib(shard), mib(shard), mib(2 * shard), fsdp > 1 ? " (1/fsdp each)" : "", mib(work), B, T,
+           mib(plan), mib(4 * shard + work + plan), tt.n_params);
+    printf("mesh ckpt       the same with --gradient_checkpointing: plan train %.1f MiB = %.1f MiB\n", mib(plan_ck),
+           mib(4 * shard + work + plan_ck));
+    tensors_free(&tt);
+    return ST_OK;
 }
 
 // still distill's memory at one scoring shape: student training + the teacher's weights and score plan.
@@ -221,6 +276,7 @@ static Status run(const Args *a, Err *e) {
         printf("openmp          %d threads, waiting %s (OMP_WAIT_POLICY)\n", omp_get_max_threads(),
                wait ? wait : "libgomp default");
         if (args_str(a, "teacher")) st = distill_memory(a, &cfg, B, T, p32 + g + adam + train, e);
+        if (st == ST_OK) st = mesh_memory(a, &cfg, B, T, e);
         tensors_free(&tt32);
         tensors_free(&ttinf);
     }

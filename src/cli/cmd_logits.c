@@ -15,6 +15,7 @@ static const ArgSpec logits_specs[] = {
     {"all", ARG_BOOL, "false", "print every position (default: the last)"},
     {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)", "[0,inf)"},
     CLI_ADAPTER_FLAG,
+    CLI_MOE_FLAG,
     {NULL, 0, NULL, NULL},
 };
 
@@ -25,6 +26,7 @@ static const ArgSpec loss_specs[] = {
     {"grads", ARG_STR, NULL, "write every parameter's gradient (fp32, HF names) to this .safetensors file"},
     {"pad_to_multiple_of", ARG_INT, "128", "pad the sequence to a multiple of this (static shapes; 0 or 1 = off)", "[0,inf)"},
     CLI_ADAPTER_FLAG,
+    CLI_MOE_FLAG,
     {NULL, 0, NULL, NULL},
 };
 
@@ -54,6 +56,7 @@ static Status session_forward(Session *s, const Args *a, PlanMode mode, Err *e) 
     // gradients of every weight need fp32 ones; an adapter's base is frozen
     int full = mode == PLAN_TRAIN && !args_str(a, "adapter");
     if (st == ST_OK) st = (full ? model_load : model_load_frozen)(dir, s->be, dt, &s->m, e);
+    if (st == ST_OK) cli_apply_moe(a, s->m);
     if (st == ST_OK) st = cli_apply_adapter(a, s->m, e);
     free(dir);
     if (st != ST_OK) return st;

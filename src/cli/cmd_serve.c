@@ -30,6 +30,7 @@ static const ArgSpec serve_specs[] = {
     {"chat_template_kwargs", ARG_STR, NULL, "JSON object of template variables for every request, e.g. {\"enable_thinking\": false}"},
     {"chat_template_name", ARG_STR, NULL, "which named template of tokenizer_config.json (default: \"default\")"},
     {"prefill_chunk_size", ARG_INT, "512", "prompt slots per prefill step, the largest prefill bucket", "[1,inf)"},
+    {"prefix_reuse", ARG_BOOL, "true", "prefill only what a prompt adds to the longest prefix a free slot's cache still holds"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -101,6 +102,7 @@ static Status run_serve(const Args *a, Err *e) {
         .max_queue = (int)args_int(a, "max_queue"),
         .request_timeout = args_float(a, "request_timeout"),
         .max_body = (size_t)MAX(args_int(a, "max_body"), 1),
+        .prefix_reuse = args_bool(a, "prefix_reuse"),
     };
     Server *s = NULL;
     interrupt_install(INTERRUPT_ESCALATE);  // the first signal drains; a second one ends the process

@@ -29,15 +29,17 @@ typedef struct DemoPlan {
     double teacher_lr, student_lr;
     int distill_steps, distill_batch;
     double distill_lr;
-    int grpo_steps, grpo_batch, grpo_generations;
+    float distill_beta;
+    int grpo_steps, grpo_batch, grpo_generations, grpo_warmup;
     double grpo_lr;
+    float grpo_temperature;
     int warmup_steps, logging_steps;
     int eval_batch;
 } DemoPlan;
 
 static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     memset(p, 0, sizeof *p);
-    p->task = (TaskConfig){.digits = 2, .n_test = 200, .seed = seed};
+    p->task = (TaskConfig){.digits = 2, .n_test = 1000, .seed = seed};
     // the student has under half the teacher's parameters
     p->teacher = (TaskModel){.hidden = 96, .layers = 2, .heads = 6, .kv_heads = 2, .head_dim = 16, .ffn = 288};
     p->student = (TaskModel){.hidden = 64, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 192};
@@ -50,13 +52,18 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->distill_steps = quick ? 200 : 400;
     p->distill_batch = 64;
     p->distill_lr = 3e-3;
+    p->distill_beta = 0.0f;  // forward KL (docs/demo.md, "Why these settings")
+    // GRPO: 64 prompts x 8 samples a step at temperature 0.5, lr 2e-4 with warmup and cosine decay
+    // (docs/demo.md, "Why these settings")
     p->grpo_steps = quick ? 20 : 100;
-    p->grpo_batch = 64;
+    p->grpo_batch = 512;
     p->grpo_generations = 8;
-    p->grpo_lr = 1e-5;
+    p->grpo_temperature = 0.5f;
+    p->grpo_lr = 2e-4;
+    p->grpo_warmup = 10;
     p->warmup_steps = 20;
     p->logging_steps = quick ? 10 : 25;
-    p->eval_batch = 200;
+    p->eval_batch = 500;
 }
 
 static void cap_steps(DemoPlan *p, int max_steps) {
@@ -64,6 +71,7 @@ static void cap_steps(DemoPlan *p, int max_steps) {
     int *steps[] = {&p->teacher_steps, &p->student_steps, &p->distill_steps, &p->grpo_steps};
     for (size_t i = 0; i < ARRAY_LEN(steps); i++) *steps[i] = MIN(*steps[i], max_steps);
     p->warmup_steps = MIN(p->warmup_steps, max_steps / 2);
+    p->grpo_warmup = MIN(p->grpo_warmup, max_steps / 2);
     p->logging_steps = MIN(p->logging_steps, max_steps);
 }
 
@@ -118,14 +126,14 @@ static void cmd_end(StrBuf *cmd, const DemoConfig *dc) {
 // The trainer loop's settings (TrainingArguments), shared by the three trainers: the struct and
 // the flags from the same values. Everything not given is the commands' default.
 static void train_args(TrainConfig *t, StrBuf *cmd, const DemoConfig *dc, const DemoPlan *p, const char *out,
-                       int steps, double lr, SchedType sched) {
+                       int steps, double lr, SchedType sched, int warmup) {
     memset(t, 0, sizeof *t);
     t->output_dir = out;
     t->grad_accum = 1;
     t->num_train_epochs = 3;
     t->max_steps = steps;
     t->opt = (OptimConfig){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0, .sched = sched};
-    t->warmup_steps = sched == SCHED_CONSTANT ? 0 : p->warmup_steps;
+    t->warmup_steps = sched == SCHED_CONSTANT ? 0 : warmup;
     t->logging_steps = p->logging_steps;
     t->save_steps = 0;  // --save_strategy no: the final model only
     t->seed = dc->seed;
@@ -186,25 +194,33 @@ static Status sft_stage(const DemoConfig *dc, const DemoPlan *p, const char *mod
     flag_i(cmd, "per_device_train_batch_size", c.batch.B);
     flag_i(cmd, "pad_to_multiple_of", c.batch.pad_to_multiple_of);
     c.eval_batch_size = 8;
-    train_args(&c.train, cmd, dc, p, out, steps, lr, SCHED_COSINE);
+    train_args(&c.train, cmd, dc, p, out, steps, lr, SCHED_COSINE, p->warmup_steps);
     cmd_end(cmd, dc);
     return sft_run(&c, res, e);
 }
 
-// `still distill`: the student samples completions of the prompts, the teacher scores them
-// (generalized JSD with beta 1: reverse KL, DistillationTrainer's default).
-static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char *student, const char *teacher,
+// One `still distill` run: the student samples completions of the prompts and the teacher scores
+// them on the student's tokens.
+typedef struct DistillStage {
+    const char *teacher;        // a model directory
+    float beta;                 // generalized JSD: 0 forward KL(teacher || student), 1 reverse KL
+    int steps;
+    double lr;
+} DistillStage;
+
+static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char *student, const DistillStage *ds,
                             const char *prompts, const char *out, TrainResult *res, StrBuf *cmd, Err *e) {
     DistillConfig c;
     memset(&c, 0, sizeof c);
     cmd_begin(cmd, dc, "distill");
-    c.model_dir = student, c.teacher_dir = teacher, c.dataset = prompts;
+    c.model_dir = student, c.teacher_dir = ds->teacher, c.dataset = prompts;
     flag_s(cmd, "model", student);
-    flag_s(cmd, "teacher", teacher);
+    flag_s(cmd, "teacher", ds->teacher);
     flag_s(cmd, "dataset", prompts);
     c.backend = dc->backend, c.threads = dc->threads;
     c.dtype = -1, c.save_dtype = -1, c.teacher_dtype = (DType)-1;
-    c.loss = (DistillLoss){.kind = DISTILL_LOSS_JSD, .beta = 1.0f, .top_k = 0, .tau = 1.0f};
+    c.loss = (DistillLoss){.kind = DISTILL_LOSS_JSD, .beta = ds->beta, .top_k = 0, .tau = 1.0f};
+    flag_f(cmd, "beta", ds->beta);
     GenConfig *g = &c.gen;
     gen_config_default(g);
     g->do_sample = 1, g->temperature = 1.0f, g->top_p = 0.95, g->top_k = 0;
@@ -219,7 +235,7 @@ static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char 
     flag_i(cmd, "pad_to_multiple_of", p->pad);
     c.B = p->distill_batch;
     flag_i(cmd, "per_device_train_batch_size", c.B);
-    train_args(&c.train, cmd, dc, p, out, p->distill_steps, p->distill_lr, SCHED_COSINE);
+    train_args(&c.train, cmd, dc, p, out, ds->steps, ds->lr, SCHED_COSINE, p->warmup_steps);
     cmd_end(cmd, dc);
     return distill_run(&c, res, e);
 }
@@ -243,9 +259,11 @@ static Status grpo_stage(const DemoConfig *dc, const DemoPlan *p, const char *mo
     flag_i(cmd, "max_completion_length", c.max_completion_length);
     c.per_device_train_batch_size = p->grpo_batch;
     flag_i(cmd, "per_device_train_batch_size", c.per_device_train_batch_size);
+    c.temperature = p->grpo_temperature;
+    flag_f(cmd, "temperature", c.temperature);
     c.pad_to_multiple_of = p->pad;
     flag_i(cmd, "pad_to_multiple_of", p->pad);
-    train_args(&c.train, cmd, dc, p, out, p->grpo_steps, p->grpo_lr, SCHED_CONSTANT);
+    train_args(&c.train, cmd, dc, p, out, p->grpo_steps, p->grpo_lr, SCHED_COSINE, p->grpo_warmup);
     cmd_end(cmd, dc);
     return grpo_run(&c, res, e);
 }
@@ -380,8 +398,10 @@ static Status train_student(const DemoConfig *dc, const DemoPlan *p, const Paths
 static Status train_distill(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
                             DemoReport *r, TrainResult *res, StrBuf *cmd, Err *e) {
     r->stages[DEMO_DISTILL].params = r->stages[DEMO_STUDENT].params;
-    return distill_stage(dc, p, r->stages[DEMO_STUDENT].model_dir, r->stages[DEMO_TEACHER].model_dir, tf->prompts,
-                         r->stages[DEMO_DISTILL].model_dir, res, cmd, e);
+    DistillStage ds = {.teacher = r->stages[DEMO_TEACHER].model_dir, .beta = p->distill_beta, .steps = p->distill_steps,
+                       .lr = p->distill_lr};
+    return distill_stage(dc, p, r->stages[DEMO_STUDENT].model_dir, &ds, tf->prompts, r->stages[DEMO_DISTILL].model_dir,
+                         res, cmd, e);
 }
 
 static Status train_grpo(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf, DemoReport *r,
@@ -448,10 +468,11 @@ void demo_print_report(FILE *f, const DemoConfig *c, const DemoReport *r) {
                 s->seconds, s->tokens_per_second);
     }
     fprintf(f, "%-17s %9s %6s %9s %7.1fs\n", "total", "", "", "", r->seconds);
-    if (r->n_stages > DEMO_DISTILL)
-        fprintf(f, "\ndistillation: %+.1f points over the student's SFT; GRPO: %+.1f points over distillation\n",
-                100 * (r->stages[DEMO_DISTILL].accuracy - r->stages[DEMO_STUDENT].accuracy),
-                r->n_stages > DEMO_GRPO ? 100 * (r->stages[DEMO_GRPO].accuracy - r->stages[DEMO_DISTILL].accuracy) : 0.0);
+    // each of the student's stages against the one before it
+    if (r->n_stages > DEMO_DISTILL) fprintf(f, "\n");
+    for (int i = DEMO_DISTILL; i < r->n_stages; i++)
+        fprintf(f, "%s: %+.1f points over %s\n", r->stages[i].name, 100 * (r->stages[i].accuracy - r->stages[i - 1].accuracy),
+                r->stages[i - 1].name);
     fprintf(f, "\nmodels (Hugging Face layout; metrics.jsonl and loss.svg beside each):\n");
     for (int i = 0; i < r->n_stages; i++) fprintf(f, "  %-17s %s\n", r->stages[i].name, r->stages[i].model_dir);
     fprintf(f, "\nthe same, by hand (also in %s/commands.sh; the task files come from the demo):\n", c->output_dir);

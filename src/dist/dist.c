@@ -105,12 +105,21 @@ Status dist_mesh_init(Dist *d, int tp, int fsdp, Err *e) {
     if (st == ST_OK) st = split(d, t + tp * r, f, &m->fsdp_axis, e);
     if (st == ST_OK) st = split(d, t + tp * f, r, &m->dp_axis, e);
     if (st == ST_OK) st = split(d, t, d->rank / tp, &m->data_axis, e);
+    m->data_axis.mesh = m;  // the trainers' ranks reach the other axes through it (not its owner)
     d->mesh = m;
     return st;
 }
 
+int dist_lead(const Dist *d) {
+    if (!d) return 1;
+    if (d->mesh && d == &d->mesh->data_axis) return d->rank == 0 && d->mesh->tp_axis.rank == 0;
+    return d->rank == 0;
+}
+
+Dist *dist_data_axis(Dist *d) { return d && d->mesh && d->mesh->tp > 1 ? &d->mesh->data_axis : d; }
+
 void dist_mesh_free(Dist *d) {
-    if (!d->mesh) return;
+    if (!d->mesh || d == &d->mesh->data_axis) return;  // the owner only
     axis_free(&d->mesh->tp_axis), axis_free(&d->mesh->fsdp_axis), axis_free(&d->mesh->dp_axis);
     axis_free(&d->mesh->data_axis);
     free(d->mesh);

@@ -22,7 +22,7 @@ typedef struct Dist {
     int mpi;              // 1 when MPI was initialised by dist_init
     void *nccl;           // NCCL communicator state (CUDA + MPI builds, after dist_attach_backend)
     void *comm;           // MPI_Comm (heap) of one axis of a mesh; NULL: every process
-    struct DistMesh *mesh;  // the world's mesh axes (dist_mesh_init), NULL without one
+    struct DistMesh *mesh;  // the world's mesh axes (dist_mesh_init; also set on its data axis), or NULL
 } Dist;
 
 // A mesh of world = tp x fsdp x dp ranks: rank = t + tp * (f + fsdp * r), so a tensor-parallel
@@ -45,6 +45,12 @@ void dist_single(Dist *d);
 // Lay the world out as a mesh of tp x fsdp x (world / (tp fsdp)) ranks, one communicator per
 // axis (collective: every rank calls it). A world that is no multiple of tp x fsdp is an error.
 Status dist_mesh_init(Dist *d, int tp, int fsdp, Err *e);
+// The ranks that each take their own batches: the data axis of a mesh with tensor parallelism
+// (its mesh pointer reaches the other axes), else d itself.
+Dist *dist_data_axis(Dist *d);
+// Whether this rank writes what d's ranks share (logs, files): d's rank 0, and on a data axis the
+// rank 0 of its tensor-parallel group too.
+int dist_lead(const Dist *d);
 // Free the axes (dist_finalize does).
 void dist_mesh_free(Dist *d);
 // Abort every process of the job (after a fatal error on one rank).

@@ -540,6 +540,8 @@ void gen_seqs_free(GenSeq *s, int n) {
     for (int i = 0; i < n; i++) {
         free(s[i].ids);
         free(s[i].logprobs);
+        free(s[i].top_ids);
+        free(s[i].top_logprobs);
     }
     free(s);
 }

@@ -96,6 +96,8 @@ typedef struct GenConfig {
     uint64_t seed;
     const int *prompt_keys;      // (prompts of the call) the prompt index in the draw keys; NULL: i
     GenLogprobs logprobs;
+    int top_logprobs;            // gen_slots only: the most likely ids at every step and their
+                                 // log_softmax(logits / temperature) (GenSeq.top_*), at most 20; 0 = off
     // static shapes
     int batch_size;              // rows per batch; <= 0: every row in one batch
     int pad_to_multiple_of;      // 0: the backend's prefill buckets; > 0: pad prompts to a multiple
@@ -119,6 +121,9 @@ typedef struct GenSeq {
     float *logprobs;             // (n) when cfg.logprobs != NONE, else NULL
     int n;
     GenFinish finish;
+    int cached;                  // prompt tokens not prefilled: their keys were in the cache (gen_slots)
+    int32_t *top_ids;            // (n, cfg.top_logprobs) gen_slots: the likeliest ids of each step, or NULL
+    float *top_logprobs;         // (n, cfg.top_logprobs) their log-probs (as `logprobs` RAW: temperature, no filters)
 } GenSeq;
 
 typedef struct GenStats {

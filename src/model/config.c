@@ -214,6 +214,178 @@ Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, 
     return ST_OK;
 }
 
+// Experts shared by qwen3_moe and mixtral: E (key e_key), K, the routing and aux-loss fields.
+static Status parse_moe_common(const cJSON *root, const char *path, const char *e_key, int e_dflt, int k_dflt,
+                               ModelConfig *cfg, Err *e) {
+    TRY(get_int_field(root, e_key, path, 0, e_dflt, 0, &cfg->num_experts, e));
+    TRY(check_max(path, e_key, cfg->num_experts, 1 << 16, NULL, e));
+    TRY(get_int_field(root, "num_experts_per_tok", path, 0, k_dflt, 1, &cfg->num_experts_per_tok, e));
+    if (cfg->num_experts > 0 && cfg->num_experts_per_tok > cfg->num_experts)
+        return err_set(e, ST_EINVAL, "%s: num_experts_per_tok is %d, expected at most %s = %d", path,
+                       cfg->num_experts_per_tok, e_key, cfg->num_experts);
+    TRY(get_bool_field(root, "output_router_logits", path, 0, &cfg->output_router_logits, e));
+    TRY(get_double_field(root, "router_aux_loss_coef", path, 0.001, &cfg->router_aux_loss_coef, e));
+    if (!(cfg->router_aux_loss_coef >= 0))
+        return err_set(e, ST_EINVAL, "%s: router_aux_loss_coef is %g, expected >= 0", path, cfg->router_aux_loss_coef);
+    return ST_OK;
+}
+
+// Qwen3-MoE (Qwen3MoeDecoderLayer): layer l is sparse unless it is in mlp_only_layers, when
+// num_experts > 0 and (l + 1) % decoder_sparse_step == 0; sparse layers' experts have
+// moe_intermediate_size, dense layers intermediate_size.
+Status family_parse_qwen3_moe(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    TRY(family_parse_qwen_window(root, path, cfg, e));
+    TRY(parse_moe_common(root, path, "num_experts", 128, 8, cfg, e));
+    TRY(get_int_field(root, "moe_intermediate_size", path, 0, 768, 1, &cfg->moe_intermediate_size, e));
+    TRY(check_max(path, "moe_intermediate_size", cfg->moe_intermediate_size, CONFIG_MAX_INTERMEDIATE, NULL, e));
+    TRY(get_bool_field(root, "norm_topk_prob", path, 0, &cfg->norm_topk_prob, e));
+    int step;
+    TRY(get_int_field(root, "decoder_sparse_step", path, 0, 1, 1, &step, e));
+    unsigned char dense[CONFIG_MAX_LAYERS] = {0};
+    const cJSON *mol = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (mol && !cJSON_IsNull(mol)) {
+        if (!cJSON_IsArray(mol))
+            return err_set(e, ST_EINVAL, "%s: field \"mlp_only_layers\" must be a list of layer indices", path);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, mol) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != (int)it->valuedouble || it->valuedouble < 0 ||
+                it->valuedouble >= cfg->num_hidden_layers)
+                return err_set(e, ST_EINVAL, "%s: mlp_only_layers holds %g, expected layer indices in [0, %d)", path,
+                               cJSON_IsNumber(it) ? it->valuedouble : -1.0, cfg->num_hidden_layers);
+            dense[(int)it->valuedouble] = 1;
+        }
+    }
+    for (int l = 0; l < cfg->num_hidden_layers; l++)
+        cfg->layer_moe[l] = !dense[l] && cfg->num_experts > 0 && (l + 1) % step == 0;
+    return ST_OK;
+}
+
+// Mixtral (MixtralSparseMoeBlock): every layer sparse, experts of intermediate_size, weights
+// renormalised over the top k (softmax over the selected logits); sliding_window on every layer
+// when not null; router_jitter_noise (training noise on the router input) only 0.
+Status family_parse_mixtral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    TRY(parse_moe_common(root, path, "num_local_experts", 8, 2, cfg, e));
+    if (cfg->num_experts < 1)
+        return err_set(e, ST_EINVAL, "%s: field \"num_local_experts\" is 0, expected a positive integer", path);
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->norm_topk_prob = 1;
+    double jitter;
+    TRY(get_double_field(root, "router_jitter_noise", path, 0.0, &jitter, e));
+    if (jitter != 0)
+        return err_set(e, ST_EUNSUPPORTED, "%s: router_jitter_noise %g is not supported (only 0)", path, jitter);
+    int w;
+    TRY(get_int_field(root, "sliding_window", path, 0, 0, 1, &w, e));
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_window[l] = w, cfg->layer_moe[l] = 1;
+    return ST_OK;
+}
+
+// ---- the sliding-window families (docs/models.md) ----------------------------------------------
+
+// An int field that may be null: absent -> dflt, null -> null_value, else an integer >= lo.
+static Status get_nullable_int(const cJSON *root, const char *key, const char *path, int dflt, int null_value, int lo,
+                               int *out, Err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) {
+        *out = dflt;
+        return ST_OK;
+    }
+    if (cJSON_IsNull(v)) {
+        *out = null_value;
+        return ST_OK;
+    }
+    return get_int_field(root, key, path, 1, dflt, lo, out, e);
+}
+
+// A soft-cap that may be null (0 = none): absent -> dflt; present -> a positive number.
+static Status get_softcap(const cJSON *root, const char *key, const char *path, double dflt, double *out, Err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) {
+        *out = dflt;
+        return ST_OK;
+    }
+    if (cJSON_IsNull(v)) {
+        *out = 0;
+        return ST_OK;
+    }
+    return get_positive_double(root, key, path, dflt, out, e);
+}
+
+// MistralConfig: sliding_window (default 4096; null = every layer global) on every layer; query i
+// sees key j iff i - W < j <= i (transformers' masking_utils, sliding_window_overlay).
+Status family_parse_mistral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    int w;
+    TRY(get_nullable_int(root, "sliding_window", path, 4096, 0, 1, &w, e));
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_window[l] = w;
+    return ST_OK;
+}
+
+// Which layers slide: layer_types when given ("sliding_attention" / "full_attention", one per
+// layer), else every layer l with (l + 1) % pattern != 0 (Gemma 2: pattern 2, the even layers;
+// Gemma 3: sliding_window_pattern). Sliding layers get window w (null: none slides).
+static Status gemma_layers(const cJSON *root, const char *path, int pattern, int w, ModelConfig *cfg, Err *e) {
+    int L = cfg->num_hidden_layers;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    unsigned char sliding[CONFIG_MAX_LAYERS];
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != L)
+            return err_set(e, ST_EINVAL, "%s: field \"layer_types\" must list num_hidden_layers = %d strings", path, L);
+        int n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, lt) {
+            int s = cJSON_IsString(it) && !strcmp(it->valuestring, "sliding_attention");
+            if (!s && !(cJSON_IsString(it) && !strcmp(it->valuestring, "full_attention")))
+                return err_set(e, ST_EUNSUPPORTED,
+                               "%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"", path, n);
+            sliding[n++] = (unsigned char)s;
+        }
+    } else {
+        for (int l = 0; l < L; l++) sliding[l] = (unsigned char)((l + 1) % pattern != 0);
+    }
+    for (int l = 0; l < L; l++) cfg->layer_window[l] = sliding[l] ? w : 0;
+    return ST_OK;
+}
+
+// What Gemma 2 and 3 share: hidden_activation (gelu_pytorch_tanh; the MLP reads only this key),
+// query_pre_attn_scalar (the score scale is its -1/2 power), the two soft-caps and the window.
+static Status gemma_common(const cJSON *root, const char *path, double attn_cap, double final_cap, ModelConfig *cfg,
+                           int *window, Err *e) {
+    const char *act;
+    Status st = json_get_string(root, "hidden_activation", path, 0, &act, e);
+    if (st != ST_OK && st != ST_ENOTFOUND) return st;
+    if (st == ST_OK && strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_tanh"))
+        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_activation \"%s\" is not supported (only gelu_pytorch_tanh)",
+                       path, act);
+    cfg->act = ACT_GELU_TANH;
+    double qs;
+    TRY(get_positive_double(root, "query_pre_attn_scalar", path, 256.0, &qs, e));
+    cfg->query_scale = 1.0 / sqrt(qs);
+    TRY(get_softcap(root, "attn_logit_softcapping", path, attn_cap, &cfg->attn_softcap, e));
+    TRY(get_softcap(root, "final_logit_softcapping", path, final_cap, &cfg->final_softcap, e));
+    return get_nullable_int(root, "sliding_window", path, 4096, 0, 1, window, e);
+}
+
+// Gemma2Config: attn_logit_softcapping 50, final_logit_softcapping 30 by default.
+Status family_parse_gemma2(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    int w;
+    TRY(gemma_common(root, path, 50.0, 30.0, cfg, &w, e));
+    return gemma_layers(root, path, 2, w, cfg, e);
+}
+
+// Gemma3TextConfig: no caps by default, sliding_window_pattern 6, rope_local_base_freq 10000 for
+// the sliding layers (without rope_scaling, which only the global layers use).
+Status family_parse_gemma3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    int w, pattern, bidir;
+    TRY(gemma_common(root, path, 0.0, 0.0, cfg, &w, e));
+    TRY(get_int_field(root, "sliding_window_pattern", path, 0, 6, 1, &pattern, e));
+    TRY(gemma_layers(root, path, pattern, w, cfg, e));
+    TRY(get_bool_field(root, "use_bidirectional_attention", path, 0, &bidir, e));
+    if (bidir)
+        return err_set(e, ST_EUNSUPPORTED, "%s: use_bidirectional_attention true is not supported (causal only)", path);
+    TRY(get_positive_double(root, "rope_local_base_freq", path, 10000.0, &cfg->rope_local_theta, e));
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_rope[l] = cfg->layer_window[l] > 0;
+    return ST_OK;
+}
+
 // The rope dict: v5 "rope_parameters" (possibly keyed per layer type) or legacy "rope_scaling".
 static const cJSON *rope_dict(const cJSON *root, const char **name) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -420,10 +592,8 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     if (st == ST_OK && !strcmp(act, "silu")) cfg->act = ACT_SILU;
     else if (st == ST_OK && (!strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_tanh"))) cfg->act = ACT_GELU_TANH;
     else if (st == ST_OK)
-        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
-    if (cfg->act != ACT_SILU)
-        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path,
-                       st == ST_OK ? act : "gelu_pytorch_tanh");
+        return err_set(e, ST_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported (silu or gelu_pytorch_tanh)", path,
+                       act);
 
     TRY(get_int_field(root, "vocab_size", path, 1, 0, 1, &cfg->vocab_size, e));
     TRY(get_int_field(root, "hidden_size", path, 1, 0, 1, &cfg->hidden_size, e));
@@ -459,7 +629,7 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(get_positive_double(root, "rms_norm_eps", path, fd->rms_norm_eps, &cfg->rms_norm_eps, e));
     TRY(get_int_field(root, "max_position_embeddings", path, 0, fd->max_position_embeddings, 1,
                       &cfg->max_position_embeddings, e));
-    TRY(get_bool_field(root, "tie_word_embeddings", path, 0, &cfg->tie_word_embeddings, e));
+    TRY(get_bool_field(root, "tie_word_embeddings", path, fd->tie_default, &cfg->tie_word_embeddings, e));
     TRY(get_positive_double(root, "initializer_range", path, DEFAULT_INITIALIZER_RANGE, &cfg->initializer_range, e));
 
     int attention_bias = 0, mlp_bias = 0;
@@ -484,23 +654,11 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(get_int_field(root, "pad_token_id", path, 0, -1, 0, &cfg->pad_token_id, e));
     TRY(parse_eos(root, path, fd->eos_token_id, cfg, e));
     TRY(parse_dtype(root, path, cfg, e));
-    TRY(check_layer_types(root, path, cfg, e));
+    if (!fd->reads_layer_types) TRY(check_layer_types(root, path, cfg, e));
     TRY(parse_rope(root, path, cfg, e));
     if (fd->parse) TRY(fd->parse(root, path, cfg, e));
-    TRY(config_check_supported(cfg, path, e));
     TRY(parse_architecture(root, path, fd, cfg, e));
     TRY(check_max(path, "num_labels", cfg->num_labels, CONFIG_MAX_VOCAB, "as vocab_size", e));
-    return ST_OK;
-}
-
-Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e) {
-    const char *what = NULL;
-    if (cfg->norm_plus_one) what = "RMSNorm with (1 + weight)";
-    else if (cfg->act != ACT_SILU) what = "hidden_act gelu_pytorch_tanh";
-    else if (cfg->attn_softcap != 0) what = "attn_logit_softcapping";
-    else if (cfg->final_softcap != 0) what = "final_logit_softcapping";
-    else if (cfg->rope_local_theta != 0) what = "rope_local_base_freq";
-    if (what) return err_set(e, ST_EUNSUPPORTED, "%s: %s is not supported yet (model_type %s)", path, what, cfg->model_type);
     return ST_OK;
 }
 
@@ -513,15 +671,6 @@ Status config_check_window(const ModelConfig *cfg, int len, Err *e) {
                        "supported yet (use sequences and cache lengths of at most %g)",
                        cfg->model_type, rs->original_max_position_embeddings, len,
                        rs->original_max_position_embeddings);
-    for (int l = 0; l < cfg->num_hidden_layers; l++) {
-        int w = cfg->layer_window[l];
-        if (w > 0 && len > w)
-            return err_set(e, ST_EUNSUPPORTED,
-                           "layer %d of this %s model attends within a sliding window of %d tokens, and this plan "
-                           "holds %d positions: sliding-window attention is not supported yet (use sequences and "
-                           "cache lengths of at most %d)",
-                           l, cfg->model_type, w, len, w);
-    }
     return ST_OK;
 }
 
@@ -626,6 +775,12 @@ char *config_to_json(const ModelConfig *cfg) {
 
 // inv_freq as transformers computes it in fp32 (modeling_rope_utils.py). Each step rounds to
 // float where torch does; `a / tensor` in torch is `reciprocal(tensor) * a`.
+void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq) {
+    const int dim = cfg->head_dim, half = dim / 2;
+    const float base = (float)cfg->rope_local_theta;
+    for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / (float)pow((double)base, (double)((float)(2 * i) / (float)dim));
+}
+
 void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale) {
     const RopeScaling *rs = &cfg->rope_scaling;
     const int dim = cfg->head_dim, half = dim / 2;

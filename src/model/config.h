@@ -89,6 +89,14 @@ typedef struct ModelConfig {
     int layer_window[CONFIG_MAX_LAYERS];    // 0 = global attention; W > 0: query t attends keys
                                             // s with t - W < s <= t (sliding window)
     unsigned char layer_rope[CONFIG_MAX_LAYERS];  // 0 = rope_theta + rope_scaling; 1 = local
+    // mixture of experts (qwen3_moe, mixtral; docs/models.md "Routing"); num_experts 0 = dense
+    int num_experts;             // E (qwen3_moe num_experts, mixtral num_local_experts)
+    int num_experts_per_tok;     // K
+    int moe_intermediate_size;   // expert FF (mixtral: intermediate_size)
+    int norm_topk_prob;          // routing weights: softmax over the K selected logits
+    int output_router_logits;    // training adds router_aux_loss_coef * the load-balancing loss
+    double router_aux_loss_coef;
+    unsigned char layer_moe[CONFIG_MAX_LAYERS];   // 1 = layer l's MLP is the sparse MoE block
     int num_labels;              // > 0: a *ForSequenceClassification model (architectures[0]): a score
                                  // head (num_labels, C) and no LM head; 0: a causal LM
     double initializer_range;    // for `still init`
@@ -115,15 +123,15 @@ void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id);
 // The architecture name config_to_json writes when config.json has none.
 const char *config_architecture(const ModelConfig *cfg);
 
-// Refuse what the family table can describe but no op implements yet, naming the field.
-Status config_check_supported(const ModelConfig *cfg, const char *path, Err *e);
-// Refuse a plan of `len` positions (T of a batch, S of a KV cache) that is longer than a layer's
-// sliding window (until the windowed ops exist, a window that never binds is the only one run),
-// or than longrope's original_max_position_embeddings (beyond it transformers uses long_factor).
+// Refuse a plan of `len` positions (T of a batch, S of a KV cache) longer than longrope's
+// original_max_position_embeddings (beyond it transformers uses long_factor).
 Status config_check_window(const ModelConfig *cfg, int len, Err *e);
 
 // RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that
 // multiplies cos and sin (1 except for yarn).
 void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale);
+// The local layers' RoPE inverse frequencies (HD/2): base rope_local_theta, no scaling (Gemma 3's
+// rotary_emb_local).
+void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
 
 #endif

@@ -32,14 +32,42 @@ static const char *const qwen3_fields[] = {"attention_bias", "use_sliding_window
 static const char *const qwen2_fields[] = {"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers", NULL};
 static const char *const llama_fields[] = {"attention_bias", "mlp_bias", "pretraining_tp", NULL};
 static const char *const olmo2_fields[] = {"attention_bias", NULL};
+static const char *const qwen3_moe_fields[] = {
+    "attention_bias", "use_sliding_window", "sliding_window", "max_window_layers", "decoder_sparse_step",
+    "moe_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob", "output_router_logits",
+    "router_aux_loss_coef", "mlp_only_layers", NULL};
+static const char *const mixtral_fields[] = {"sliding_window", "num_experts_per_tok", "num_local_experts",
+                                             "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+                                             NULL};
+static const char *const mistral_fields[] = {"sliding_window", NULL};
+// Gemma 2 / 3 (gemma3_text): the fields their parse hook reads (config.c), and the cache choice
+// of generate(), which is inert here.
+static const char *const gemma2_fields[] = {"attention_bias", "hidden_activation", "query_pre_attn_scalar",
+                                            "sliding_window", "attn_logit_softcapping", "final_logit_softcapping",
+                                            "cache_implementation", NULL};
+static const char *const gemma3_fields[] = {"attention_bias", "hidden_activation", "query_pre_attn_scalar",
+                                            "sliding_window", "sliding_window_pattern", "attn_logit_softcapping",
+                                            "final_logit_softcapping", "rope_local_base_freq", "cache_implementation",
+                                            "use_bidirectional_attention", NULL};
 static const char *const phi3_fields[] = {"resid_pdrop", "embd_pdrop", "original_max_position_embeddings",
                                           "partial_rotary_factor", "sliding_window", NULL};
 
 Status family_parse_qwen_window(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_qwen3_moe(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_mixtral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_mistral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_gemma2(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_gemma3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 
 #define PRE_NORMS (NORM_PRE_ATTN | NORM_PRE_MLP)
 #define POST_NORMS (NORM_POST_ATTN | NORM_POST_MLP)
+#define ALL_NORMS (PRE_NORMS | POST_NORMS)
+// Gemma's four norms: input_layernorm, post_attention_layernorm (after attention),
+// pre_feedforward_layernorm, post_feedforward_layernorm.
+#define GEMMA_NAMES                                                                                                  \
+    {[TK_LNA] = "post_attention_layernorm.weight", [TK_LN2] = "pre_feedforward_layernorm.weight",                  \
+     [TK_LNF] = "post_feedforward_layernorm.weight"}
 
 static const FamilyDesc family_table[] = {
     {
@@ -85,6 +113,58 @@ static const FamilyDesc family_table[] = {
         .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE, .fused_qkv = 1, .fused_gate_up = 1,
         .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER, .rope_longrope_aliases = 1,
         .fields = phi3_fields, .parse = family_parse_phi3,
+    },
+    {
+        // Qwen3MoeForCausalLM: Qwen3 attention; sparse layers route to num_experts SwiGLU experts
+        // (mlp.gate, mlp.experts.E.*); the others keep the dense MLP.
+        .model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM", .classifier = NULL,
+        .vocab_size = 151936, .max_position_embeddings = 32768, .head_dim = 0, .bos_token_id = -1,
+        .eos_token_id = -1, .rms_norm_eps = 1e-6,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_HEAD,
+        .qkv_bias = BIAS_ATTN_KEY, .o_bias = BIAS_ATTN_KEY, .mlp_bias = BIAS_NEVER,
+        .fields = qwen3_moe_fields, .parse = family_parse_qwen3_moe,
+    },
+    {
+        // MixtralForCausalLM: every layer sparse (block_sparse_moe.gate, experts.E.w1 / w3 / w2).
+        .model_type = "mixtral", .architecture = "MixtralForCausalLM", .classifier = NULL,
+        .vocab_size = 32000, .max_position_embeddings = 4096 * 32, .head_dim = 0, .bos_token_id = 1,
+        .eos_token_id = 2, .rms_norm_eps = 1e-5,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE,
+        .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER,
+        .names = {[TK_ROUTER] = "block_sparse_moe.gate.weight", [TK_EXP_G] = "block_sparse_moe.experts.%d.w1.weight",
+                  [TK_EXP_U] = "block_sparse_moe.experts.%d.w3.weight",
+                  [TK_EXP_D] = "block_sparse_moe.experts.%d.w2.weight"},
+        .fields = mixtral_fields, .parse = family_parse_mixtral,
+    },
+    {
+        // MistralForCausalLM: Llama's layer with sliding_window on every layer (docs/models.md).
+        .model_type = "mistral", .architecture = "MistralForCausalLM", .classifier = "MistralForSequenceClassification",
+        .vocab_size = 32000, .max_position_embeddings = 131072, .head_dim = 0, .bos_token_id = 1, .eos_token_id = 2,
+        .rms_norm_eps = 1e-6,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE,
+        .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER,
+        .fields = mistral_fields, .parse = family_parse_mistral,
+    },
+    {
+        // Gemma2ForCausalLM: (1 + w) norms before and after each sublayer, embeddings times
+        // sqrt(hidden), gelu_pytorch_tanh, query_pre_attn_scalar, soft-capped scores and logits,
+        // even layers sliding.
+        .model_type = "gemma2", .architecture = "Gemma2ForCausalLM", .classifier = "Gemma2ForSequenceClassification",
+        .vocab_size = 256000, .max_position_embeddings = 8192, .head_dim = 256, .bos_token_id = 2, .eos_token_id = 1,
+        .rms_norm_eps = 1e-6,
+        .norms = ALL_NORMS, .norm_plus_one = 1, .act = ACT_GELU_TANH, .qk_norm = QKNORM_NONE, .embed_scale_sqrt = 1,
+        .qkv_bias = BIAS_ATTN_KEY, .o_bias = BIAS_ATTN_KEY, .mlp_bias = BIAS_NEVER, .tie_default = 1,
+        .reads_layer_types = 1, .names = GEMMA_NAMES, .fields = gemma2_fields, .parse = family_parse_gemma2,
+    },
+    {
+        // Gemma3ForCausalLM (text only): Gemma 2's layer plus (1 + w) q/k norms per head, five
+        // sliding layers in six, a local RoPE base for them.
+        .model_type = "gemma3_text", .architecture = "Gemma3ForCausalLM", .classifier = NULL,
+        .vocab_size = 262208, .max_position_embeddings = 131072, .head_dim = 256, .bos_token_id = 2,
+        .eos_token_id = 1, .rms_norm_eps = 1e-6,
+        .norms = ALL_NORMS, .norm_plus_one = 1, .act = ACT_GELU_TANH, .qk_norm = QKNORM_HEAD, .embed_scale_sqrt = 1,
+        .qkv_bias = BIAS_ATTN_KEY, .o_bias = BIAS_ATTN_KEY, .mlp_bias = BIAS_NEVER, .tie_default = 1,
+        .reads_layer_types = 1, .names = GEMMA_NAMES, .fields = gemma3_fields, .parse = family_parse_gemma3,
     },
 };
 
@@ -132,6 +212,10 @@ static const char *default_suffix[TK_COUNT] = {
     [TK_LNF] = "post_feedforward_layernorm.weight",
     [TK_WQKV] = "self_attn.qkv_proj.weight",
     [TK_WGU] = "mlp.gate_up_proj.weight",
+    [TK_ROUTER] = "mlp.gate.weight",
+    [TK_EXP_G] = "mlp.experts.%d.gate_proj.weight",  // %d: the expert
+    [TK_EXP_U] = "mlp.experts.%d.up_proj.weight",
+    [TK_EXP_D] = "mlp.experts.%d.down_proj.weight",
 };
 
 const char *family_tensor_suffix(const FamilyDesc *fd, TensorKind kind) {

@@ -23,7 +23,7 @@
 //     layer_attention_backward (training) and in the cached loop of qwen3_forward_cached
 //     (generation); norms in layer_qkv / layer_out and their mirror in qwen3_backward_from_lnf;
 //     the embedding scale after embedding_forward; the final soft-cap in the loss heads. Until
-//     the op exists, config_parse refuses the field by name (config_check_supported).
+//     the op exists, config_parse refuses the field by name.
 //  4. A PyTorch port of the family's modeling file in scripts/ref_family.py, a tiny checkpoint in
 //     tests/data/models/<name>, and the name in tests/model/test_torch_parity.c's list.
 #ifndef STILL_FAMILY_H
@@ -58,6 +58,8 @@ typedef struct FamilyDesc {
     int fused_gate_up;         // mlp.gate_up_proj (2 FF, C): rows gate, then up
     BiasRule qkv_bias, o_bias, mlp_bias;
     int rope_longrope_aliases;    // rope types "su" and "yarn" mean "longrope" (Phi3Config)
+    int tie_default;           // tie_word_embeddings when config.json has none (Gemma: true)
+    int reads_layer_types;     // the parse hook reads layer_types (sliding layers) itself
     const char *names[TK_COUNT];  // per-layer HF suffixes that differ from tensors.c's defaults
     const char *const *fields;    // NULL-terminated config.json keys beyond family_common_fields
     // The family's own config fields (per-layer attention, caps, rope variants); NULL = none.

@@ -60,6 +60,13 @@ void gguf_w_arr_i32(GgufWriter *w, const char *k, const int32_t *v, size_t n) {
     put(&w->meta, v, n * 4);
 }
 
+void gguf_w_arr_f32(GgufWriter *w, const char *k, const float *v, size_t n) {
+    key(w, k, GGUF_ARRAY);
+    put_u32(&w->meta, GGUF_F32);
+    put_u64(&w->meta, n);
+    put(&w->meta, v, n * 4);
+}
+
 void gguf_w_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type, const void *data) {
     if (w->n_t == w->cap) {
         w->cap = w->cap ? 2 * w->cap : 64;

@@ -33,6 +33,7 @@ void gguf_w_f32(GgufWriter *w, const char *key, float v);
 void gguf_w_bool(GgufWriter *w, const char *key, int v);
 void gguf_w_arr_str(GgufWriter *w, const char *key, const char *const *v, size_t n);
 void gguf_w_arr_i32(GgufWriter *w, const char *key, const int32_t *v, size_t n);
+void gguf_w_arr_f32(GgufWriter *w, const char *key, const float *v, size_t n);
 // A tensor of n_dims dims ne (innermost first); data (may be NULL, see fill) is not copied and
 // must live until the write.
 void gguf_w_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type, const void *data);

@@ -108,6 +108,9 @@ typedef int (*PairFilter)(void *ctx, int layer, int mod);
 
 static Status build_table(Lora *lo, const Model *m, PairFilter has_pair, void *ctx, Err *e) {
     const ModelConfig *cfg = &m->cfg;
+    if (cfg->num_experts > 0)
+        return err_set(e, ST_EUNSUPPORTED, "LoRA on a mixture-of-experts model (model_type %s) is not supported yet",
+                       cfg->model_type);
     int L = cfg->num_hidden_layers, r = lo->cfg.r;
     TensorTable *tt = &lo->tt;
     memset(tt, 0, sizeof *tt);

@@ -68,7 +68,7 @@ void mem_plan_generate(const ModelConfig *c, DType wdt, DType file_dt, int B, in
     size_t big;
     o->weights = tt_bytes(c, wdt, NULL, &big);
     size_t decode = plan_bytes_cached(c, PLAN_DECODE, B, 1, S);
-    o->kv_cache = 2 * (size_t)c->num_hidden_layers * B * c->num_key_value_heads * S * c->head_dim * sizeof(float);
+    o->kv_cache = 2 * plan_cache_floats(c, B, S) * sizeof(float);
     o->plans = plan_bytes_cached(c, PLAN_PREFILL, B, P, 0) + decode;
     // prefill: 16-bit weights through fp32 panels; attention score blocks per thread over the cache
     o->scratch = (wdt != DT_F32 && (size_t)B * P > 4 ? panel_bytes(c) : 0) +

@@ -30,11 +30,15 @@ float *model_grad(const Model *m, TensorKind kind, int layer) {
 }
 
 void model_materialize(Model *m, int layer) {
-    if (m->hooks) m->hooks->materialize(m->hooks->ctx, m, layer);
+    if (m->hooks && m->hooks->materialize) m->hooks->materialize(m->hooks->ctx, m, layer);
 }
 
 void model_grads_done(Model *m, int layer) {
-    if (m->hooks) m->hooks->grads_done(m->hooks->ctx, m, layer);
+    if (m->hooks && m->hooks->grads_done) m->hooks->grads_done(m->hooks->ctx, m, layer);
+}
+
+void model_reduce(Model *m, float *buf, size_t n) {
+    if (m->hooks && m->hooks->reduce) m->hooks->reduce(m->hooks->reduce_ctx, m, buf, n);
 }
 
 const TensorInfo *model_lm_head(const Model *m) {
@@ -56,15 +60,22 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
         m->params = be->alloc(be, m->tt.param_bytes);
         for (int i = 0; i < m->tt.n; i++) m->data[i] = (char *)m->params + m->tt.t[i].offset;
     } else {
+        // copied tensors 64-byte aligned, except packed expert runs (tensors.h), which are never
+        // mapped and stay contiguous
         size_t bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
-            if (!mapped[i]) bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
+            if (!mapped[i]) {
+                if (!m->tt.t[i].packed) bytes = (bytes + 63) / 64 * 64;
+                bytes += dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel);
+            }
+        bytes = (bytes + 63) / 64 * 64;
         m->params = bytes ? be->alloc(be, bytes) : NULL;
         bytes = 0;
         for (int i = 0; i < m->tt.n; i++)
             if (!mapped[i]) {
+                if (!m->tt.t[i].packed) bytes = (bytes + 63) / 64 * 64;
                 m->data[i] = (char *)m->params + bytes;
-                bytes += (dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel) + 63) / 64 * 64;
+                bytes += dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel);
             }
     }
     int half = cfg->head_dim / 2;
@@ -72,12 +83,23 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
     config_rope_inv_freq(cfg, inv, &m->rope_mscale);
     m->inv_freq = be->alloc(be, (size_t)half * sizeof(float));
     be->upload(be, m->inv_freq, inv, (size_t)half * sizeof(float));
+    if (cfg->rope_local_theta > 0) {  // the sliding layers' RoPE (layer_rope)
+        config_rope_local_inv_freq(cfg, inv);
+        m->inv_freq_local = be->alloc(be, (size_t)half * sizeof(float));
+        be->upload(be, m->inv_freq_local, inv, (size_t)half * sizeof(float));
+    }
     free(inv);
     return m;
 }
 
 static Model *model_new(const ModelConfig *cfg, Backend *be, DType matrix_dtype) {
     return model_new_mapped(cfg, be, matrix_dtype, NULL);
+}
+
+Model *model_alloc(const ModelConfig *cfg, Backend *be, DType matrix_dtype) {
+    Model *m = model_new(cfg, be, matrix_dtype);
+    m->cfg.raw = cfg->raw ? cJSON_Duplicate(cfg->raw, 1) : NULL;
+    return m;
 }
 
 void model_alloc_grads(Model *m) {
@@ -300,7 +322,8 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
             const TensorInfo *t = &probe.tt.t[i];
             size_t bytes = dtype_bytes(t->dtype, t->numel);
             const StTensor *s = st_find(set, t->name);
-            mapped[i] = s && s->dtype == t->dtype;
+            int run = t->kind == TK_EXP_G || t->kind == TK_EXP_U || t->kind == TK_EXP_D;  // contiguous copies
+            mapped[i] = s && s->dtype == t->dtype && !run;
             if (mapped[i]) in_place += bytes;
             else copied += bytes;
         }

@@ -17,6 +17,9 @@ typedef struct ModelHooks {
     void *ctx;
     void (*materialize)(void *ctx, struct Model *m, int layer);  // m->data of the layer's tensors valid
     void (*grads_done)(void *ctx, struct Model *m, int layer);   // the layer's gradients are final
+    // tensor parallelism (src/train/tp.c): buf (n floats, device) summed over the group in place
+    void (*reduce)(void *ctx, struct Model *m, float *buf, size_t n);
+    void *reduce_ctx;
 } ModelHooks;
 
 typedef struct Model {
@@ -39,14 +42,20 @@ typedef struct Model {
     PlanCache plans;
     struct Lora *lora;    // LoRA adapter (model/lora.h) or NULL; with one, only the adapter trains
     int grad_ckpt;        // TRAIN plans recompute each layer's forward in the backward pass
+    double moe_capacity_factor;  // > 0: experts keep ceil(f N K / E) slots each (--moe_capacity_factor)
+    double moe_aux_scale;  // weight of a backward pass's load-balancing gradient: 1 / micro-batches in
+                           // still sft; 0 (none) elsewhere
     int shared;           // params and inv_freq belong to another model (model_share)
-    const ModelHooks *hooks;  // sharded parameters (NULL: every tensor always in data)
+    const ModelHooks *hooks;  // sharded parameters or tensor parallelism (NULL: neither)
     float **gdata;        // (tt.n) each tensor's gradient when sharded (hooks), else NULL: grads + goffset
 } Model;
 
 // The hooks' calls; no-ops on a model without hooks.
 void model_materialize(struct Model *m, int layer);
 void model_grads_done(struct Model *m, int layer);
+void model_reduce(struct Model *m, float *buf, size_t n);
+// A model of cfg (its raw JSON copied) with uninitialised parameters in matrix_dtype.
+Model *model_alloc(const ModelConfig *cfg, Backend *be, DType matrix_dtype);
 // The gradient of a table entry of m->tt, NULL when the model has none.
 float *model_tensor_grad(const Model *m, const TensorInfo *t);
 

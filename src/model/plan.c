@@ -20,6 +20,21 @@ const char *plan_mode_name(PlanMode mode) {
 
 int plan_ban_cap(int S) { return S + 256; }
 
+int plan_cache_slots(const ModelConfig *cfg, int l, int S) {
+    int w = cfg->layer_window[l];
+    return w > 0 && w < S ? w : S;
+}
+
+size_t plan_cache_offset(const ModelConfig *cfg, int l, int B, int S) {
+    size_t off = 0, row = size_mul((size_t)cfg->num_key_value_heads, (size_t)cfg->head_dim);
+    for (int i = 0; i < l; i++) off = size_add(off, size_mul(size_mul((size_t)B, row), (size_t)plan_cache_slots(cfg, i, S)));
+    return off;
+}
+
+size_t plan_cache_floats(const ModelConfig *cfg, int B, int S) {
+    return plan_cache_offset(cfg, cfg->num_hidden_layers, B, S);
+}
+
 int plan_head_chunk(int V) {
     // About 64 MiB of logits per chunk, between 32 and 256 rows, a multiple of 16. Every chunk's
     // GEMM streams (and a BLAS packs) the whole LM head, so few rows per chunk make the head
@@ -35,7 +50,36 @@ int plan_head_chunk(int V) {
 #define TAKE_F(n) ((float *)arena_take(a, size_mul((size_t)(n), sizeof(float))))
 #define TAKE_I(n) ((int32_t *)arena_take(a, size_mul((size_t)(n), sizeof(int32_t))))
 
-static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t N, int B, int T) {
+// Which MLPs a set of layer buffers serves: bit 1 the dense MLP, bit 2 the MoE block.
+enum { MLP_DENSE = 1, MLP_MOE = 2 };
+
+static int layer_mlps(const ModelConfig *cfg, int l) { return cfg->layer_moe[l] ? MLP_MOE : MLP_DENSE; }
+
+static int any_mlps(const ModelConfig *cfg) {
+    int k = 0;
+    for (int l = 0; l < cfg->num_hidden_layers; l++) k |= layer_mlps(cfg, l);
+    return k;
+}
+
+// One MoE block's forward buffers (S = N*K routed slots).
+static void moe_layout(Arena *a, MoeActs *ma, const ModelConfig *cfg, size_t N) {
+    size_t C = cfg->hidden_size, E = cfg->num_experts, K = cfg->num_experts_per_tok, S = N * K;
+    size_t FFE = cfg->moe_intermediate_size;
+    ma->logits = TAKE_F(N * E);
+    ma->idx = TAKE_I(S);
+    ma->w = TAKE_F(S);
+    ma->offsets = TAKE_I(E + 1);
+    ma->slot_token = TAKE_I(S);
+    ma->token_slot = TAKE_I(S);
+    ma->dropped = TAKE_I(1);
+    ma->xs = TAKE_F(S * C);
+    ma->g = TAKE_F(S * FFE);
+    ma->u = TAKE_F(S * FFE);
+    ma->h = TAKE_F(S * FFE);
+    ma->ys = TAKE_F(S * C);
+}
+
+static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t N, int B, int T, int mlps) {
     size_t C = cfg->hidden_size, FF = cfg->intermediate_size;
     size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
     la->res_in = TAKE_F(N * C);
@@ -72,9 +116,12 @@ static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t
         la->ln2 = la->res_mid;
         la->rstd2 = NULL;
     }
-    la->gate = TAKE_F(N * FF);
-    la->up = TAKE_F(N * FF);
-    la->act = TAKE_F(N * FF);
+    if (mlps & MLP_DENSE) {
+        la->gate = TAKE_F(N * FF);
+        la->up = TAKE_F(N * FF);
+        la->act = TAKE_F(N * FF);
+    }
+    if (mlps & MLP_MOE) moe_layout(a, &la->moe, cfg, N);
     la->mo = (cfg->norms & NORM_POST_MLP) ? TAKE_F(N * C) : NULL;
     la->rstdm = (cfg->norms & NORM_POST_MLP) ? TAKE_F(N) : NULL;
 }
@@ -90,13 +137,13 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->ids = TAKE_I(N);
     p->pos = TAKE_I(N);
     p->seg = TAKE_I(N);
-    layer_layout(a, &p->layers[0], cfg, N, B, T);
+    layer_layout(a, &p->layers[0], cfg, N, B, T, any_mlps(cfg));
     for (int l = 1; l < L; l++) p->layers[l] = p->layers[0];
     p->res_out = TAKE_F(N * C);
     p->mode = mode, p->B = B, p->T = T;
     lora_plan_layout(lo, L, p, a);
     if (mode != PLAN_DECODE) return;
-    size_t cache = size_mul(size_mul((size_t)L * B, (size_t)cfg->num_key_value_heads * cfg->head_dim), (size_t)S);
+    size_t cache = plan_cache_floats(cfg, B, S);
     p->kcache = TAKE_F(cache);
     p->vcache = TAKE_F(cache);
     p->kmask = TAKE_I((size_t)B * S);
@@ -127,18 +174,19 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
     p->targets = TAKE_I(N);
     p->weights = TAKE_F(N);
     if (mode == PLAN_TRAIN && !p->ckpt) {
-        for (int l = 0; l < L; l++) layer_layout(a, &p->layers[l], cfg, N, B, T);
+        for (int l = 0; l < L; l++) layer_layout(a, &p->layers[l], cfg, N, B, T, layer_mlps(cfg, l));
     } else if (mode == PLAN_TRAIN) {  // one layer's activations, and every layer's input
-        layer_layout(a, &p->layers[0], cfg, N, B, T);
+        layer_layout(a, &p->layers[0], cfg, N, B, T, any_mlps(cfg));
         for (int l = 1; l < L; l++) {
             p->layers[l] = p->layers[0];
             p->layers[l].res_in = TAKE_F(N * C);
             if (!(cfg->norms & NORM_PRE_ATTN)) p->layers[l].ln1 = p->layers[l].res_in;
         }
     } else {
-        layer_layout(a, &p->layers[0], cfg, N, B, T);
+        layer_layout(a, &p->layers[0], cfg, N, B, T, any_mlps(cfg));
         for (int l = 1; l < L; l++) p->layers[l] = p->layers[0];
     }
+    if (cfg->num_experts > 0) p->moe_stats = TAKE_F(2 * (size_t)cfg->num_experts + 1);
     p->res_out = TAKE_F(N * C);
     p->lnf = TAKE_F(N * C);
     p->rstdf = TAKE_F(N);
@@ -163,10 +211,22 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
         p->dqr = cfg->qk_norm ? TAKE_F(N * QD) : p->dq;
         p->dkr = cfg->qk_norm ? TAKE_F(N * KD) : p->dk;
         p->datt = TAKE_F(N * QD);
-        p->dact = TAKE_F(N * FF);
-        p->dgate = TAKE_F(N * FF);
-        p->dup = TAKE_F(N * FF);
+        if (any_mlps(cfg) & MLP_DENSE) {
+            p->dact = TAKE_F(N * FF);
+            p->dgate = TAKE_F(N * FF);
+            p->dup = TAKE_F(N * FF);
+        }
         p->dpost = (cfg->norms & (NORM_POST_ATTN | NORM_POST_MLP)) ? TAKE_F(N * C) : NULL;
+        if (any_mlps(cfg) & MLP_MOE) {
+            size_t E = cfg->num_experts, S = N * cfg->num_experts_per_tok, FFE = cfg->moe_intermediate_size;
+            p->moe_scr.dlogits = TAKE_F(N * E);
+            p->moe_scr.dw = TAKE_F(S);
+            p->moe_scr.dys = TAKE_F(S * C);
+            p->moe_scr.dxs = TAKE_F(S * C);
+            p->moe_scr.dh = TAKE_F(S * FFE);
+            p->moe_scr.dg = TAKE_F(S * FFE);
+            p->moe_scr.du = TAKE_F(S * FFE);
+        }
     }
     p->mode = mode, p->B = B, p->T = T;
     lora_plan_layout(lo, L, p, a);
@@ -275,7 +335,10 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
 void plan_cache_free(Model *m) {
     PlanCache *pc = &m->plans;
     for (int i = 0; i < pc->n; i++) {
-        if (pc->plans[i]->graph_ready && m->be->graph_drop) m->be->graph_drop(m->be, (uint64_t)(uintptr_t)pc->plans[i]);
+        uint64_t key = (uint64_t)(uintptr_t)pc->plans[i];
+        if (pc->plans[i]->graph_ready && m->be->graph_drop) m->be->graph_drop(m->be, key);
+        for (int k = 0; k < 63 && m->be->graph_drop; k++)
+            if (pc->plans[i]->rows_ready >> k & 1) m->be->graph_drop(m->be, key + ((uint64_t)1 << k));
         m->be->free(m->be, pc->plans[i]->base);
         free(pc->plans[i]->layers);
         free(pc->plans[i]);

@@ -8,6 +8,7 @@
 #include "../backend/backend.h"
 #include "../core/common.h"
 #include "config.h"
+#include "moe.h"
 
 struct Model;
 struct Lora;
@@ -43,6 +44,7 @@ typedef struct LayerActs {
     float *gate;     // (N,FF)
     float *up;       // (N,FF)
     float *act;      // (N,FF) silu(gate)*up
+    MoeActs moe;     // sparse MoE layers (cfg.layer_moe): the block's buffers (moe.h); else unset
     float *mo;       // (N,C) down_proj output before its norm (NORM_POST_MLP), else NULL
     float *rstdm;    // (N) NORM_POST_MLP
 } LayerActs;
@@ -71,6 +73,10 @@ typedef struct Plan {
     int32_t *pool_rows;    // (B) pooled row of each sequence, in [0, N)
     float *cls_scores;     // (B,NL) scores
     float *cls_dscores;    // (B,NL) TRAIN: d loss / d score
+    // mixture of experts (cfg.num_experts > 0)
+    float *moe_stats;      // (2E+1) load-balancing statistics of the last forward (moe.h)
+    int moe_aux;           // the last forward accumulated moe_stats (training with output_router_logits)
+    MoeScratch moe_scr;    // TRAIN: one MoE block's backward scratch
     // backward scratch (TRAIN only), one layer's worth, reused by every layer
     float *dres;           // (N,C) gradient of the residual stream
     float *dln;            // (N,C)
@@ -80,7 +86,7 @@ typedef struct Plan {
     float *dact, *dgate, *dup;  // (N,FF)
     float *dpost;          // (N,C) d(sublayer output) before a post-norm (NORM_POST_*), else NULL
     // DECODE only: the static KV cache and one decoding step's head and sampler buffers
-    float *kcache, *vcache;  // (L,B,NKV,S,HD) keys after q/k norm and RoPE; values
+    float *kcache, *vcache;  // per layer (B,NKV,slots,HD) at plan_cache_offset: keys after q/k norm and RoPE; values
     int32_t *kmask;        // (B,S) 1 = a real token's slot, 0 = left padding
     int32_t *cache_start;  // (1) first cache slot of the chunk being run (qwen3_cache_seek)
     float *hlast;          // (B,C) residual at each row's last position (gathered)
@@ -109,6 +115,9 @@ typedef struct Plan {
     // scratch buffer, and replayed. Key: the plan's address, dropped when the plan is freed.
     int eager_runs;        // eager runs of the step so far (recording starts after the first)
     int graph_ready;       // the step is recorded
+    // DECODE steps over the first 2^k < B rows (qwen3_decode_step_rows), graph key address + 2^k:
+    // bit k once run eagerly / recorded
+    uint64_t rows_eager, rows_ready;
 } Plan;
 
 typedef struct PlanCache {
@@ -137,6 +146,13 @@ Status plan_get_shape(struct Model *m, PlanMode mode, int B, int T, int S, Plan 
 // Banned-id slots per row of a DECODE plan with S cache slots (room for a ban of every id of
 // the history plus bad words).
 int plan_ban_cap(int S);
+// The KV cache of a decode plan of S slots, layer by layer: a global layer keeps S slots per
+// row, a sliding layer whose window W is shorter keeps a ring of W (backend.h, attention_ring),
+// so the cache follows the windows. Slots of layer l per row, the float offset of layer l's
+// (B,NKV,slots,HD) block in kcache / vcache, and the floats of each of the two.
+int plan_cache_slots(const ModelConfig *cfg, int l, int S);
+size_t plan_cache_offset(const ModelConfig *cfg, int l, int B, int S);
+size_t plan_cache_floats(const ModelConfig *cfg, int B, int S);
 void plan_cache_free(struct Model *m);
 // Default rows per loss-head chunk for a vocabulary size (bounded logits memory).
 int plan_head_chunk(int V);

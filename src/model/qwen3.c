@@ -146,23 +146,68 @@ static float query_mult(const ModelConfig *cfg) {
     return (float)(cfg->query_scale * sqrt((double)cfg->head_dim));
 }
 
-// Layer l up to attention: the input norm (NORM_PRE_ATTN; else the projections read res_in,
+// RMSNorm with a model norm weight: by (1 + w) for the families that store w that way
+// (cfg.norm_plus_one, Gemma), else by w.
+static void norm_fwd(Model *m, float *out, float *rstd, const float *inp, const float *w, int N, int C) {
+    Backend *be = m->be;
+    float eps = (float)m->cfg.rms_norm_eps;
+    if (m->cfg.norm_plus_one) be->rmsnorm_forward_off(be, out, rstd, inp, w, 1.0f, N, C, eps);
+    else be->rmsnorm_forward(be, out, rstd, inp, w, N, C, eps);
+}
+
+static void norm_bwd(Model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     const float *rstd, int N, int C) {
+    Backend *be = m->be;
+    if (m->cfg.norm_plus_one) be->rmsnorm_backward_off(be, dinp, dw, dout, inp, w, 1.0f, rstd, N, C);
+    else be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+// The gated MLP's activation: act(gate) * up with the family's act.
+static void act_fwd(Model *m, float *out, const float *gate, const float *up, size_t n) {
+    if (m->cfg.act == ACT_GELU_TANH) m->be->geglu_forward(m->be, out, gate, up, n);
+    else m->be->swiglu_forward(m->be, out, gate, up, n);
+}
+
+static void act_bwd(Model *m, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                    size_t n) {
+    if (m->cfg.act == ACT_GELU_TANH) m->be->geglu_backward(m->be, dgate, dup, dout, gate, up, n);
+    else m->be->swiglu_backward(m->be, dgate, dup, dout, gate, up, n);
+}
+
+// Layer l's attention options: its sliding window and the score soft-cap (the query scale is
+// applied to q, query_mult).
+static AttnOpts layer_opts(const ModelConfig *cfg, int l) {
+    AttnOpts o = {cfg->layer_window[l], (float)cfg->attn_softcap, 0.0f, 0};
+    return o;
+}
+
+static void attn_fwd(Model *m, Plan *p, LayerActs *a, int l) {
+    const ModelConfig *cfg = &m->cfg;
+    m->be->attention_forward_opt(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T,
+                                 cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, layer_opts(cfg, l));
+}
+
+// Final-logit soft-capping of n logits in place (cfg.final_softcap; nothing without one).
+static void cap_logits(Model *m, float *logits, size_t n) {
+    if (m->cfg.final_softcap > 0) m->be->softcap_forward(m->be, logits, (float)m->cfg.final_softcap, n);
+}
+
+// Layer l up to attention over the first N rows of p: the input norm (NORM_PRE_ATTN; else the projections read res_in,
 // which a->ln1 aliases), q/k/v projections, q/k norm, RoPE, query scale (a->qr, a->kr, a->v).
-static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l) {
+static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int N = p->B * p->T, C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
+    int C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
     int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
-    float eps = (float)cfg->rms_norm_eps;
-    if (cfg->norms & NORM_PRE_ATTN) be->rmsnorm_forward(be, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C, eps);
+    if (cfg->norms & NORM_PRE_ATTN) norm_fwd(m, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C);
     linear_forward_multi(m, p, l, 3, (const TensorKind[]){TK_WQ, TK_WK, TK_WV}, (float *const[]){a->q, a->k, a->v},
                          a->ln1, N, C, (const int[]){QD, KD, KD});
     if (cfg->qk_norm == QKNORM_HEAD) {
-        be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD, eps);
-        be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD, eps);
+        norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD);
+        norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD);
     } else if (cfg->qk_norm == QKNORM_PROJ) {
-        be->rmsnorm_forward(be, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD, eps);
-        be->rmsnorm_forward(be, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD, eps);
+        norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
+        norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
     }
     be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
     be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
@@ -175,42 +220,73 @@ static void post_norm_add(Model *m, float *out, float *rstd, const float *y, con
                           int N) {
     Backend *be = m->be;
     int C = m->cfg.hidden_size;
-    be->rmsnorm_forward(be, out, rstd, y, F(nk, l), N, C, (float)m->cfg.rms_norm_eps);
+    norm_fwd(m, out, rstd, y, F(nk, l), N, C);
     be->add(be, out, out, x, (size_t)N * C);
 }
 
-// Layer l after attention (a->att): output projection, (post-norm,) residual, (pre-norm,) MLP,
+// Layer l after attention (a->att) over the first N rows: output projection, (post-norm,) residual, (pre-norm,) MLP,
 // (post-norm,) residual -> next.
-static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next) {
+// ---- mixture of experts (moe.h) --------------------------------------------------------------
+// The block's dims for N tokens; with --moe_capacity_factor f each expert keeps at most
+// ceil(f N K / E) slots (docs/backends.md, fixed-shape dispatch).
+static MoeDims moe_dims(const Model *m, int N) {
+    const ModelConfig *cfg = &m->cfg;
+    MoeDims d = {.N = N, .C = cfg->hidden_size, .E = cfg->num_experts, .K = cfg->num_experts_per_tok,
+                 .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0};
+    if (m->moe_capacity_factor > 0)
+        d.capacity = (int)MIN(ceil(m->moe_capacity_factor * N * d.K / d.E), (double)N);
+    return d;
+}
+
+static MoeWeights moe_weights(const Model *m, int l) {
+    MoeWeights w;
+    w.router = weight(m, TK_ROUTER, l, &w.router_dt);
+    w.gate = weight(m, TK_EXP_G, l, &w.wdt);
+    w.up = weight(m, TK_EXP_U, l, NULL);
+    w.down = weight(m, TK_EXP_D, l, NULL);
+    return w;
+}
+
+// The load-balancing loss coefficient of one backward pass (0: none).
+static float moe_aux_coef(const Model *m, const Plan *p) {
+    return p->moe_aux ? (float)(m->cfg.router_aux_loss_coef * m->moe_aux_scale) : 0.0f;
+}
+
+static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int N = p->B * p->T, C = cfg->hidden_size, FF = cfg->intermediate_size;
+    int C = cfg->hidden_size, FF = cfg->intermediate_size;
     int QD = cfg->num_attention_heads * cfg->head_dim;
-    float eps = (float)cfg->rms_norm_eps;
     if (cfg->norms & NORM_POST_ATTN) {
         linear_forward(m, p, l, TK_WO, a->ao, a->att, N, QD, C);
+        model_reduce(m, a->ao, (size_t)N * C);  // tensor parallel: the heads' partial sums
         post_norm_add(m, a->res_mid, a->rstda, a->ao, a->res_in, TK_LNA, l, N);
     } else {
         linear_forward(m, p, l, TK_WO, a->res_mid, a->att, N, QD, C);
+        model_reduce(m, a->res_mid, (size_t)N * C);
         be->add(be, a->res_mid, a->res_mid, a->res_in, (size_t)N * C);
     }
-    if (cfg->norms & NORM_PRE_MLP) be->rmsnorm_forward(be, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C, eps);
-    linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2, N,
-                         C, (const int[]){FF, FF});
-    be->swiglu_forward(be, a->act, a->gate, a->up, (size_t)N * FF);
-    if (cfg->norms & NORM_POST_MLP) {
-        linear_forward(m, p, l, TK_WD, a->mo, a->act, N, FF, C);
-        post_norm_add(m, next, a->rstdm, a->mo, a->res_mid, TK_LNF, l, N);
+    if (cfg->norms & NORM_PRE_MLP) norm_fwd(m, a->ln2, a->rstd2, a->res_mid, F(TK_LN2, l), N, C);
+    float *y = (cfg->norms & NORM_POST_MLP) ? a->mo : next;  // the MLP's output
+    if (cfg->layer_moe[l]) {
+        MoeDims d = moe_dims(m, N);
+        MoeWeights w = moe_weights(m, l);
+        moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
     } else {
-        linear_forward(m, p, l, TK_WD, next, a->act, N, FF, C);
-        be->add(be, next, next, a->res_mid, (size_t)N * C);
+        linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2,
+                             N, C, (const int[]){FF, FF});
+        act_fwd(m, a->act, a->gate, a->up, (size_t)N * FF);
+        linear_forward(m, p, l, TK_WD, y, a->act, N, FF, C);
+        model_reduce(m, y, (size_t)N * C);  // tensor parallel: the columns' partial sums
     }
+    if (cfg->norms & NORM_POST_MLP) post_norm_add(m, next, a->rstdm, a->mo, a->res_mid, TK_LNF, l, N);
+    else be->add(be, next, next, a->res_mid, (size_t)N * C);
 }
 
-// The token embeddings of p->ids into out (N,C), times cfg.embed_scale.
-static void embed(Model *m, Plan *p, float *out) {
+// The token embeddings of the first N ids of p into out (N,C), times cfg.embed_scale.
+static void embed(Model *m, Plan *p, float *out, int N) {
     Backend *be = m->be;
-    int N = p->B * p->T, C = m->cfg.hidden_size;
+    int C = m->cfg.hidden_size;
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
     be->embedding_forward(be, out, p->ids, emb, edt, N, C);
@@ -221,21 +297,23 @@ void qwen3_forward(Model *m, Plan *p) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
     int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size;
-    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
+    int L = cfg->num_hidden_layers;
 
     model_materialize(m, -1);
-    embed(m, p, p->layers[0].res_in);
+    embed(m, p, p->layers[0].res_in, N);
+    p->moe_aux = p->mode == PLAN_TRAIN && cfg->num_experts > 0 && cfg->output_router_logits;
+    if (p->moe_aux) be->zero(be, p->moe_stats, (2 * (size_t)cfg->num_experts + 1) * sizeof(float));
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
         model_materialize(m, l);
         // In SCORE plans every layer shares one set of buffers: the residual that leaves layer
         // l-1 in res_out is copied into res_in.
         if (l > 0 && p->mode == PLAN_SCORE) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
-        layer_qkv(m, p, a, l);
-        be->attention_forward(be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH, NKV, HD);
-        layer_out(m, p, a, l, (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out);
+        layer_qkv(m, p, a, l, N);
+        attn_fwd(m, p, a, l);
+        layer_out(m, p, a, l, (l + 1 < L && p->mode == PLAN_TRAIN) ? p->layers[l + 1].res_in : p->res_out, N);
     }
-    be->rmsnorm_forward(be, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C, (float)cfg->rms_norm_eps);
+    norm_fwd(m, p->lnf, p->rstdf, p->res_out, F(TK_NORM, -1), N, C);
 }
 
 void qwen3_cache_seek(Model *m, Plan *dp, int start, int T) {
@@ -245,62 +323,88 @@ void qwen3_cache_seek(Model *m, Plan *dp, int start, int T) {
     m->be->upload(m->be, dp->cache_start, &s, sizeof s);
 }
 
-void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
+// Attention of the chunk in p against rows [row0, row0 + nb) of layer l's cache in dp: a full
+// cache (B,NKV,S,HD) is written first and then read (attention_cached_opt, the window applied
+// when the layer has one); a sliding layer whose window is shorter than S keeps a ring of W
+// slots (plan_cache_slots), read together with the chunk's own keys before the chunk's last W
+// are written into it (attention_ring, kv_ring_write), so its memory follows the window.
+static void cached_attention(Model *m, Plan *p, Plan *dp, LayerActs *a, int l, int row0, int nb) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int B = p->B, T = p->T, N = B * T, C = cfg->hidden_size, S = dp->S;
-    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
-    size_t layer_cache = (size_t)B * NKV * S * HD;
-    CHECK(dp->mode == PLAN_DECODE && dp->B == B && T <= S);
+    int T = p->T, S = dp->S, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim;
+    int slots = plan_cache_slots(cfg, l, S);
+    size_t row_cache = (size_t)NKV * slots * HD, off = plan_cache_offset(cfg, l, dp->B, S) + (size_t)row0 * row_cache;
+    float *kc = dp->kcache + off, *vc = dp->vcache + off;
+    const int32_t *kmask = dp->kmask + (size_t)row0 * S;
+    AttnOpts o = layer_opts(cfg, l);
+    if (slots < S) {
+        be->attention_ring(be, a->att, a->qr, kc, vc, a->kr, a->v, kmask, dp->cache_start, nb, T, NH, NKV, HD, S, o);
+        be->kv_ring_write(be, kc, vc, a->kr, a->v, dp->cache_start, nb, T, NKV, HD, slots);
+    } else {
+        be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, nb, T, NKV, HD, S);
+        be->attention_cached_opt(be, a->att, a->qr, kc, vc, kmask, dp->cache_start, nb, T, NH, NKV, HD, S, o);
+    }
+}
+
+// forward_cached over the first B rows of p (B <= p->B; p is dp itself when B < dp->B): rows
+// [0, B) of every layer's cache, of kmask and of the activations; the other rows untouched.
+static void forward_cached_rows(Model *m, Plan *p, Plan *dp, int B) {
+    Backend *be = m->be;
+    const ModelConfig *cfg = &m->cfg;
+    int T = p->T, N = B * T, C = cfg->hidden_size, S = dp->S;
+    int L = cfg->num_hidden_layers;
+    CHECK(dp->mode == PLAN_DECODE && B >= 1 && B <= dp->B && B <= p->B && T <= S);
 
     model_materialize(m, -1);
-    embed(m, p, p->layers[0].res_in);
+    embed(m, p, p->layers[0].res_in, N);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];  // every layer shares one set of buffers
         model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)N * C * sizeof(float));
-        layer_qkv(m, p, a, l);
-        float *kc = dp->kcache + l * layer_cache, *vc = dp->vcache + l * layer_cache;
-        be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, B, T, NKV, HD, S);
-        be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask, dp->cache_start, B, T, NH, NKV, HD, S);
-        layer_out(m, p, a, l, p->res_out);
+        layer_qkv(m, p, a, l, N);
+        cached_attention(m, p, dp, a, l, 0, B);
+        layer_out(m, p, a, l, p->res_out, N);
     }
 }
 
-void qwen3_last_logits(Model *m, Plan *p, Plan *dp) {
+void qwen3_forward_cached(Model *m, Plan *p, Plan *dp) {
+    CHECK(dp->B == p->B);
+    forward_cached_rows(m, p, dp, p->B);
+}
+
+// last_logits for the first B rows of p.
+static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     Backend *be = m->be;
-    int B = p->B, T = p->T, C = m->cfg.hidden_size;
+    int T = p->T, C = m->cfg.hidden_size;
     const float *h = p->res_out;
     if (T > 1) {  // gather row b's position T-1
         for (int b = 0; b < B; b++)
             be->copy(be, dp->hlast + (size_t)b * C, p->res_out + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(float));
         h = dp->hlast;
     }
-    be->rmsnorm_forward(be, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C, (float)m->cfg.rms_norm_eps);
+    norm_fwd(m, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C);
     DType hdt;
     const void *head = head_weight(m, &hdt);
     be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, m->cfg.vocab_size);
+    cap_logits(m, dp->logits, (size_t)B * m->cfg.vocab_size);
 }
+
+void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
 
 void qwen3_forward_cached_row(Model *m, Plan *p, Plan *dp, int row) {
     Backend *be = m->be;
     const ModelConfig *cfg = &m->cfg;
-    int T = p->T, C = cfg->hidden_size, S = dp->S;
-    int NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads, HD = cfg->head_dim, L = cfg->num_hidden_layers;
-    size_t row_cache = (size_t)NKV * S * HD, layer_cache = (size_t)dp->B * row_cache;
+    int T = p->T, C = cfg->hidden_size, S = dp->S, L = cfg->num_hidden_layers;
     CHECK(dp->mode == PLAN_DECODE && p->B == 1 && row >= 0 && row < dp->B && T <= S);
     model_materialize(m, -1);
-    embed(m, p, p->layers[0].res_in);
+    embed(m, p, p->layers[0].res_in, T);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &p->layers[l];
         model_materialize(m, l);
         if (l > 0) be->copy(be, a->res_in, p->res_out, (size_t)T * C * sizeof(float));
-        layer_qkv(m, p, a, l);
-        float *kc = dp->kcache + l * layer_cache + row * row_cache, *vc = dp->vcache + l * layer_cache + row * row_cache;
-        be->kv_cache_write(be, kc, vc, a->kr, a->v, dp->cache_start, 1, T, NKV, HD, S);
-        be->attention_cached(be, a->att, a->qr, kc, vc, dp->kmask + (size_t)row * S, dp->cache_start, 1, T, NH, NKV, HD,
-                             S);
-        layer_out(m, p, a, l, p->res_out);
+        layer_qkv(m, p, a, l, T);
+        cached_attention(m, p, dp, a, l, row, 1);
+        layer_out(m, p, a, l, p->res_out, T);
     }
 }
 
@@ -310,54 +414,69 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
     CHECK(p->B == 1 && row >= 0 && row < dp->B);
     float *h = dp->hlast + (size_t)row * C;
     be->copy(be, h, p->res_out + (size_t)(T - 1) * C, (size_t)C * sizeof(float));
-    be->rmsnorm_forward(be, dp->lnlast + (size_t)row * C, dp->rstdlast + row, h, F(TK_NORM, -1), 1, C,
-                        (float)m->cfg.rms_norm_eps);
+    norm_fwd(m, dp->lnlast + (size_t)row * C, dp->rstdlast + row, h, F(TK_NORM, -1), 1, C);
     DType hdt;
     const void *head = head_weight(m, &hdt);
     be->matmul_forward(be, dp->logits + (size_t)row * V, dp->lnlast + (size_t)row * C, head, hdt, NULL, 1, C, V);
+    cap_logits(m, dp->logits + (size_t)row * V, (size_t)V);
 }
 
 // Run a plan's step: eagerly where the backend has no graph hooks and the first time; recorded
-// the second time; replayed from then on.
-static void run_recorded(Model *m, Plan *p, void (*step)(Model *, Plan *)) {
+// the second time; replayed from then on. `rows` is the rows of a decode step (p->B: the whole
+// plan, key the plan's address; fewer: a power of two, key address + rows, state in bit
+// log2(rows) of p->rows_eager / rows_ready).
+static void run_recorded_rows(Model *m, Plan *p, int rows, void (*step)(Model *, Plan *, int)) {
     Backend *be = m->be;
-    uint64_t key = (uint64_t)(uintptr_t)p;
     if (m->hooks) {  // sharded weights: collectives between the ops, never recorded
-        step(m, p);
+        step(m, p, rows);
         return;
     }
-    if (p->graph_ready && be->graph_launch(be, key)) return;
-    if (!be->graph_begin || p->eager_runs == 0) {  // the first run sizes every scratch buffer
-        step(m, p);
-        p->eager_runs++;
+    int whole = rows == p->B, bit = 0;
+    while (!whole && (1 << bit) < rows) bit++;
+    CHECK(whole || (rows == 1 << bit && bit < 63));
+    uint64_t key = (uint64_t)(uintptr_t)p + (whole ? 0 : (uint64_t)rows), mask = (uint64_t)1 << bit;
+    int ready = whole ? p->graph_ready : (p->rows_ready & mask) != 0;
+    int eager = whole ? p->eager_runs : (p->rows_eager & mask) != 0;
+    if (ready && be->graph_launch(be, key)) return;
+    if (!be->graph_begin || !eager) {  // the first run sizes every scratch buffer
+        step(m, p, rows);
+        if (whole) p->eager_runs++;
+        else p->rows_eager |= mask;
         return;
     }
     be->graph_begin(be, key);
-    step(m, p);
+    step(m, p, rows);
     be->graph_end(be, key);
-    p->graph_ready = 1;
+    if (whole) p->graph_ready = 1;
+    else p->rows_ready |= mask;
     m->plans.graphs++;
     CHECK(be->graph_launch(be, key));
 }
 
-static void decode_step(Model *m, Plan *dp) {
-    qwen3_forward_cached(m, dp, dp);
-    qwen3_last_logits(m, dp, dp);
+static void decode_rows(Model *m, Plan *dp, int rows) {
+    forward_cached_rows(m, dp, dp, rows);
+    last_logits_rows(m, dp, dp, rows);
 }
 
 void qwen3_decode_step(Model *m, Plan *dp) {
     CHECK(dp->mode == PLAN_DECODE);
-    run_recorded(m, dp, decode_step);
+    run_recorded_rows(m, dp, dp->B, decode_rows);
 }
 
-static void train_micro(Model *m, Plan *p) {
+void qwen3_decode_step_rows(Model *m, Plan *dp, int rows) {
+    CHECK(dp->mode == PLAN_DECODE && rows >= 1 && rows <= dp->B);
+    run_recorded_rows(m, dp, rows, decode_rows);
+}
+
+static void train_micro(Model *m, Plan *p, int rows) {
+    (void)rows;
     qwen3_forward(m, p);
     qwen3_ce_loss(m, p, 1.0f, 1);
 }
 
 void qwen3_train_micro(Model *m, Plan *p) {
     CHECK(p->mode == PLAN_TRAIN && trains(m));
-    run_recorded(m, p, train_micro);
+    run_recorded_rows(m, p, p->B, train_micro);
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
@@ -365,6 +484,7 @@ void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
     const void *head = head_weight(m, &hdt);
     m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, head, hdt, NULL, nrows,
                           m->cfg.hidden_size, m->cfg.vocab_size);
+    cap_logits(m, out, (size_t)nrows * m->cfg.vocab_size);
 }
 
 void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
@@ -374,8 +494,9 @@ void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
     const void *head = head_weight(m, &hdt);
     int bw = backward && p->mode == PLAN_TRAIN && trains(m);
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->ce_head(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf,
-                head, hdt, p->targets, p->weights, grad_scale, p->head_scratch, p->head_chunk, N, C, V);
+    be->ce_head_cap(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? head_grad(m) : NULL,
+                    p->lnf, head, hdt, p->targets, p->weights, grad_scale, (float)m->cfg.final_softcap, p->head_scratch,
+                    p->head_chunk, N, C, V);
     if (bw) qwen3_backward_from_lnf(m, p);
 }
 
@@ -387,10 +508,12 @@ static void recompute_layer(Model *m, Plan *p, int l) {
     const ModelConfig *cfg = &m->cfg;
     if (!p->ckpt || l == cfg->num_hidden_layers - 1) return;
     LayerActs *a = &p->layers[l];
-    layer_qkv(m, p, a, l);
-    m->be->attention_forward(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T, cfg->num_attention_heads,
-                             cfg->num_key_value_heads, cfg->head_dim);
-    layer_out(m, p, a, l, p->layers[l + 1].res_in);  // rewrites the same values
+    layer_qkv(m, p, a, l, p->B * p->T);
+    attn_fwd(m, p, a, l);
+    int aux = p->moe_aux;  // the statistics are complete: a recomputation adds nothing to them
+    p->moe_aux = 0;
+    layer_out(m, p, a, l, p->layers[l + 1].res_in, p->B * p->T);  // rewrites the same values
+    p->moe_aux = aux;
 }
 
 void qwen3_backward_from_lnf(Model *m, Plan *p) {
@@ -403,7 +526,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
 
     // final norm: d(res_out) from d(lnf)
     be->zero(be, p->dres, (size_t)N * C * fs);
-    be->rmsnorm_backward(be, p->dres, G(TK_NORM, -1), p->dln, p->res_out, F(TK_NORM, -1), p->rstdf, N, C);
+    norm_bwd(m, p->dres, G(TK_NORM, -1), p->dln, p->res_out, F(TK_NORM, -1), p->rstdf, N, C);
     float qm = query_mult(cfg);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &p->layers[l];
@@ -412,26 +535,36 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         // MLP block: out = res_mid + [norm](down(silu(gate(x)) * up(x))), x = [norm](res_mid);
         // dres holds d(out). Without a pre-norm the projections' input gradient goes straight
         // into dres (it is d(res_mid) from here on).
-        be->zero(be, p->dact, (size_t)N * FF * fs);
-        be->zero(be, p->dgate, (size_t)N * FF * fs);
-        be->zero(be, p->dup, (size_t)N * FF * fs);
         const float *dmo = p->dres;
         if (cfg->norms & NORM_POST_MLP) {
             be->zero(be, p->dpost, (size_t)N * C * fs);
-            be->rmsnorm_backward(be, p->dpost, G(TK_LNF, l), p->dres, a->mo, F(TK_LNF, l), a->rstdm, N, C);
+            norm_bwd(m, p->dpost, G(TK_LNF, l), p->dres, a->mo, F(TK_LNF, l), a->rstdm, N, C);
             dmo = p->dpost;
         }
-        linear_backward(m, p, l, TK_WD, p->dact, dmo, a->act, N, FF, C);
-        be->swiglu_backward(be, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
         float *dx = p->dres;
         if (cfg->norms & NORM_PRE_MLP) {
             be->zero(be, p->dln, (size_t)N * C * fs);
             dx = p->dln;
         }
-        linear_backward(m, p, l, TK_WG, dx, p->dgate, a->ln2, N, C, FF);
-        linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
-        if (cfg->norms & NORM_PRE_MLP)
-            be->rmsnorm_backward(be, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
+        if (cfg->layer_moe[l]) {
+            MoeDims d = moe_dims(m, N);
+            MoeWeights w = moe_weights(m, l);
+            MoeGrads g = {G(TK_ROUTER, l), G(TK_EXP_G, l), G(TK_EXP_U, l), G(TK_EXP_D, l)};
+            moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
+                               moe_aux_coef(m, p), p->seg);
+        } else {
+            be->zero(be, p->dact, (size_t)N * FF * fs);
+            be->zero(be, p->dgate, (size_t)N * FF * fs);
+            be->zero(be, p->dup, (size_t)N * FF * fs);
+            linear_backward(m, p, l, TK_WD, p->dact, dmo, a->act, N, FF, C);
+            act_bwd(m, p->dgate, p->dup, p->dact, a->gate, a->up, (size_t)N * FF);
+            linear_backward(m, p, l, TK_WG, dx, p->dgate, a->ln2, N, C, FF);
+            linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
+        }
+        if (cfg->norms & NORM_PRE_MLP) {
+            model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel (pre-norm families): every rank's share
+            norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
+        }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
         // dres = d(res_mid).
         be->zero(be, p->datt, (size_t)N * QD * fs);
@@ -441,12 +574,12 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         const float *dao = p->dres;
         if (cfg->norms & NORM_POST_ATTN) {
             be->zero(be, p->dpost, (size_t)N * C * fs);
-            be->rmsnorm_backward(be, p->dpost, G(TK_LNA, l), p->dres, a->ao, F(TK_LNA, l), a->rstda, N, C);
+            norm_bwd(m, p->dpost, G(TK_LNA, l), p->dres, a->ao, F(TK_LNA, l), a->rstda, N, C);
             dao = p->dpost;
         }
         linear_backward(m, p, l, TK_WO, p->datt, dao, a->att, N, QD, C);
-        be->attention_backward(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T, NH,
-                               NKV, HD);
+        be->attention_backward_opt(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T,
+                                   NH, NKV, HD, layer_opts(cfg, l));
         if (qm != 1.0f) be->scale(be, p->dqr, qm, (size_t)N * QD);
         be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
         be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
@@ -454,10 +587,10 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             int per_head = cfg->qk_norm == QKNORM_HEAD;
             be->zero(be, p->dq, (size_t)N * QD * fs);
             be->zero(be, p->dk, (size_t)N * KD * fs);
-            be->rmsnorm_backward(be, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, per_head ? N * NH : N,
-                                 per_head ? HD : QD);
-            be->rmsnorm_backward(be, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, per_head ? N * NKV : N,
-                                 per_head ? HD : KD);
+            norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, per_head ? N * NH : N,
+                     per_head ? HD : QD);
+            norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, per_head ? N * NKV : N,
+                     per_head ? HD : KD);
         }
         dx = p->dres;
         if (cfg->norms & NORM_PRE_ATTN) {
@@ -467,14 +600,26 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         linear_backward(m, p, l, TK_WQ, dx, p->dq, a->ln1, N, C, QD);
         linear_backward(m, p, l, TK_WK, dx, p->dk, a->ln1, N, C, KD);
         linear_backward(m, p, l, TK_WV, dx, p->dv, a->ln1, N, C, KD);
-        if (cfg->norms & NORM_PRE_ATTN)
-            be->rmsnorm_backward(be, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        if (cfg->norms & NORM_PRE_ATTN) {
+            model_reduce(m, p->dln, (size_t)N * C);
+            norm_bwd(m, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        }
         model_grads_done(m, l);
     }
     float *demb = G(TK_EMBED, -1);
     if (demb && cfg->embed_scale != 1.0f) be->scale(be, p->dres, cfg->embed_scale, (size_t)N * C);
     if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
     model_grads_done(m, -1);
+}
+
+double qwen3_moe_aux_loss(Model *m, Plan *p) {
+    int E = m->cfg.num_experts;
+    if (!p->moe_aux || E <= 0) return 0;
+    float *st = xmalloc((2 * (size_t)E + 1) * sizeof(float));
+    m->be->download(m->be, st, p->moe_stats, (2 * (size_t)E + 1) * sizeof(float));
+    double aux = moe_aux_loss(st, E);
+    free(st);
+    return aux;
 }
 
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T) {
@@ -495,8 +640,9 @@ void qwen3_logprob_stats(Model *m, Plan *p, float tau, const float *coef, float 
     CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && trains(m)), "qwen3_logprob: a backward pass needs a train plan and "
                                                               "gradients");
     if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->logprob_head(be, out_logp, p->row_entropy, out_stats, coef ? p->dln : NULL, coef ? head_grad(m) : NULL, p->lnf,
-                     head, hdt, p->targets, coef, tau, p->head_scratch, p->head_chunk, N, C, V);
+    be->logprob_head_cap(be, out_logp, p->row_entropy, out_stats, coef ? p->dln : NULL, coef ? head_grad(m) : NULL,
+                         p->lnf, head, hdt, p->targets, coef, tau, (float)m->cfg.final_softcap, p->head_scratch,
+                         p->head_chunk, N, C, V);
     if (coef) qwen3_backward_from_lnf(m, p);
 }
 
@@ -517,9 +663,10 @@ void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float
     const void *head = head_weight(m, &hdt), *thead = head_weight(mt, &thdt);
     int bw = backward && p->mode == PLAN_TRAIN && trains(m);
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->distill_head(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf, head, hdt, pt->lnf,
-                     thead, thdt, p->targets, p->weights, tau, beta, top_k, grad_scale, p->head_scratch,
-                     pt->head_scratch, p->head_chunk, N, C, Ct, V);
+    be->distill_head_cap(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf, head, hdt,
+                         pt->lnf, thead, thdt, p->targets, p->weights, tau, beta, top_k, grad_scale,
+                         (float)m->cfg.final_softcap, (float)mt->cfg.final_softcap, p->head_scratch, pt->head_scratch,
+                         p->head_chunk, N, C, Ct, V);
     if (bw) qwen3_backward_from_lnf(m, p);
 }
 

@@ -33,6 +33,10 @@ void qwen3_cache_seek(Model *m, Plan *dp, int start, int T);
 // with graph hooks the step is run eagerly once, then recorded as the plan's graph and
 // replayed from then on (every later input arrives by upload: ids, pos, cache_start).
 void qwen3_decode_step(Model *m, Plan *dp);
+// The same over the first `rows` rows of dp only (rows dp->B, or a power of two below it: each
+// is its own recorded graph): rows [rows, dp->B) of the cache, kmask and logits are untouched
+// and cost nothing (continuous batching decodes only its busy rows, src/gen/slots.c).
+void qwen3_decode_step_rows(Model *m, Plan *dp, int rows);
 
 // One SFT micro-batch on a TRAIN plan whose inputs are uploaded: forward, cross-entropy head and
 // backward with grad_scale 1, accumulating into m->grads (the caller scales the accumulated
@@ -53,6 +57,9 @@ void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out);
 
 // Model FLOPs of one forward over N tokens at sequence length T (matmuls, attention, LM head);
 // backward is twice this. Used by benchmarks and MFU.
+// The load-balancing loss of the last TRAIN forward of p (transformers' load_balancing_loss_func
+// over the model's sparse layers; 0 without output_router_logits or experts).
+double qwen3_moe_aux_loss(Model *m, Plan *p);
 double qwen3_forward_flops(const ModelConfig *cfg, int B, int T);
 
 // ---- distillation and RL heads (docs/heads.md) -------------------------------------------

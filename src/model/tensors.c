@@ -22,7 +22,8 @@ TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, i
     t->is_matrix = t->ndim == 2;
     t->decay = t->is_matrix;
     t->dtype = t->is_matrix ? matrix_dtype : DT_F32;
-    tt->param_bytes = size_mul(size_add(tt->param_bytes, 63) / 64, 64);
+    if (!tt->packing) tt->param_bytes = size_mul(size_add(tt->param_bytes, 63) / 64, 64);
+    t->packed = tt->packing;
     t->offset = tt->param_bytes;
     tt->param_bytes = size_add(tt->param_bytes, dtype_bytes(t->dtype, t->numel));
     t->goffset = tt->n_params;
@@ -45,7 +46,7 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
     int64_t C = cfg->hidden_size, V = cfg->vocab_size, FF = cfg->intermediate_size, HD = cfg->head_dim;
     int64_t QD = (int64_t)cfg->num_attention_heads * HD, KD = (int64_t)cfg->num_key_value_heads * HD;
     tt->n_layers = L;
-    tt->t = xcalloc((size_t)(3 + L * TK_COUNT), sizeof(TensorInfo));
+    tt->t = xcalloc(size_add(3, size_mul((size_t)L, (size_t)TK_COUNT + 3 * (size_t)cfg->num_experts)), sizeof(TensorInfo));
     tt->index = xmalloc((size_t)(L + 1) * TK_COUNT * sizeof(int));
     for (int i = 0; i < (L + 1) * TK_COUNT; i++) tt->index[i] = -1;
     add(tt, "model.embed_tokens.weight", TK_EMBED, -1, V, C, matrix_dtype);
@@ -53,7 +54,9 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
     unsigned nm = cfg->norms;
     int64_t qn = cfg->qk_norm == QKNORM_PROJ ? QD : HD, kn = cfg->qk_norm == QKNORM_PROJ ? KD : HD;
     int sep_qkv = !cfg->fused_qkv, sep_gu = !cfg->fused_gate_up;
+    int64_t FFE = cfg->moe_intermediate_size;
     for (int l = 0; l < L; l++) {
+        int moe = cfg->layer_moe[l];
         struct { TensorKind k; int64_t d0, d1; int present; } spec[] = {
             {TK_LN1, C, 0, (nm & NORM_PRE_ATTN) != 0},
             {TK_WQKV, QD + 2 * KD, C, !sep_qkv},
@@ -64,17 +67,32 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
             {TK_QN, qn, 0, cfg->qk_norm != QKNORM_NONE}, {TK_KN, kn, 0, cfg->qk_norm != QKNORM_NONE},
             {TK_LNA, C, 0, (nm & NORM_POST_ATTN) != 0},
             {TK_LN2, C, 0, (nm & NORM_PRE_MLP) != 0},
-            {TK_WGU, 2 * FF, C, !sep_gu},
-            {TK_WG, FF, C, sep_gu}, {TK_BG, FF, 0, cfg->mlp_bias},
-            {TK_WU, FF, C, sep_gu}, {TK_BU, FF, 0, cfg->mlp_bias},
-            {TK_WD, C, FF, 1}, {TK_BD, C, 0, cfg->mlp_bias},
+            {TK_WGU, 2 * FF, C, !sep_gu && !moe},
+            {TK_WG, FF, C, sep_gu && !moe}, {TK_BG, FF, 0, cfg->mlp_bias && !moe},
+            {TK_WU, FF, C, sep_gu && !moe}, {TK_BU, FF, 0, cfg->mlp_bias && !moe},
+            {TK_WD, C, FF, !moe}, {TK_BD, C, 0, cfg->mlp_bias && !moe},
+            {TK_ROUTER, cfg->num_experts, C, moe},
+            {TK_EXP_G, FFE, C, moe}, {TK_EXP_U, FFE, C, moe}, {TK_EXP_D, C, FFE, moe},
             {TK_LNF, C, 0, (nm & NORM_POST_MLP) != 0},
         };
         for (size_t i = 0; i < ARRAY_LEN(spec); i++) {
             if (!spec[i].present) continue;
             char name[96];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, family_tensor_suffix(fd, spec[i].k));
-            add(tt, name, spec[i].k, l, spec[i].d0, spec[i].d1, matrix_dtype);
+            TensorKind k = spec[i].k;
+            if (k == TK_EXP_G || k == TK_EXP_U || k == TK_EXP_D) {  // a packed run of E experts
+                for (int x = 0; x < cfg->num_experts; x++) {
+                    char suffix[80];
+                    snprintf(suffix, sizeof suffix, family_tensor_suffix(fd, k), x);
+                    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
+                    if (x == 0) add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
+                    else tensors_append(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
+                    tt->packing = 1;
+                }
+                tt->packing = 0;
+                continue;
+            }
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, family_tensor_suffix(fd, k));
+            add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
         }
     }
     add(tt, "model.norm.weight", TK_NORM, -1, C, 0, matrix_dtype);

@@ -28,6 +28,14 @@ typedef enum {
     TK_LNF,        // norm of the MLP output        (C)      NORM_POST_MLP
     TK_WQKV,       // self_attn.qkv_proj            (NH*HD + 2*NKV*HD, C)  fused_qkv (Phi-3)
     TK_WGU,        // mlp.gate_up_proj              (2*FF, C)              fused_gate_up
+    // sparse MoE layers (cfg.layer_moe[l]) instead of the dense MLP; E experts of width FFE
+    // (cfg.moe_intermediate_size): each expert kind is a run of E consecutive entries, expert e
+    // named with its index, packed with no gap so that the run is one (E, rows, cols) array for
+    // the grouped GEMMs; (kind, layer) finds expert 0
+    TK_ROUTER,     // mlp.gate                      (E, C)
+    TK_EXP_G,      // mlp.experts.e.gate_proj       (FFE, C) x E
+    TK_EXP_U,      // mlp.experts.e.up_proj         (FFE, C) x E
+    TK_EXP_D,      // mlp.experts.e.down_proj       (C, FFE) x E
     TK_COUNT
 } TensorKind;
 
@@ -45,6 +53,7 @@ typedef struct TensorInfo {
     size_t goffset;     // element offset in fp32 gradient / optimizer buffers
     int decay;          // weight decay applies (matrices; not norms or biases, as transformers)
     int is_matrix;      // 2-D weight (may be stored in bf16)
+    int packed;         // placed right after the previous entry, no alignment gap (experts 1.. of a run)
 } TensorInfo;
 
 typedef struct TensorTable {
@@ -54,6 +63,7 @@ typedef struct TensorTable {
     int *index;         // (L+1, TK_COUNT): entry index or -1; row L holds the non-layer kinds
     size_t param_bytes; // size of the parameter buffer
     size_t n_params;    // total elements (parameter count)
+    int packing;        // while building: the next entry follows the previous one with no gap
 } TensorTable;
 
 // Build the table for a config. matrix_dtype: storage of 2-D weights (F32 for training,

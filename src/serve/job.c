@@ -101,16 +101,37 @@ static long find_stop(const GenText *g, const char *text, size_t len, size_t fro
     return best;
 }
 
-static cJSON *token_logprob(const Tokenizer *tok, int32_t id, float lp) {
+// {"token", "logprob", "bytes"} of one token (OpenAI's chat shape; -9999 stands for -inf).
+static cJSON *token_entry(const Tokenizer *tok, int32_t id, float lp) {
     cJSON *t = cJSON_CreateObject();
     char *s = tokenizer_decode(tok, &id, 1, 0);
     cJSON_AddStringToObject(t, "token", s);
-    cJSON_AddItemToObject(t, "logprob", isfinite(lp) ? cJSON_CreateNumber(lp) : cJSON_CreateNumber(-9999.0));
+    cJSON_AddItemToObject(t, "logprob", cJSON_CreateNumber(isfinite(lp) ? lp : -9999.0));
     cJSON *bytes = cJSON_AddArrayToObject(t, "bytes");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*c));
-    cJSON_AddArrayToObject(t, "top_logprobs");
     free(s);
     return t;
+}
+
+// The chosen token and its `ntop` alternatives (top ids / log-probs, most likely first; may be NULL).
+static cJSON *token_logprob(const Tokenizer *tok, int32_t id, float lp, const int32_t *top, const float *top_lp,
+                            int ntop) {
+    cJSON *t = token_entry(tok, id, lp);
+    cJSON *alts = cJSON_AddArrayToObject(t, "top_logprobs");
+    for (int k = 0; top && k < ntop; k++) cJSON_AddItemToArray(alts, token_entry(tok, top[k], top_lp[k]));
+    return t;
+}
+
+// The legacy completions shape of a token's alternatives: {"text": logprob, ...}.
+static cJSON *legacy_top(const Tokenizer *tok, const int32_t *top, const float *top_lp, int ntop) {
+    cJSON *o = cJSON_CreateObject();
+    for (int k = 0; k < ntop; k++) {
+        char *s = tokenizer_decode(tok, &top[k], 1, 0);
+        if (!cJSON_GetObjectItemCaseSensitive(o, s))  // two ids of one text: the likelier
+            cJSON_AddItemToObject(o, s, cJSON_CreateNumber(isfinite(top_lp[k]) ? top_lp[k] : -9999.0));
+        free(s);
+    }
+    return o;
 }
 
 static cJSON *chunk_base(const Run *r) {
@@ -169,7 +190,19 @@ static void stream_chunk(Run *r, int seq, const char *text, size_t len, cJSON *l
             cJSON_AddItemToArray(tokens, cJSON_CreateString(tok->valuestring));
             cJSON *tl = cJSON_AddArrayToObject(l, "token_logprobs");
             cJSON_AddItemToArray(tl, cJSON_CreateNumber(cJSON_GetObjectItemCaseSensitive(lp, "logprob")->valuedouble));
-            cJSON_AddNullToObject(l, "top_logprobs");
+            const cJSON *alts = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+            if (cJSON_GetArraySize(alts) > 0) {
+                cJSON *o = cJSON_CreateObject(), *a;
+                cJSON_ArrayForEach(a, alts) {
+                    const char *txt = cJSON_GetObjectItemCaseSensitive(a, "token")->valuestring;
+                    if (!cJSON_GetObjectItemCaseSensitive(o, txt))
+                        cJSON_AddNumberToObject(o, txt, cJSON_GetObjectItemCaseSensitive(a, "logprob")->valuedouble);
+                }
+                cJSON *tops = cJSON_AddArrayToObject(l, "top_logprobs");
+                cJSON_AddItemToArray(tops, o);
+            } else {
+                cJSON_AddNullToObject(l, "top_logprobs");
+            }
             cJSON_Delete(lp);
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
@@ -180,6 +213,59 @@ static void stream_chunk(Run *r, int seq, const char *text, size_t len, cJSON *l
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
     push_event(r, c);
+}
+
+// One streamed tool call as OpenAI streams it: a chunk with its index, id, type, name and empty
+// arguments, then one with the arguments.
+static void stream_tool_call(Run *r, int seq, const cJSON *call) {
+    int index = r->rows[seq].ts.ncalls;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+    for (int part = 0; part < 2; part++) {
+        cJSON *tc = cJSON_CreateObject();
+        cJSON_AddNumberToObject(tc, "index", index);
+        cJSON *f;
+        if (part == 0) {
+            cJSON_AddStringToObject(tc, "id", cJSON_GetObjectItemCaseSensitive(call, "id")->valuestring);
+            cJSON_AddStringToObject(tc, "type", "function");
+            f = cJSON_AddObjectToObject(tc, "function");
+            cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+            cJSON_AddStringToObject(f, "arguments", "");
+        } else {
+            f = cJSON_AddObjectToObject(tc, "function");
+            cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+        }
+        cJSON *arr = cJSON_CreateArray();
+        cJSON_AddItemToArray(arr, tc);
+        stream_chunk(r, seq, "", 0, NULL, NULL, arr);
+    }
+}
+
+typedef struct ToolEmit {
+    Run *r;
+    int seq;
+    StrBuf content;  // content given by the parser since the last chunk
+} ToolEmit;
+
+static void tool_emit(void *user, const char *s, size_t n, const cJSON *call) {
+    ToolEmit *te = user;
+    if (!call) {
+        sb_append(&te->content, s, n);
+        return;
+    }
+    if (te->content.len) stream_chunk(te->r, te->seq, te->content.data, te->content.len, NULL, NULL, NULL);
+    te->content.len = 0;
+    stream_tool_call(te->r, te->seq, call);
+}
+
+// Streaming with tools: the row's text [0, limit) through its tool-call parser; the content it
+// gives goes out in one chunk (with the token's log-prob, when lp), each call as stream_tool_call.
+static void stream_tools(Run *r, int seq, size_t limit, int final, cJSON *lp, const char *finish) {
+    ToolEmit te = {.r = r, .seq = seq};
+    const StrBuf *text = &r->gt.rows[seq].text;
+    tool_stream_feed(&r->rows[seq].ts, text->data ? text->data : "", limit, final, strchr(r->j->id, '-') + 1, tool_emit,
+                     &te);
+    if (te.content.len || lp || finish) stream_chunk(r, seq, te.content.data ? te.content.data : "", te.content.len, lp, finish, NULL);
+    sb_free(&te.content);
 }
 
 // GenTokenFn: the text (stop strings), the stream, and whether to stop (client gone, timeout).
@@ -196,12 +282,19 @@ static int on_token(void *user, int prompt_index, int seq_index, int32_t id, flo
         long at = find_stop(&r->gt, text->data, len, from);
         if (at >= 0) ro->done = 1, ro->cut = (size_t)at;
     }
-    if (j->req.stream && !r->hold_all) {
+    if (j->req.stream) {
         size_t limit = ro->done ? ro->cut : (len > r->hold ? len - r->hold : 0);
         while (limit > ro->sent && limit < len && ((unsigned char)text->data[limit] & 0xC0) == 0x80) limit--;
         if (limit < ro->sent) limit = ro->sent;
-        cJSON *lp = j->req.logprobs ? token_logprob(r->sm->tok, id, logprob) : NULL;
-        stream_chunk(r, seq_index, text->data ? text->data + ro->sent : "", limit - ro->sent, lp, NULL, NULL);
+        cJSON *lp = NULL;
+        if (j->req.logprobs) {
+            const GenSeq *s = &r->seqs[seq_index];
+            int ntop = r->cfg.top_logprobs, t = s->n - 1;
+            lp = token_logprob(r->sm->tok, id, logprob, s->top_ids ? s->top_ids + (size_t)t * ntop : NULL,
+                               s->top_logprobs ? s->top_logprobs + (size_t)t * ntop : NULL, ntop);
+        }
+        if (r->tools) stream_tools(r, seq_index, limit, 0, lp, NULL);
+        else stream_chunk(r, seq_index, text->data ? text->data + ro->sent : "", limit - ro->sent, lp, NULL, NULL);
         ro->sent = limit;
     }
     pthread_mutex_lock(&j->mu);
@@ -254,6 +347,7 @@ static Status request_config(const ServeOptions *o, ServeModel *sm, const ServeR
     if (q->ignore_eos) c->ignore_eos = 1;
     if (q->min_tokens) c->min_new_tokens = q->min_tokens;
     c->logprobs = q->logprobs ? GEN_LOGPROBS_RAW : GEN_LOGPROBS_NONE;
+    c->top_logprobs = q->logprobs ? q->top_logprobs : 0;
     int P = gen_padded_len(c, sm->m->be, len);
     int room = o->max_cache_len - P + 1;  // tokens that fit behind the padded prompt
     if (room < 1)
@@ -290,6 +384,8 @@ static cJSON *usage_json(const Job *j) {
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)j->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->prompt_tokens + j->completion_tokens));
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", (double)j->cached_tokens);
     return u;
 }
 
@@ -298,7 +394,11 @@ static cJSON *logprobs_json(const Run *r, const GenSeq *s) {
     if (r->j->req.kind == SERVE_CHAT) {
         cJSON *l = cJSON_CreateObject();
         cJSON *content = cJSON_AddArrayToObject(l, "content");
-        for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(content, token_logprob(tok, s->ids[i], s->logprobs[i]));
+        int ntop = r->cfg.top_logprobs;
+        for (int i = 0; i < s->n; i++)
+            cJSON_AddItemToArray(content, token_logprob(tok, s->ids[i], s->logprobs[i],
+                                                        s->top_ids ? s->top_ids + (size_t)i * ntop : NULL,
+                                                        s->top_logprobs ? s->top_logprobs + (size_t)i * ntop : NULL, ntop));
         return l;
     }
     cJSON *l = cJSON_CreateObject();
@@ -314,7 +414,14 @@ static cJSON *logprobs_json(const Run *r, const GenSeq *s) {
         off += (long)strlen(t);
         free(t);
     }
-    cJSON_AddNullToObject(l, "top_logprobs");
+    if (s->top_ids) {
+        cJSON *tops = cJSON_AddArrayToObject(l, "top_logprobs");
+        int ntop = r->cfg.top_logprobs;
+        for (int i = 0; i < s->n; i++)
+            cJSON_AddItemToArray(tops, legacy_top(tok, s->top_ids + (size_t)i * ntop, s->top_logprobs + (size_t)i * ntop, ntop));
+    } else {
+        cJSON_AddNullToObject(l, "top_logprobs");
+    }
     return l;
 }
 
@@ -336,12 +443,13 @@ static char *answer_json(Run *r, const GenSeq *seqs) {
             cJSON_AddStringToObject(msg, "role", "assistant");
             cJSON *calls = NULL;
             char *content = NULL;
+            // with tools: the text outside the calls, stripped (as the stream gives it)
             if (j->req.tools) ncalls = serve_parse_tool_calls(text, strchr(j->id, '-') + 1, &content, &calls);
             if (ncalls) {
                 cJSON_AddItemToObject(msg, "content", content[0] ? cJSON_CreateString(content) : cJSON_CreateNull());
                 cJSON_AddItemToObject(msg, "tool_calls", calls);
             } else {
-                cJSON_AddStringToObject(msg, "content", text);
+                cJSON_AddStringToObject(msg, "content", j->req.tools ? content : text);
             }
             free(content);
         } else {
@@ -365,16 +473,13 @@ static void stream_end(Run *r, const GenSeq *seqs) {
     for (int i = 0; i < r->n; i++) {
         char *text = row_text(r, i);
         size_t len = strlen(text);
-        const char *rest = text + MIN(r->rows[i].sent, len);
-        cJSON *calls = NULL;
-        char *content = NULL;
-        int ncalls = 0;
-        if (r->hold_all && j->req.kind == SERVE_CHAT) {
-            ncalls = serve_parse_tool_calls(text, strchr(j->id, '-') + 1, &content, &calls);
-            if (ncalls) rest = content;
+        if (r->tools) {
+            stream_tools(r, i, len, 1, NULL, NULL);
+            stream_chunk(r, i, "", 0, NULL, finish_name(&seqs[i], r->rows[i].ts.ncalls > 0), NULL);
+        } else {
+            const char *rest = text + MIN(r->rows[i].sent, len);
+            stream_chunk(r, i, rest, strlen(rest), NULL, finish_name(&seqs[i], 0), NULL);
         }
-        stream_chunk(r, i, rest, strlen(rest), NULL, finish_name(&seqs[i], ncalls > 0), calls);
-        free(content);
         free(text);
     }
     if (j->req.include_usage) {
@@ -414,11 +519,14 @@ Run *job_prepare(const ServeOptions *o, ServeModel *sm, Job *j) {
     r->rows = xcalloc((size_t)q->n, sizeof(RowOut));
     r->seqs = xcalloc((size_t)q->n, sizeof(GenSeq));
     r->hold = r->gt.max_stop ? r->gt.max_stop - 1 : 0;
-    r->hold_all = q->tools != NULL;
+    r->tools = q->tools != NULL;
     cfg.on_token = on_token;
     cfg.user = r;
     r->cfg = cfg;
     j->prompt_tokens = (long)ids.n;
+    pthread_mutex_lock(&j->mu);
+    j->refs++;  // the run's: the connection may end (and drop its reference) while it runs
+    pthread_mutex_unlock(&j->mu);
     return r;
 }
 
@@ -445,6 +553,7 @@ void job_complete(Run *r, Status st, const char *error, pthread_mutex_t *metrics
     long generated = 0;
     for (int i = 0; i < r->n; i++) generated += r->seqs[i].n;
     j->completion_tokens = generated;
+    j->cached_tokens = r->n ? r->seqs[0].cached : 0;
     pthread_mutex_lock(metrics_mu);
     mt->prompt_tokens += (long)r->ids.n;
     mt->completion_tokens += generated;
@@ -472,6 +581,9 @@ void job_complete(Run *r, Status st, const char *error, pthread_mutex_t *metrics
     for (int i = 0; i < r->n; i++) {
         free(r->seqs[i].ids);
         free(r->seqs[i].logprobs);
+        free(r->seqs[i].top_ids);
+        free(r->seqs[i].top_logprobs);
+        tool_stream_free(&r->rows[i].ts);
     }
     free(r->seqs);
     gen_text_free(&r->gt);
@@ -479,4 +591,5 @@ void job_complete(Run *r, Status st, const char *error, pthread_mutex_t *metrics
     tokenizer_ids_free(&r->ids);
     free(r->error);
     free(r);
+    job_unref(j);
 }

@@ -210,9 +210,8 @@ static Status parse_options(const cJSON *root, ServeRequest *r, Err *e) {
         r->logprobs = lp;
         r->top_logprobs = (int)v;
     }
-    if (r->top_logprobs > 0)
-        return err_set(e, ST_EUNSUPPORTED, "%s: alternatives per token are not served (only the chosen token's logprob); use 0",
-                       r->kind == SERVE_CHAT ? "top_logprobs" : "logprobs");
+    if (r->kind == SERVE_CHAT && r->top_logprobs > 0 && !r->logprobs)
+        return err_set(e, ST_EINVAL, "top_logprobs: needs \"logprobs\": true");
     for (int i = 0; i < 2; i++) {
         const char *key = i ? "presence_penalty" : "frequency_penalty";
         d = 0;
@@ -222,9 +221,10 @@ static Status parse_options(const cJSON *root, ServeRequest *r, Err *e) {
     const cJSON *rf = field(root, "response_format");
     if (rf) {
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-        if (!cJSON_IsString(t) || (strcmp(t->valuestring, "text") && strcmp(t->valuestring, "json_object")))
-            return err_set(e, ST_EINVAL, "response_format: expected {\"type\": \"text\"} or {\"type\": \"json_object\"}");
-        r->json_object = !strcmp(t->valuestring, "json_object");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
+            return err_set(e, ST_EUNSUPPORTED,
+                           "response_format: only {\"type\": \"text\"} is served (json_object and json_schema: "
+                           "constrained decoding is not implemented)");
     }
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) return err_set(e, ST_EINVAL, "model: expected a string");

@@ -34,12 +34,11 @@ typedef struct ServeRequest {
     char *stop[SERVE_MAX_STOP];
     int n_stop;
     int logprobs;              // chat: logprobs true; completions: logprobs >= 0 given
-    int top_logprobs;          // alternatives per token asked for (only 0 is served)
+    int top_logprobs;          // alternatives per token (chat: top_logprobs 0..20; completions: logprobs 0..5)
     int stream;
     int include_usage;         // stream_options.include_usage
     int ignore_eos;            // vLLM's extensions: keep going past EOS,
     int min_tokens;            //   and no EOS before this many tokens
-    int json_object;           // response_format {"type": "json_object"} (accepted, not enforced)
 } ServeRequest;
 
 // Parse body[0, len) (need not be NUL-terminated) for the endpoint kind. On error *r is empty

@@ -5,7 +5,9 @@
 
 #include "../core/alloc.h"
 #include "../gen/gen_text.h"
+#include "../gen/slots.h"
 #include "request.h"
+#include "tool_calls.h"
 #include "server.h"
 
 #include <pthread.h>
@@ -13,7 +15,8 @@
 typedef enum { JOB_QUEUED = 0, JOB_STREAMING, JOB_DONE } JobState;
 
 // A request on its way: made by its connection thread, run by the scheduler. Reference counted:
-// the connection, the queue / scheduler and a streaming response each hold one.
+// the connection, the queue, the scheduler's run (job_prepare to job_complete) and a streaming
+// response each hold one.
 typedef struct Job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -30,6 +33,7 @@ typedef struct Job {
     char id[48];
     long created;         // unix seconds
     long prompt_tokens, completion_tokens;
+    long cached_tokens;   // prompt tokens whose keys a decode slot still held (not prefilled)
 } Job;
 
 // Counters behind /metrics (under Server.mu).
@@ -39,7 +43,7 @@ typedef struct ServeMetrics {
     long prompt_tokens, completion_tokens;
     long cancelled, timed_out;
     int running_rows;     // sequences in the decode slots now
-    long decode_steps, decode_rows;  // decode steps run; busy slots summed over them
+    GenSlotsStats slots;  // the decode slots' counters (steps, rows, prefill)
 } ServeMetrics;
 
 // One request's sequences on the scheduler (job.c).
@@ -49,6 +53,7 @@ typedef struct RowOut {
     int done;          // a stop string was found: nothing after `cut` is text
     size_t cut;
     int role_sent;     // (stream, chat) the chunk with the role went out
+    ToolStream ts;     // (stream, tools) the text through the tool-call parser
 } RowOut;
 
 typedef struct Run {
@@ -62,7 +67,7 @@ typedef struct Run {
     GenSeq *seqs;      // (n) filled by the slots
     int n;
     size_t hold;       // bytes a stream holds back: the longest stop string - 1
-    int hold_all;      // tools: the text is parsed at the end, nothing streams before
+    int tools;         // the request has tools: a stream's text goes through the tool-call parser
     char *error;       // the slots refused a sequence: answered with this (500)
 } Run;
 

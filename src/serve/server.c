@@ -133,10 +133,11 @@ static void *worker_main(void *arg) {
             pending = NULL;
         }
         int busy = gen_slots_step(s->slots);
+        GenSlotsStats gs;
+        gen_slots_stats(s->slots, &gs);
         pthread_mutex_lock(&s->mt_mu);
         s->mt.running_rows = busy;
-        s->mt.decode_steps += busy > 0;
-        s->mt.decode_rows += busy;
+        s->mt.slots = gs;
         pthread_mutex_unlock(&s->mt_mu);
         for (int k = 0; k < n_active;) {
             if (!run_done(active[k])) {
@@ -233,10 +234,15 @@ static char *metrics_text(Server *s) {
               "# HELP still_decode_steps_total Decode steps run (every busy slot one token).\n"
               "# TYPE still_decode_steps_total counter\nstill_decode_steps_total %ld\n"
               "# HELP still_decode_rows_total Busy slots summed over the decode steps (/ steps: mean occupancy).\n"
-              "# TYPE still_decode_rows_total counter\nstill_decode_rows_total %ld\n",
+              "# TYPE still_decode_rows_total counter\nstill_decode_rows_total %ld\n"
+              "# HELP still_decode_rows_computed_total Rows the decode steps computed (the busy slots' buckets).\n"
+              "# TYPE still_decode_rows_computed_total counter\nstill_decode_rows_computed_total %ld\n"
+              "# HELP still_prefill_tokens_total Prompt tokens run through prefill (not those reused from a slot's cache).\n"
+              "# TYPE still_prefill_tokens_total counter\nstill_prefill_tokens_total %ld\n",
               m.requests[3], m.errors_4xx, m.errors_5xx, m.cancelled, m.timed_out, m.prompt_tokens,
               m.completion_tokens, qlen, running, in_flight, s->o.max_batch,
-              (double)m.running_rows / s->o.max_batch, m.decode_steps, m.decode_rows);
+              (double)m.running_rows / s->o.max_batch, m.slots.decode_steps, m.slots.busy_rows, m.slots.decode_rows,
+              m.slots.prefill_tokens);
     return sb_take(&sb);
 }
 
@@ -448,6 +454,7 @@ Status serve_start(const ServeOptions *o, ServeModel *sm, Server **out, Err *e) 
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->mt_mu, NULL);
     Status st = gen_slots_open(sm->m, o->max_batch, o->max_cache_len, &s->slots, e);
+    if (st == ST_OK) gen_slots_set_prefix_reuse(s->slots, o->prefix_reuse);
     if (st != ST_OK) {
         free(s->queue);
         free(s);

@@ -20,6 +20,7 @@ typedef struct ServeOptions {
     int max_queue;             // requests waiting at most; more get 429
     double request_timeout;    // seconds from arrival to the end of the answer
     size_t max_body;           // request body bytes at most (413 past it)
+    int prefix_reuse;          // a prompt joins the free slot holding its longest prefix (gen_slots)
 } ServeOptions;
 
 // What the scheduler generates with (owned by the caller; used by the scheduler thread only).

@@ -6,6 +6,10 @@
 // added tokens; merges are "a b" strings. The pre-tokenizer follows tokenizer.ggml.pre as
 // llama.cpp maps it: "qwen2" (NFC, Qwen2's split regex), "llama-bpe" (Llama 3's regex,
 // ignore_merges), "gpt-2" (GPT-2's byte-level regex).
+//
+// tokenizer.ggml.model "llama" (SentencePiece BPE): transformers' legacy Llama tokenizer.json —
+// Prepend / Replace "▁" normaliser, BPE with byte fallback over merges derived from the scores
+// (build_spm), the Replace / ByteFallback / Fuse / Strip decoder.
 #include "tok_gguf.h"
 
 #include "../core/alloc.h"
@@ -114,21 +118,191 @@ static void post_processor(cJSON *j, const GgufKV *tokens, int64_t bos, int add_
     }
 }
 
+// ---- SentencePiece (tokenizer.ggml.model "llama") ----------------------------------------------
+
+// Token strings -> ids: open addressing over the token views (FNV-1a).
+typedef struct TokMap {
+    const GgufStr *s;  // the tokens
+    int64_t *slot;     // (cap) id + 1, 0 = empty
+    size_t cap;
+} TokMap;
+
+static uint64_t fnv(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int64_t tokmap_find(const TokMap *m, const char *p, size_t n) {
+    for (size_t i = fnv(p, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        int64_t id = m->slot[i] - 1;
+        if (id < 0) return -1;
+        if (m->s[id].len == n && !memcmp(m->s[id].p, p, n)) return id;
+    }
+}
+
+typedef struct SpmMerge {
+    float score;     // of the merged token
+    int64_t order;   // position before the sort by score (stable)
+    int64_t l, r;    // ids of the two pieces
+} SpmMerge;
+
+static int merge_cmp(const void *a, const void *b) {
+    const SpmMerge *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int pair_cmp(const void *a, const void *b) {
+    const SpmMerge *x = a, *y = b;
+    if (x->l != y->l) return x->l < y->l ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+// The merges of a SentencePiece BPE vocabulary, as transformers' converter derives them from the
+// model's scores (SentencePieceExtractor): for each piece in id order, every split into two
+// pieces of the vocabulary (at character boundaries), ordered by the ids of the two; then all of
+// them by the merged piece's score, highest first, ties in that order. Unused tokens take no part.
+static void spm_merges(const GgufKV *tokens, const GgufKV *scores, const GgufKV *types, cJSON *marr) {
+    uint64_t n = tokens->arr_n;
+    TokMap map = {.s = tokens->arr_str, .cap = 16};
+    while (map.cap < 2 * n) map.cap *= 2;
+    map.slot = xcalloc(map.cap, sizeof(int64_t));
+    for (uint64_t id = 0; id < n; id++) {
+        if (types && gguf_arr_int(types, id) == TT_UNUSED) continue;
+        const GgufStr *s = &tokens->arr_str[id];
+        size_t i = fnv(s->p, s->len) & (map.cap - 1);
+        while (map.slot[i]) i = (i + 1) & (map.cap - 1);
+        if (tokmap_find(&map, s->p, s->len) < 0) map.slot[i] = (int64_t)id + 1;
+    }
+    size_t cap = 1024, nm = 0;
+    SpmMerge *ms = xmalloc(cap * sizeof *ms);
+    for (uint64_t id = 0; id < n; id++) {
+        if (types && gguf_arr_int(types, id) == TT_UNUSED) continue;
+        const GgufStr *s = &tokens->arr_str[id];
+        float score;
+        memcpy(&score, scores->arr_data + id * 4, 4);
+        size_t first = nm;
+        for (size_t i = 1; i < s->len; i++) {
+            if (((unsigned char)s->p[i] & 0xC0) == 0x80) continue;  // inside a character
+            int64_t l = tokmap_find(&map, s->p, i), r = tokmap_find(&map, s->p + i, s->len - i);
+            if (l < 0 || r < 0) continue;
+            if (nm == cap) ms = xrealloc(ms, (cap *= 2) * sizeof *ms);
+            ms[nm++] = (SpmMerge){.score = score, .l = l, .r = r};
+        }
+        qsort(ms + first, nm - first, sizeof *ms, pair_cmp);
+    }
+    for (size_t i = 0; i < nm; i++) ms[i].order = (int64_t)i;
+    qsort(ms, nm, sizeof *ms, merge_cmp);
+    for (size_t i = 0; i < nm; i++) {
+        const GgufStr *l = &tokens->arr_str[ms[i].l], *r = &tokens->arr_str[ms[i].r];
+        char *c = xmalloc(l->len + r->len + 2);
+        memcpy(c, l->p, l->len);
+        c[l->len] = ' ';
+        memcpy(c + l->len + 1, r->p, r->len);
+        c[l->len + 1 + r->len] = 0;
+        cJSON_AddItemToArray(marr, cJSON_CreateString(c));
+        free(c);
+    }
+    free(ms);
+    free(map.slot);
+}
+
+static cJSON *replace_rule(const char *from, const char *to) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "type", "Replace");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "pattern"), "String", from);
+    cJSON_AddStringToObject(r, "content", to);
+    return r;
+}
+
+// tokenizer.ggml.model "llama": SentencePiece BPE as transformers' Llama tokenizer.json lays it out
+// (legacy): the normaliser puts "▁" before the text (add_space_prefix, default on) and for every
+// space; BPE with byte fallback (<0xNN> tokens) over merges derived from the scores; the decoder
+// undoes both. Control tokens are special added tokens, user-defined ones non-special.
+static Status build_spm(const GgufFile *g, const GgufKV *tokens, const GgufKV *types, cJSON *j, int *add_prefix,
+                        Err *e) {
+    const GgufKV *scores;
+    TRY(gguf_get_arr(g, "tokenizer.ggml.scores", GGUF_F32, 1, &scores, e));
+    if (scores->arr_n != tokens->arr_n)
+        return err_set(e, ST_EINVAL, "%s: tokenizer.ggml.scores has %llu entries for %llu tokens", g->path,
+                       (unsigned long long)scores->arr_n, (unsigned long long)tokens->arr_n);
+    *add_prefix = 1;
+    Status st = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", 0, add_prefix, e);
+    if (st != ST_OK && st != ST_ENOTFOUND) return st;
+    cJSON *norm = cJSON_AddObjectToObject(j, "normalizer");
+    cJSON_AddStringToObject(norm, "type", "Sequence");
+    cJSON *na = cJSON_AddArrayToObject(norm, "normalizers");
+    if (*add_prefix) {
+        cJSON *pp = cJSON_CreateObject();
+        cJSON_AddStringToObject(pp, "type", "Prepend");
+        cJSON_AddStringToObject(pp, "prepend", "\xe2\x96\x81");
+        cJSON_AddItemToArray(na, pp);
+    }
+    cJSON_AddItemToArray(na, replace_rule(" ", "\xe2\x96\x81"));
+    cJSON *m = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(m, "type", "BPE");
+    cJSON_AddBoolToObject(m, "fuse_unk", 1);
+    cJSON_AddBoolToObject(m, "byte_fallback", 1);
+    cJSON *vocab = cJSON_AddObjectToObject(m, "vocab");
+    cJSON *added = cJSON_AddArrayToObject(j, "added_tokens");
+    for (uint64_t i = 0; i < tokens->arr_n; i++) {
+        int64_t type = types ? gguf_arr_int(types, i) : TT_NORMAL;
+        const GgufStr *s = &tokens->arr_str[i];
+        if (memchr(s->p, 0, s->len))
+            return err_set(e, ST_EINVAL, "%s: tokenizer.ggml.tokens[%llu] holds a NUL byte", g->path, (unsigned long long)i);
+        if (type == TT_UNUSED) continue;
+        char *c = xstrndup(s->p, s->len);
+        cJSON_AddNumberToObject(vocab, c, (double)i);
+        if (type == TT_UNKNOWN) cJSON_AddStringToObject(m, "unk_token", c);
+        if (type == TT_CONTROL || type == TT_USER_DEFINED || type == TT_UNKNOWN) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", (double)i);
+            cJSON_AddStringToObject(a, "content", c);
+            cJSON_AddBoolToObject(a, "special", type != TT_USER_DEFINED);
+            cJSON_AddBoolToObject(a, "normalized", 0);
+            cJSON_AddItemToArray(added, a);
+        }
+        free(c);
+    }
+    spm_merges(tokens, scores, types, cJSON_AddArrayToObject(m, "merges"));
+    cJSON *dec = cJSON_AddObjectToObject(j, "decoder");
+    cJSON_AddStringToObject(dec, "type", "Sequence");
+    cJSON *da = cJSON_AddArrayToObject(dec, "decoders");
+    cJSON_AddItemToArray(da, replace_rule("\xe2\x96\x81", " "));
+    cJSON *bf = cJSON_CreateObject(), *fu = cJSON_CreateObject();
+    cJSON_AddStringToObject(bf, "type", "ByteFallback");
+    cJSON_AddStringToObject(fu, "type", "Fuse");
+    cJSON_AddItemToArray(da, bf);
+    cJSON_AddItemToArray(da, fu);
+    if (*add_prefix) {
+        cJSON *strip = cJSON_CreateObject();
+        cJSON_AddStringToObject(strip, "type", "Strip");
+        cJSON_AddStringToObject(strip, "content", " ");
+        cJSON_AddNumberToObject(strip, "start", 1);
+        cJSON_AddNumberToObject(strip, "stop", 0);
+        cJSON_AddItemToArray(da, strip);
+    }
+    return ST_OK;
+}
+
 static Status build(const GgufFile *g, cJSON *j, cJSON *cfg, Err *e) {
     char *model = NULL, *pre = NULL;
     TRY(gguf_get_str(g, "tokenizer.ggml.model", 1, &model, e));
     Status st = ST_OK;
-    if (strcmp(model, "gpt2")) {
-        st = err_set(e, ST_EUNSUPPORTED, "%s: tokenizer.ggml.model \"%s\" is not supported (gpt2: byte-level BPE)", g->path,
-                     model);
+    int spm = !strcmp(model, "llama"), add_prefix = 0;
+    if (strcmp(model, "gpt2") && !spm) {
+        st = err_set(e, ST_EUNSUPPORTED,
+                     "%s: tokenizer.ggml.model \"%s\" is not supported (gpt2: byte-level BPE; llama: SentencePiece BPE)",
+                     g->path, model);
         goto done;
     }
     st = gguf_get_str(g, "tokenizer.ggml.pre", 0, &pre, e);
-    if (st == ST_ENOTFOUND) st = ST_OK, pre = xstrdup("gpt-2");
+    if (st == ST_ENOTFOUND) st = ST_OK, pre = xstrdup(spm ? "default" : "gpt-2");
     if (st != ST_OK) goto done;
-    const GgufKV *tokens, *types = NULL, *merges;
+    const GgufKV *tokens, *types = NULL, *merges = NULL;
     if ((st = gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_STRING, 1, &tokens, e)) != ST_OK) goto done;
-    if ((st = gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_STRING, 1, &merges, e)) != ST_OK) goto done;
+    if (!spm && (st = gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_STRING, 1, &merges, e)) != ST_OK) goto done;
     st = gguf_get_arr(g, "tokenizer.ggml.token_type", GGUF_I32, 0, &types, e);
     if (st == ST_ENOTFOUND) st = ST_OK, types = NULL;
     if (st != ST_OK) goto done;
@@ -136,6 +310,10 @@ static Status build(const GgufFile *g, cJSON *j, cJSON *cfg, Err *e) {
         st = err_set(e, ST_EINVAL, "%s: tokenizer.ggml.token_type has %llu entries for %llu tokens", g->path,
                      (unsigned long long)types->arr_n, (unsigned long long)tokens->arr_n);
         goto done;
+    }
+    if (spm) {
+        if ((st = build_spm(g, tokens, types, j, &add_prefix, e)) != ST_OK) goto done;
+        goto specials;
     }
     int ignore_merges;
     if ((st = pre_tokenizer(g, pre, j, &ignore_merges, e)) != ST_OK) goto done;
@@ -168,13 +346,14 @@ static Status build(const GgufFile *g, cJSON *j, cJSON *cfg, Err *e) {
     cJSON *marr = cJSON_AddArrayToObject(m, "merges");
     for (uint64_t i = 0; i < merges->arr_n; i++) cJSON_AddItemToArray(marr, str_json(&merges->arr_str[i]));
     cJSON_AddItemToObject(j, "decoder", byte_level(1));
+specials:;
     int64_t bos, eos, id;
     if ((st = config_token(g, tokens, "tokenizer.ggml.bos_token_id", "bos_token", cfg, &bos, e)) != ST_OK) goto done;
     if ((st = config_token(g, tokens, "tokenizer.ggml.eos_token_id", "eos_token", cfg, &eos, e)) != ST_OK) goto done;
     if ((st = config_token(g, tokens, "tokenizer.ggml.padding_token_id", "pad_token", cfg, &id, e)) != ST_OK) goto done;
     if ((st = config_token(g, tokens, "tokenizer.ggml.unknown_token_id", "unk_token", cfg, &id, e)) != ST_OK) goto done;
-    // llama.cpp adds BOS by default for Llama 3's pre-tokenizer and not for the others.
-    int add_bos = !strcmp(pre, "llama-bpe"), add_eos = 0;
+    // llama.cpp adds BOS by default for SentencePiece and Llama 3's pre-tokenizer, not the others.
+    int add_bos = spm || !strcmp(pre, "llama-bpe"), add_eos = 0;
     st = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", 0, &add_bos, e);
     if (st == ST_OK || st == ST_ENOTFOUND) st = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", 0, &add_eos, e);
     if (st == ST_ENOTFOUND) st = ST_OK;
@@ -182,7 +361,7 @@ static Status build(const GgufFile *g, cJSON *j, cJSON *cfg, Err *e) {
     post_processor(j, tokens, bos, add_bos, eos, add_eos);
     // llama.cpp cleans up tokenization spaces when decoding byte-level BPE, except for the
     // pre-tokenizers that turn it off (qwen2 among those still reads), as transformers' configs do.
-    cJSON_AddBoolToObject(cfg, "clean_up_tokenization_spaces", strcmp(pre, "qwen2") != 0);
+    cJSON_AddBoolToObject(cfg, "clean_up_tokenization_spaces", !spm && strcmp(pre, "qwen2") != 0);
 done:
     free(model);
     free(pre);

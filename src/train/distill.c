@@ -1,6 +1,7 @@
 // distill.c: on-policy distillation = prompts + student rollouts + teacher/student scoring through
 // the loss heads + the shared loop. The math lives in the heads (docs/heads.md) and rl_math.
 #include "distill.h"
+#include "tp.h"
 #include "preflight.h"
 
 #include "../core/alloc.h"
@@ -584,6 +585,10 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     if (st == ST_OK && m->lora && self && c->teacher_mode == TEACHER_EMA)
         st = err_set(e, ST_EUNSUPPORTED, "--teacher_mode ema with --use_peft is not supported yet (fixed or live)");
+    // --tp_size T: the student, and below the teacher, split over the tensor-parallel group (tp.h)
+    Dist *tpd = dist_data_axis(c->dist) != c->dist ? &c->dist->mesh->tp_axis : NULL;
+    Tp stp = {0}, ttp = {0};
+    if (st == ST_OK && tpd) st = tp_shard(&stp, &m, tpd, e);
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         TeacherMode mode = self ? c->teacher_mode : TEACHER_MODEL;
@@ -612,6 +617,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
             log_info("teacher: the student's live weights (no extra memory)");
         }
         s.mode = mode;
+        if (st == ST_OK && tpd && t != m) st = tp_shard(&ttp, &t, tpd, e);
     }
     // sampling: the trainer's settings over the student's EOS and pad ids
     GenConfig mg;
@@ -641,10 +647,10 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     }
     int B = c->B, GA = MAX(1, c->train.grad_accum);
     Dist one;
-    if (c->dist) s.dist = c->dist;
+    if (c->dist) s.dist = dist_data_axis(c->dist);
     else dist_single(&one), s.dist = &one;
     int W = s.dist->world;
-    if (st == ST_OK && c->log_rollouts) {  // rank r > 0 writes its rows to FILE.rank<r>
+    if (st == ST_OK && c->log_rollouts && (!tpd || tpd->rank == 0)) {  // rank r > 0 writes its rows to FILE.rank<r>
         char *path = xmalloc(strlen(c->log_rollouts) + 32);
         if (s.dist->rank == 0) strcpy(path, c->log_rollouts);
         else sprintf(path, "%s.rank%d", c->log_rollouts, s.dist->rank);
@@ -677,7 +683,8 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
                           .micro_batches = s.spe * GA, .batch_size = B, .grad_accum = GA, .step = distill_step,
                           .evaluate = c->eval_dataset ? distill_evaluate : NULL,
                           .save_state = s.mode == TEACHER_EMA ? save_ema : NULL,
-                          .load_state = s.mode == TEACHER_EMA ? load_ema : NULL, .dist = s.dist};
+                          .load_state = s.mode == TEACHER_EMA ? load_ema : NULL, .dist = s.dist,
+                          .sharded_ok = s.mode != TEACHER_EMA};  // an EMA teacher reads the whole student
         st = trainer_loop(m, &src, &c->train, res, e);
         t = s.teacher;  // an EMA teacher may have been reloaded on resume
         if (st == ST_OK && t != m)
@@ -692,7 +699,8 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     free_rows(etp, eps.n);
     prompts_free(&ps);
     prompts_free(&eps);
-    if (t && t != m) model_free(t);
+    if (t && t != m) tp_free(&ttp, t), model_free(t);
+    tp_free(&stp, m);
     model_free(m);
     if (be) backend_destroy(be);
     if (have_mc) model_codec_free(&mc);

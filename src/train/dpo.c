@@ -1,6 +1,7 @@
 // dpo.c: DPO = preference pairs (pref_data) + one concatenated static-shape batch per micro-batch
 // (pref_batch) + dpo_math + the shared trainer loop.
 #include "dpo.h"
+#include "tp.h"
 
 #include "../core/alloc.h"
 #include "../core/log.h"
@@ -329,6 +330,12 @@ Status dpo_run(DpoConfig *c, TrainResult *res, Err *e) {
                          .max_plans = c->max_plans, .gradient_checkpointing = c->train.gradient_checkpointing,
                          .max_memory = c->max_memory, .seed = c->train.seed, .peft = &c->train.peft, .dist = c->dist};
     Status st = pref_load_policy(&ps, &be, &m, e);
+    Tp tp = {0};  // --tp_size T: this rank's part of the policy (tp.h; the reference stays whole)
+    Dist *world = c->dist;
+    if (st == ST_OK && dist_data_axis(c->dist) != c->dist) {
+        st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
+        c->dist = dist_data_axis(c->dist);
+    }
     if (st == ST_OK) st = dpo_create(c, m, &d, e);
     if (st == ST_OK) {
         char types[256];
@@ -344,11 +351,13 @@ Status dpo_run(DpoConfig *c, TrainResult *res, Err *e) {
         int GA = MAX(1, c->train.grad_accum);
         StepSource src = {.ctx = d, .what = "pairs", .n_items = d->ps.n,
                           .steps_per_epoch = trainer_steps_per_epoch(d->n_batches, GA), .micro_batches = d->n_batches,
-                          .batch_size = d->B, .grad_accum = GA, .step = dpo_step, .dist = d->dist};
+                          .batch_size = d->B, .grad_accum = GA, .step = dpo_step, .dist = d->dist, .sharded_ok = 1};
         st = trainer_loop(m, &src, &c->train, res, e);
     }
     dpo_free(d);
+    tp_free(&tp, m);
     model_free(m);
+    c->dist = world;
     if (be) backend_destroy(be);
     return st;
 }

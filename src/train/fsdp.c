@@ -116,7 +116,7 @@ static void grads_done(void *ctx, Model *m, int layer) {
 
 void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp) {
     memset(f, 0, sizeof *f);
-    CHECK(m->params && !m->lora && m->matrix_dtype == DT_F32 && !m->hooks);
+    CHECK(m->params && !m->lora && m->matrix_dtype == DT_F32 && (!m->hooks || !m->hooks->materialize));
     f->d = d, f->dp = dp && dp->world > 1 ? dp : NULL, f->m = m;
     f->L = m->tt.n_layers;
     build_units(f);
@@ -143,6 +143,8 @@ void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp) {
     for (int i = 0; i < m->tt.n; i++) m->data[i] = NULL;
     f->layer_at = -1;
     f->hooks = (ModelHooks){.ctx = f, .materialize = materialize, .grads_done = grads_done};
+    if (m->hooks) f->hooks.reduce = m->hooks->reduce, f->hooks.reduce_ctx = m->hooks->reduce_ctx;  // TP x FSDP
+    f->prev = m->hooks;
     m->hooks = &f->hooks;
 }
 
@@ -157,7 +159,7 @@ void fsdp_free(Fsdp *f) {
     for (int i = 0; i < m->tt.n; i++) m->data[i] = NULL;
     free(m->gdata);
     m->gdata = NULL;
-    m->hooks = NULL;
+    m->hooks = f->prev;
     for (int u = 0; u <= f->L; u++) free(f->u[u].counts);
     free(f->u), free(f->unit_of), free(f->upos);
     memset(f, 0, sizeof *f);

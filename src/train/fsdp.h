@@ -42,7 +42,8 @@ typedef struct Fsdp {
     int rest_ok;                 // rest holds the current parameters
     Status st;                   // the first failure inside a hook
     Err err;
-    ModelHooks hooks;
+    ModelHooks hooks;            // with the tensor-parallel reduce hook of the model's, if any
+    const ModelHooks *prev;      // the model's hooks before (restored by fsdp_free)
 } Fsdp;
 
 // Whether ZeRO-3 supports this model: an fp32 model of its own (no adapter, not frozen).

@@ -1,6 +1,7 @@
 // grpo.c: GRPO and RLOO = prompts (rollout.h) + the generation engine + reward functions +
 // rl_math + qwen3_logprob, plugged into the shared trainer loop as one StepSource.
 #include "grpo.h"
+#include "tp.h"
 #include "preflight.h"
 
 #include "../core/alloc.h"
@@ -345,7 +346,7 @@ static uint64_t round_seed(uint64_t seed, int round) {
 // One line per completion of the round (TRL's log_completions, as a file): step, prompt index,
 // completion ids and text, total reward and advantage.
 static Status log_round(Grpo *g, int round, Err *e) {
-    if (!g->c->log_completions || g->R != 0) return ST_OK;
+    if (!g->c->log_completions || !dist_lead(g->dist)) return ST_OK;
     TRY(dir_create(g->c->train.output_dir, e));
     char *path = path_join(g->c->train.output_dir, "completions.jsonl");
     FILE *f = fopen(path, round == 0 ? "w" : "a");
@@ -535,7 +536,7 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
 StepSource grpo_source(Grpo *g) {
     StepSource s = {.ctx = g, .what = "prompts", .n_items = g->ps.n, .steps_per_epoch = g->rounds_per_epoch * g->mu,
                     .micro_batches = g->rounds_per_epoch * g->GA, .batch_size = g->B, .grad_accum = g->GA,
-                    .step = grpo_step, .evaluate = NULL, .dist = g->dist};
+                    .step = grpo_step, .evaluate = NULL, .dist = g->dist, .sharded_ok = 1};
     return s;
 }
 
@@ -725,6 +726,12 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
     if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
+    Tp tp = {0};  // --tp_size T: this rank's part of the policy (tp.h); rollouts and batches per data rank
+    Dist *world = c->dist;
+    if (st == ST_OK && dist_data_axis(c->dist) != c->dist) {
+        st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
+        c->dist = dist_data_axis(c->dist);
+    }
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         st = grpo_create(c, m, &g, e);
@@ -742,7 +749,9 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
         st = trainer_loop(m, &src, &c->train, res, e);
     }
     grpo_free(g);
+    tp_free(&tp, m);
     model_free(m);
+    c->dist = world;
     if (be) backend_destroy(be);
     return st;
 }

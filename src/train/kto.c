@@ -1,6 +1,7 @@
 // kto.c: KTO = unpaired rows with their KL rows (pref_data) + static-shape batches (pref_batch) +
 // kto_loss (dpo_math) + the shared trainer loop.
 #include "kto.h"
+#include "tp.h"
 
 #include "../core/alloc.h"
 #include "../core/log.h"
@@ -286,6 +287,12 @@ Status kto_run(KtoConfig *c, TrainResult *res, Err *e) {
                          .max_plans = c->max_plans, .gradient_checkpointing = c->train.gradient_checkpointing,
                          .max_memory = c->max_memory, .seed = c->train.seed, .peft = &c->train.peft, .dist = c->dist};
     Status st = pref_load_policy(&ps, &be, &m, e);
+    Tp tp = {0};  // --tp_size T: this rank's part of the policy (tp.h; the reference stays whole)
+    Dist *world = c->dist;
+    if (st == ST_OK && dist_data_axis(c->dist) != c->dist) {
+        st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
+        c->dist = dist_data_axis(c->dist);
+    }
     if (st == ST_OK) st = kto_create(c, m, &k, e);
     if (st == ST_OK) {
         log_info("kto: %d rows, %d per micro-batch x %d ranks, %d micro-batches per epoch, loss %s, beta %g", k->us.n,
@@ -297,11 +304,13 @@ Status kto_run(KtoConfig *c, TrainResult *res, Err *e) {
         int GA = MAX(1, c->train.grad_accum);
         StepSource src = {.ctx = k, .what = "rows", .n_items = k->us.n,
                           .steps_per_epoch = trainer_steps_per_epoch(k->n_batches, GA), .micro_batches = k->n_batches,
-                          .batch_size = k->B, .grad_accum = GA, .step = kto_step, .dist = k->dist};
+                          .batch_size = k->B, .grad_accum = GA, .step = kto_step, .dist = k->dist, .sharded_ok = 1};
         st = trainer_loop(m, &src, &c->train, res, e);
     }
     kto_free(k);
+    tp_free(&tp, m);
     model_free(m);
+    c->dist = world;
     if (be) backend_destroy(be);
     return st;
 }

@@ -3,6 +3,7 @@
 
 #include "../core/alloc.h"
 #include "fsdp.h"
+#include "tp.h"
 
 #include <math.h>
 #include <string.h>
@@ -125,6 +126,26 @@ void optim_free(Optim *o, Backend *be) {
 
 size_t optim_state_bytes(const Optim *o) { return 2 * (o->hi - o->lo) * sizeof(float); }
 
+// TP x FSDP, per piece of this rank's blocks: per-head norms summed over the tensor-parallel
+// group; the squared norm counting replicated tensors (the same on every rank) once.
+typedef struct TpPieces {
+    Backend *be;
+    float *g;
+    Dist *tp;
+    double ss;
+    Status st;
+    Err *e;
+} TpPieces;
+
+static void tp_piece(void *ctx, const TensorInfo *t, size_t elem, size_t at, size_t len) {
+    TpPieces *c = ctx;
+    (void)elem;
+    if (c->st == ST_OK && (t->kind == TK_QN || t->kind == TK_KN))
+        c->st = dist_allreduce_sum(c->tp, c->be, c->g + at, len, c->e);
+    double s = c->be->sumsq(c->be, c->g + at, len);
+    c->ss += tp_split_dim(t->kind) >= 0 ? s : s / c->tp->world;
+}
+
 Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     Backend *be = m->be;
     float *grads = model_trainable(m).grads;
@@ -133,8 +154,35 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
         Fsdp *f = o->fsdp;
         TRY(fsdp_status(f, e));
         if (f->dp) TRY(dist_allreduce_sum(f->dp, be, f->g, f->n, e));
-        double ss = f->n ? be->sumsq(be, f->g, f->n) : 0.0;
+        double ss;
+        if (d->mesh && d->mesh->tp > 1) {  // TP x FSDP: the blocks of q_norm / k_norm summed over the group
+            TpPieces c = {be, f->g, &d->mesh->tp_axis, 0, ST_OK, e};
+            fsdp_for_pieces(f, tp_piece, &c);
+            TRY(c.st);
+            TRY(dist_allreduce_sum_host_d(c.tp, &c.ss, 1, e));
+            ss = c.ss;
+        } else {
+            ss = f->n ? be->sumsq(be, f->g, f->n) : 0.0;
+        }
         TRY(dist_allreduce_sum_host_d(f->d, &ss, 1, e));
+        *grad_norm = sqrt(ss);
+        return ST_OK;
+    }
+    DistMesh *mesh = d->mesh;
+    if (mesh && mesh->tp > 1) {  // ZeRO-0 over the data axis, then the norm over the whole model
+        CHECK(o->zero_stage == 0 && !m->lora);
+        Dist *tp = &mesh->tp_axis;
+        const TensorTable *tt = &m->tt;
+        for (int i = 0; i < tt->n; i++)  // per-head norms: each rank's heads' share
+            if (tt->t[i].kind == TK_QN || tt->t[i].kind == TK_KN)
+                TRY(dist_allreduce_sum(tp, be, grads + tt->t[i].goffset, tt->t[i].numel, e));
+        TRY(dist_allreduce_sum(d, be, grads, o->n, e));
+        double ss = 0;  // split tensors once per rank, replicated ones (the same on every rank) once
+        for (int i = 0; i < tt->n; i++) {
+            double s = be->sumsq(be, grads + tt->t[i].goffset, tt->t[i].numel);
+            ss += tp_split_dim(tt->t[i].kind) >= 0 ? s : s / tp->world;
+        }
+        TRY(dist_allreduce_sum_host_d(tp, &ss, 1, e));
         *grad_norm = sqrt(ss);
         return ST_OK;
     }

@@ -6,6 +6,7 @@
 #include "../tokenizer/chat.h"
 #include "codec.h"
 #include "preflight.h"
+#include "tp.h"
 
 #include <string.h>
 
@@ -64,6 +65,10 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
     if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
+    if (st == ST_OK) m->moe_capacity_factor = c->moe_capacity_factor;
+    Tp tp = {0};  // --tp_size T: this rank's part of the model (tp.h)
+    Dist *dd = dist_data_axis(c->dist);
+    if (st == ST_OK && dd != c->dist) st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)
             if (train.ex[i].ids[t] < 0 || train.ex[i].ids[t] >= m->cfg.vocab_size) {
@@ -76,7 +81,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         int seq = c->data.max_length;
-        if (c->dist) c->batch.rank = c->dist->rank, c->batch.world = c->dist->world;
+        if (dd) c->batch.rank = dd->rank, c->batch.world = dd->world;
         batch_make_rows(&rows, &train, c->packing ? c->packing_strategy : PACK_NONE, seq);
         if (c->padding_max_length) c->batch.fixed_T = seq > 0 ? MAX(seq, rows.max_len) : rows.max_len;
         batcher_init(&bt, &rows, &c->batch);
@@ -98,7 +103,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
                               : c->dtype >= 0 && c->dtype != DT_Q8_0 ? (DType)c->dtype
                                                   : m->ckpt_dtype;
-        st = trainer_run(m, &bt, c->eval_dataset ? &ebt : NULL, c->dist, &c->train, res, e);
+        st = trainer_run(m, &bt, c->eval_dataset ? &ebt : NULL, dd, &c->train, res, e);
     }
     batcher_free(&bt);
     batcher_free(&ebt);
@@ -106,6 +111,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     batch_rows_free(&erows);
     data_free(&train);
     data_free(&eval);
+    tp_free(&tp, m);
     model_free(m);
     if (be) backend_destroy(be);
     if (have_codec) model_codec_free(&mc);

@@ -21,6 +21,7 @@ typedef struct SftConfig {
     BatchConfig batch;
     int eval_batch_size;
     int max_plans;
+    double moe_capacity_factor;  // --moe_capacity_factor (0: exact dispatch)
     TrainConfig train;
     Dist *dist;                   // the ranks (NULL: one process)
 } SftConfig;

@@ -8,6 +8,7 @@
 #include "../model/lora.h"
 #include "../model/qwen3.h"
 #include "fsdp.h"
+#include "tp.h"
 
 #include <math.h>
 #include <string.h>
@@ -128,12 +129,14 @@ void step_report_add(StepReport *r, const char *name, double value, double weigh
 
 // ---- SFT: batches of rows, cross-entropy over the targets ------------------------------------
 
+#define SFT_SUMS 5  // per micro-batch: loss, correct, entropy, targets, aux loss
+
 typedef struct SftSource {
     Batcher *train, *eval;  // this rank's shards
     Dist *dist;
     int grad_accum;
     HostBatch *hb;  // (grad_accum)
-    double *sums;   // (grad_accum, 4) per micro-batch: loss, correct, entropy, targets
+    double *sums;   // (grad_accum, SFT_SUMS)
     RowStats rs;
 } SftSource;
 
@@ -155,7 +158,12 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     float scale = counts[0] > 0 ? 1.0f / (float)counts[0] : 0.0f;
     // On a backend that records steps as graphs the micro-batch runs with scale 1 (a recorded step
     // cannot take a new scalar) and the accumulated gradient is scaled once afterwards.
-    int recorded = m->be->graph_begin != NULL && !m->hooks;
+    // With the load-balancing loss (MoE, output_router_logits) micro-batches run eagerly: its
+    // gradient is not scaled by the token count, which a recorded step could not tell apart.
+    int aux = m->cfg.num_experts > 0 && m->cfg.output_router_logits;
+    int recorded = m->be->graph_begin != NULL && !m->hooks && !aux;
+    // the aux loss of the step: the mean over micro-batches (and ranks) of each forward's
+    m->moe_aux_scale = 1.0 / ((double)n_micro * (s->dist ? s->dist->world : 1));
     for (int g = 0; g < n_micro; g++) {
         HostBatch *hb = &s->hb[g];
         Plan *p;
@@ -167,19 +175,25 @@ static Status sft_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
             qwen3_forward(m, p);
             qwen3_ce_loss(m, p, scale, 1);
         }
-        double *x = &s->sums[4 * g];
+        double *x = &s->sums[SFT_SUMS * g];
         sum_rows(m, p, hb, &s->rs, &x[0], &x[1], &x[2]);
         x[3] = hb->n_targets;
+        x[4] = aux ? qwen3_moe_aux_loss(m, p) : 0;
         step_report_tick(r, "micro-batch", g + 1, n_micro);
     }
     if (recorded) {
         Trainable tr = model_trainable(m);
         m->be->scale(m->be, tr.grads, scale, tr.tt->n_params);
     }
-    TRY(dist_allreduce_sum_host_d(s->dist, s->sums, 4 * (size_t)n_micro, e));
+    TRY(dist_allreduce_sum_host_d(s->dist, s->sums, SFT_SUMS * (size_t)n_micro, e));
     for (int g = 0; g < n_micro; g++) {
-        const double *x = &s->sums[4 * g];
+        const double *x = &s->sums[SFT_SUMS * g];
         r->loss += x[0] * scale;
+        if (aux) {  // x[4]: summed over ranks; the loss adds coef * the mean over micro-batches and ranks
+            double a = x[4] * m->moe_aux_scale;
+            r->loss += m->cfg.router_aux_loss_coef * a;
+            step_report_add(r, "aux_loss", a * n_micro, 1);
+        }
         if (x[3] > 0) {
             step_report_add(r, "mean_token_accuracy", x[1] / x[3], 1);
             step_report_add(r, "entropy", x[2] / x[3], 1);
@@ -210,7 +224,7 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const Train
     if (!d) dist_single(&one), d = &one;
     SftSource s = {.train = train, .eval = eval, .dist = d, .grad_accum = GA};
     s.hb = xcalloc((size_t)GA, sizeof(HostBatch));
-    s.sums = xcalloc(4 * (size_t)GA, sizeof(double));
+    s.sums = xcalloc(SFT_SUMS * (size_t)GA, sizeof(double));
     for (int g = 0; g < GA; g++) host_batch_init(&s.hb[g], train);
     stats_init(&s.rs, (size_t)train->cfg.B * train->Tmax);
     StepSource src = {.ctx = &s, .what = "rows", .n_items = train->rows->n,
@@ -275,16 +289,44 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
         st = optim_gather_state(opt, m->be, mh, vh, e);
         mo = (CkptMoments){mh, vh, 0};
     }
-    if (st == ST_OK && d->rank == 0) {
+    // tensor parallel: the model and the moments gathered over the writer's group
+    Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;
+    Model *whole = NULL;
+    float *fmh = NULL, *fvh = NULL;
+    if (st == ST_OK && tp && d->rank == 0) {
+        st = tp_gather(tp, m, &whole, e);
+        if (st == ST_OK && mop) {
+            size_t n = m->tt.n_params;
+            const float *lm = mo.m, *lv = mo.v;
+            float *hm = NULL, *hv = NULL;  // device moments through host copies
+            if (mo.on_device) {
+                lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
+                m->be->download(m->be, hm, mo.m, n * sizeof(float));
+                m->be->download(m->be, hv, mo.v, n * sizeof(float));
+            }
+            if (whole) {
+                fmh = xmalloc(whole->tt.n_params * sizeof(float));
+                fvh = xmalloc(whole->tt.n_params * sizeof(float));
+            }
+            st = tp_gather_flat(tp, m, fmh, lm, e);
+            if (st == ST_OK) st = tp_gather_flat(tp, m, fvh, lv, e);
+            free(hm), free(hv);
+            mo = (CkptMoments){fmh, fvh, 0};
+        }
+    }
+    if (st == ST_OK && dist_lead(d)) {
         if (mt) {
             char what[64];
             snprintf(what, sizeof what, "saving checkpoint-%d", ts->step);
             metrics_tick(mt, what, 0, 0);
         }
-        st = checkpoint_save_ex(cfg->output_dir, m, mop, ts, cfg->save_dtype, cfg->src_model_dir, src->save_state,
-                                src->ctx, e);
+        st = checkpoint_save_ex(cfg->output_dir, whole ? whole : m, mop, ts, cfg->save_dtype, cfg->src_model_dir,
+                                src->save_state, src->ctx, e);
         if (st == ST_OK) st = checkpoint_prune(cfg->output_dir, cfg->save_total_limit, e);
     }
+    model_free(whole);
+    free(fmh);
+    free(fvh);
     free(mh);
     free(vh);
     if (opt->fsdp) fsdp_full_end(opt->fsdp, 0);
@@ -351,7 +393,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     size_t n = tr.tt->n_params;
     // One process on host memory reads the moments straight into the optimizer's buffers; otherwise
     // through host copies that rank 0 broadcasts and every rank takes its block of.
-    int direct = d->world == 1 && m->be->host_memory && !opt->fsdp;
+    int direct = d->world == 1 && m->be->host_memory && !opt->fsdp && !(m->hooks && m->hooks->reduce);
     // ZeRO-3: every tensor whole on every rank while the checkpoint is read and broadcast
     TRY(opt->fsdp ? fsdp_full_begin(opt->fsdp, 1, e) : ST_OK);
     tr = model_trainable(m);
@@ -364,7 +406,22 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
             st = checkpoint_latest(cfg->output_dir, &dir, e);
         else
             dir = xstrdup(cfg->resume);
-        if (st == ST_OK) st = checkpoint_load(dir, m, mh, vh, &saved, e);
+        Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;
+        if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
+            Model *whole = tp_full_model(tp, m);
+            size_t fn = whole->tt.n_params;
+            float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
+            st = checkpoint_load(dir, whole, fmh, fvh, &saved, e);
+            if (st == ST_OK) {
+                tp_slice_model(tp, whole, m);
+                tp_slice_flat(tp, m, mh, fmh);
+                tp_slice_flat(tp, m, vh, fvh);
+            }
+            free(fmh), free(fvh);
+            model_free(whole);
+        } else if (st == ST_OK) {
+            st = checkpoint_load(dir, m, mh, vh, &saved, e);
+        }
         int global = ts->batch_size * d->world, saved_global = saved.batch_size * MAX(1, saved.world);
         if (st == ST_OK && (saved.micro_batches != ts->micro_batches || saved_global != global ||
                             saved.grad_accum != ts->grad_accum || saved.seed != cfg->seed))
@@ -415,6 +472,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
 Status trainer_check_mesh(const Model *m, const Dist *d, Err *e) {
     const DistMesh *mesh = d ? d->mesh : NULL;
     if (!mesh || mesh->tp == 1) return ST_OK;
+    if (m->hooks && m->hooks->reduce) return ST_OK;  // split by tp_shard (checked there)
     const ModelConfig *c = &m->cfg;
     int T = mesh->tp;
     struct { const char *what; int n; } dims[] = {
@@ -425,8 +483,8 @@ Status trainer_check_mesh(const Model *m, const Dist *d, Err *e) {
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
                                          "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
                            dims[i].n, m->dir ? m->dir : "the model");
-    return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism is not implemented yet (use --tp_size 1 with "
-                                       "--fsdp_size or --zero_stage 1)", T);
+    return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism is not implemented yet for this command "
+                                       "(sft, dpo, kto, grpo, rloo, distill and generate have it)", T);
 }
 
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
@@ -436,7 +494,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     CHECK(m->lora || m->matrix_dtype == DT_F32);  // trained weights: fp32 (an adapter always is)
     Dist one, *d = src->dist;
     if (!d) dist_single(&one), d = &one;
-    int lead = d->rank == 0;  // rank 0 logs and writes files
+    Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;  // tensor parallel (tp.h)
+    int lead = dist_lead(d);  // rank 0 logs and writes files (of the data axis and its TP group)
     int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
     if (total <= 0) return err_set(e, ST_EINVAL, "nothing to train: 0 steps (num_train_epochs %g)", cfg->num_train_epochs);
@@ -444,10 +503,14 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage %d is not supported (0, 1 or 3)", cfg->zero_stage);
     TRY(trainer_check_mesh(m, d, e));
     if (cfg->zero_stage == 3 && !src->sharded_ok)
-        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet by this trainer (only "
-                                           "sft); use --zero_stage 0 or 1");
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet here (sft, dpo, kto, "
+                                           "grpo, rloo and distill without an EMA teacher have it); use --zero_stage 0 "
+                                           "or 1");
     if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
+    if (tp && cfg->zero_stage == 1)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism trains with --zero_stage 0 or 3 (FSDP)",
+                       tp->d->world);
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
@@ -529,6 +592,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         if (m->lora) m->lora->step = ts.step, m->lora->calls = 0;  // dropout masks keyed by the step
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st == ST_OK && opt.fsdp) st = fsdp_status(opt.fsdp, e);
+        if (st == ST_OK && tp) st = tp_status(tp, e);
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
         // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
@@ -606,17 +670,21 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     if (finished && st == ST_OK && save_every > 0)
         st = save_checkpoint(m, &opt, d, src, cfg, &ts, lead ? &mt : NULL, &save_secs, e);
     if (finished && st == ST_OK && opt.fsdp) st = fsdp_full_begin(opt.fsdp, 0, e);  // whole on rank 0
+    Model *whole = NULL;  // tensor parallel: the gathered model on the group's rank 0
+    if (finished && st == ST_OK && tp && d->rank == 0)  // the writer's group (with FSDP: the ranks holding it whole)
+        st = tp_gather(tp, m, &whole, e);
     if (finished && st == ST_OK && lead) {  // the final model: once on disk
         double t0 = metrics_now();
         char name[64];
         snprintf(name, sizeof name, "checkpoint-%d", ts.step);
         char *ck = path_join(cfg->output_dir, name);
         if (save_every > 0 && checkpoint_is_complete(ck)) st = checkpoint_publish(ck, cfg->output_dir, e);
-        else st = checkpoint_write_model(cfg->output_dir, m, cfg->save_dtype, cfg->src_model_dir, e);
+        else st = checkpoint_write_model(cfg->output_dir, whole ? whole : m, cfg->save_dtype, cfg->src_model_dir, e);
         free(ck);
         save_secs += metrics_now() - t0;
     }
     if (opt.fsdp) fsdp_full_end(opt.fsdp, 0);
+    model_free(whole);
     if (st != ST_OK && lead && mt.open && !cfg->resume && mt.lines == 0) unlink(metrics_path);  // a failed start leaves no empty file
     metrics_close(&mt);
     res->save_seconds = save_secs;

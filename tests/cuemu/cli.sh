@@ -105,5 +105,28 @@ if [ -n "$a" ] && [ -n "$b" ] && grep -q '1 steps recorded as graphs' "$tmp/err"
   ok sft_losses
 else fail sft_losses "cpu $a, cuda $b: $(tail -2 "$tmp/err")"; fi
 
+# Mixture of experts (docs/models.md): logits of qwen3_moe (a dense layer between sparse ones) and
+# mixtral with fp32 GEMMs within 1e-4 of the cpu's, greedy decode (recorded as a graph: the
+# dispatch stays on the device) and SFT losses with the load-balancing loss (run eagerly).
+for mm in qwen3_moe mixtral; do
+  MM=tests/data/models/$mm
+  $BIN logits --device cpu --model $MM --ids "$ids" --all >"$tmp/m_cpu" 2>"$tmp/err"
+  STILL_CUDA_GEMM=fp32 $BIN logits --device cuda --model $MM --ids "$ids" --all >"$tmp/m_cuda" 2>>"$tmp/err"
+  r=$(max_rel "$tmp/m_cpu" "$tmp/m_cuda")
+  if [ "$r" != shapes ] && awk -v r="$r" 'BEGIN { exit !(r <= 1e-4) }'; then ok "moe_logits_$mm"
+  else fail "moe_logits_$mm" "relative error $r (tol 1e-4): $(tail -2 "$tmp/err")"; fi
+done
+M_dense=$M M=tests/data/models/qwen3_moe
+same_greedy moe_generate_greedy fp32 --max_new_tokens 12 --do_sample false --ignore_eos
+M=$M_dense
+msft=(sft --model tests/data/models/mixtral --dataset tests/data/sft/ids.jsonl --max_steps 2 --pad_to_multiple_of 16
+      --learning_rate 1e-3 --threads 2 --save_strategy no)
+$BIN "${msft[@]}" --device cpu --output_dir "$tmp/ms_cpu" >"$tmp/ms_cpu.out" 2>"$tmp/err"
+STILL_CUDA_GEMM=fp32 $BIN "${msft[@]}" --device cuda --output_dir "$tmp/ms_cuda" >"$tmp/ms_cuda.out" 2>>"$tmp/err"
+a=$(loss "$tmp/ms_cpu.out") b=$(loss "$tmp/ms_cuda.out")
+if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d * d <= 1e-10 * a * a) }'; then
+  ok moe_sft_losses
+else fail moe_sft_losses "cpu $a, cuda $b: $(tail -2 "$tmp/err")"; fi
+
 "$BUILD/bench/cuda_bench" check $M/config.json 2>"$tmp/err" | sed 's/^\(ok\|FAIL\) /\1 cuda_bench: /'
 [ "${PIPESTATUS[0]}" -eq 0 ] || echo "FAIL cuda_bench: $(tail -2 "$tmp/err")"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dist_fsdp.sh: the mesh (--tp_size / --fsdp_size, TP_SIZE / FSDP_SIZE) and FSDP / ZeRO-3.
 # FSDP=2 (2 ranks x B rows) ends 5 SFT steps with the losses and weights of 1 rank x 2B rows
-# (fp32 reduction tolerance, <= 1e-5 relative), and so does ZeRO-3 on one process; each rank of
+# (fp32 reduction tolerance, <= 1e-5 relative), and so do ZeRO-3 on one process, DPO and GRPO
+# (the same rollouts, generated through the per-layer gathers); each rank of
 # FSDP=2 holds half of the parameters, gradients and moments; checkpoints are the plain HF layout
 # with complete moments: a run resumes bit for bit on the same mesh and on one process from the
 # same checkpoint; invalid meshes are usage errors at start; a stopped rank makes the other fail
@@ -50,8 +51,9 @@ expect_rc mesh_from_env 2 "--tp_size 1 x --fsdp_size 2 does not divide the 1 ran
   env FSDP_SIZE=2 $BIN sft $C --per_device_train_batch_size 4 --output_dir "$tmp/bad"
 expect_rc fsdp_with_zero1 2 "--fsdp_size 2 shards parameters (ZeRO-3); it does not go with --zero_stage 1" \
   $BIN sft $C --per_device_train_batch_size 4 --fsdp_size 2 --zero_stage 1 --output_dir "$tmp/bad"
-expect_err zero3_other_trainers "not supported yet by this trainer (only sft)" \
-  $BIN dpo --model $M --dataset tests/data/dpo/pairs.jsonl --zero_stage 3 --threads 1 --output_dir "$tmp/bad"
+expect_err zero3_refused_by_reward "--zero_stage 3 / --fsdp_size is not supported yet here" \
+  $BIN reward --model tests/data/reward/rm --dataset tests/data/reward/pairs.jsonl --zero_stage 3 --threads 1 \
+  --output_dir "$tmp/bad"
 
 if ! mpi_available "$BIN"; then skip dist_fsdp_mpi "this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
 MPI="timeout -s KILL 120 mpirun $MPI_FLAGS -np 2"
@@ -86,6 +88,28 @@ out=$($BIN sft ${R/--fsdp_size 2 --per_device_train_batch_size 2/--per_device_tr
 d=$($DIFF "$tmp/full/model.safetensors" "$tmp/re/model.safetensors" 1e-4 2>&1)
 if [ $? -eq 0 ] && grep -q "re-sharded over 1" <<<"$out"; then ok "fsdp_checkpoint_resumes_on_one_process ($d)"
 else fail fsdp_checkpoint_resumes_on_one_process "$d; $(tail -2 <<<"$out")"; fi
+
+# DPO and GRPO on FSDP=2: 2 ranks x B pairs / completions = 1 process x 2B (GRPO: the same rollouts,
+# generated through the per-layer gathers)
+DP="--model $M --dataset tests/data/dpo/pairs.jsonl --threads 1 --max_steps 2 --logging_steps 1 --save_strategy no \
+    --learning_rate 1e-3"
+$BIN dpo $DP --per_device_train_batch_size 4 --output_dir "$tmp/dpo1" >/dev/null 2>&1
+out=$($MPI $BIN dpo $DP --per_device_train_batch_size 2 --fsdp_size 2 --output_dir "$tmp/dpo2" 2>&1 >/dev/null); rc=$?
+d=$($DIFF "$tmp/dpo1/model.safetensors" "$tmp/dpo2/model.safetensors" $TOL 2>&1); drc=$?
+if [ $rc -eq 0 ] && [ $drc -eq 0 ]; then
+  ok "dpo_fsdp2_matches_one_rank ($d)"
+else fail dpo_fsdp2_matches_one_rank "rc=$rc $d; $(tail -2 <<<"$out")"; fi
+$BIN init --model_config $M/config.json --output_dir "$tmp/gm" --tokenizer tests/data/sft/tok 2>/dev/null
+for i in 0 1 2 3 4 5 6 7; do echo "{\"prompt\": \"Q$i: what is $i + 1?\", \"answer\": $((i + 1))}"; done >"$tmp/p.jsonl"
+RL="--model $tmp/gm --dataset $tmp/p.jsonl --max_completion_length 6 --num_generations 4 --gradient_accumulation_steps 2
+    --max_steps 1 --logging_steps 1 --threads 1 --pad_to_multiple_of 16 --save_strategy no --learning_rate 1e-3
+    --log_completions --reward length:4 --reward regex:[0-9]"
+$BIN grpo $RL --per_device_train_batch_size 8 --output_dir "$tmp/grpo1" >/dev/null 2>&1
+out=$($MPI $BIN grpo $RL --per_device_train_batch_size 4 --fsdp_size 2 --output_dir "$tmp/grpo2" 2>&1 >/dev/null); rc=$?
+d=$($DIFF "$tmp/grpo1/model.safetensors" "$tmp/grpo2/model.safetensors" $TOL 2>&1); drc=$?
+if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ -s "$tmp/grpo1/completions.jsonl" ] \
+   && cmp -s "$tmp/grpo1/completions.jsonl" "$tmp/grpo2/completions.jsonl"; then ok "grpo_fsdp2_same_rollouts ($d)"
+else fail grpo_fsdp2_same_rollouts "rc=$rc $d; $(tail -2 <<<"$out")"; fi
 
 # tensor-parallel divisibility: 4 heads over --tp_size 3 is a usage error on every rank
 out=$(timeout -s KILL 60 mpirun $MPI_FLAGS -np 3 $BIN sft $C --per_device_train_batch_size 2 --tp_size 3 \

@@ -56,3 +56,23 @@ check generate_text_same $([ "$a" = "$b" ]; echo $?) "'$a' vs '$b'"
 "$BIN" logits --model tests/data/gguf/mixed.gguf --ids "1 5 9 33" --all >"$tmp/a.txt" 2>&1
 "$BIN" logits --model "$tmp/mixed_f32.gguf" --ids "1 5 9 33" --all >"$tmp/b.txt" 2>&1
 check reexport_mixed $([ -s "$tmp/a.txt" ] && cmp -s "$tmp/a.txt" "$tmp/b.txt"; echo $?) "$(head -c 200 "$tmp/b.txt")"
+
+# An independent reader: Hugging Face's @huggingface/gguf (package-lock.json, installed by
+# scripts/npm_clients.sh) parses the exports of every test model in every --outtype, and
+# tests/e2e/gguf_npm.mjs checks what it read against the checkpoint (metadata, tensor infos,
+# layout, f32 bytes, the tokenizer keys).
+if ! command -v node >/dev/null; then echo "skip gguf_npm: node is not installed"
+else
+  nm=$(scripts/npm_clients.sh --node-modules 2>/dev/null)
+  if [ -z "$nm" ] || [ ! -d "$nm/@huggingface/gguf" ]; then
+    echo "FAIL gguf_npm: the @huggingface/gguf npm package is not installed (scripts/npm_clients.sh failed)"
+  else
+    for m in qwen3_untied llama qwen2; do
+      for o in f32 f16 bf16 q8_0; do
+        "$BIN" export-gguf --model "tests/data/models/$m" --outfile "$tmp/n.gguf" --outtype $o --log_level error
+        node tests/e2e/gguf_npm.mjs "$nm" "tests/data/models/$m" "$tmp/n.gguf" $o
+      done
+    done
+    node tests/e2e/gguf_npm.mjs "$nm" "$tmp/m" "$tmp/m.gguf" f32
+  fi
+fi

@@ -111,6 +111,14 @@ await attempt('chat_tools', async () => {
   check('chat_tool_result_turn', r2.usage.prompt_tokens > r.usage.prompt_tokens + 10, `${r2.usage.prompt_tokens} vs ${r.usage.prompt_tokens}`);
   const s = await streamChat({ model: 'tiny', messages: user('Weather in Paris?'), tools, max_tokens: 4, temperature: 0 });
   check('chat_tools_stream_equals', s.text[0] === (m.content ?? ''), JSON.stringify([s.text, m.content]));
+  // the text streams as it comes (one chunk per token), not all at the end
+  check('chat_tools_stream_incremental', s.chunks >= 4, `${s.chunks} chunks`);
+  // the client's own stream accumulator (tool_calls deltas included) gives the whole answer
+  const fin = await client.chat.completions.stream({ model: 'tiny', messages: user('Weather in Paris?'), tools,
+    max_tokens: 4, temperature: 0 }).finalChatCompletion();
+  const fm = fin.choices[0].message;
+  check('chat_tools_stream_helper', fm.content === m.content && JSON.stringify(fm.tool_calls ?? []) === JSON.stringify(m.tool_calls ?? [])
+    && fin.choices[0].finish_reason === r.choices[0].finish_reason, JSON.stringify([fm, m]));
 });
 
 await attempt('completions', async () => {

@@ -147,6 +147,14 @@ static void test_pad_and_accumulation(void) { run_case("pad_ga"); }
 // the other families (scripts/ref_family.py: the same step through their PyTorch ports)
 static void test_olmo2_pad_ga(void) { run_model_case("olmo2", "pad_ga", "tests/data/models/olmo2/sft_pad_ga.safetensors"); }
 static void test_phi3_pad_ga(void) { run_model_case("phi3", "pad_ga", "tests/data/models/phi3/sft_pad_ga.safetensors"); }
+// the sliding-window families (scripts/ref_sliding.py): bfd packs rows of 24, longer than their windows
+static void test_mistral_bfd(void) { run_model_case("mistral", "bfd", "tests/data/models/mistral/sft_bfd.safetensors"); }
+static void test_gemma2_pad_ga(void) {
+    run_model_case("gemma2", "pad_ga", "tests/data/models/gemma2/sft_pad_ga.safetensors");
+}
+static void test_gemma3_text_bfd(void) {
+    run_model_case("gemma3_text", "bfd", "tests/data/models/gemma3_text/sft_bfd.safetensors");
+}
 static void test_full_mask(void) { run_case("full_mask"); }
 static void test_packing_bfd(void) { run_case("bfd"); }
 static void test_packing_wrapped(void) { run_case("wrapped"); }
@@ -158,5 +166,8 @@ int main(void) {
     RUN(test_packing_wrapped);
     RUN(test_olmo2_pad_ga);
     RUN(test_phi3_pad_ga);
+    RUN(test_mistral_bfd);
+    RUN(test_gemma2_pad_ga);
+    RUN(test_gemma3_text_bfd);
     TEST_MAIN_END();
 }

@@ -125,8 +125,8 @@ static void test_rope_parameters_v5(void) {
 static void test_errors_inline(void) {
     ModelConfig c;
     Err e = {0};
-    EXPECT(parse("{\"model_type\":\"qwen3_moe\"}", &c, &e) == ST_EUNSUPPORTED);
-    EXPECT_STR_CONTAINS(e.msg, "config.json: model_type \"qwen3_moe\" is not supported (supported: qwen3, qwen2, llama");
+    EXPECT(parse("{\"model_type\":\"gpt_oss\"}", &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "config.json: model_type \"gpt_oss\" is not supported (supported: qwen3, qwen2, llama");
     EXPECT(parse("{\"model_type\":\"qwen3\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
                  "\"num_hidden_layers\":2,\"num_attention_heads\":6,\"num_key_value_heads\":4}",
                  &c, &e) == ST_EINVAL);

@@ -292,8 +292,37 @@ static void test_model_metadata_errors(void) {
 
 // -------------------------------------------------------------------------------- tokenizer
 
-// Write tokenizer.json (+ config) of dir as llama.cpp's converter lays a byte-level BPE out.
+typedef struct TokId {
+    const char *s;
+    int id;
+} TokId;
+
+static int tokid_cmp(const void *a, const void *b) { return strcmp(((const TokId *)a)->s, ((const TokId *)b)->s); }
+
+// SentencePiece scores that make tokenizer.json's merges: a piece scores minus the rank of the
+// first merge that makes it (the converter orders merges by the merged piece's score); pieces no
+// merge makes score below every other. Control, byte and unknown pieces score 0.
+static float *spm_scores(char **toks, const int32_t *types, int n, char **ms, int nm) {
+    TokId *sorted = xmalloc((size_t)n * sizeof *sorted);
+    for (int i = 0; i < n; i++) sorted[i] = (TokId){toks[i], i};
+    qsort(sorted, (size_t)n, sizeof *sorted, tokid_cmp);
+    float *scores = xmalloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) scores[i] = types[i] == 1 ? -1e7f - (float)i : 0.0f;
+    for (int k = nm - 1; k >= 0; k--) {  // the first merge wins
+        char *joined = xstrdup(ms[k]), *sp = strchr(joined, ' ');
+        if (sp) memmove(sp, sp + 1, strlen(sp));
+        TokId key = {joined, 0}, *hit = bsearch(&key, sorted, (size_t)n, sizeof *sorted, tokid_cmp);
+        if (hit && types[hit->id] == 1) scores[hit->id] = -(float)k;
+        free(joined);
+    }
+    free(sorted);
+    return scores;
+}
+
+// Write tokenizer.json (+ config) of dir as llama.cpp's converter lays a byte-level BPE out (pre
+// "spm": a SentencePiece BPE, tokenizer.ggml.model "llama": token types, scores, no merges).
 static char *tokenizer_gguf(const char *dir, const char *name, const char *pre, int add_bos) {
+    int spm = !strcmp(pre, "spm");
     char *jp = path_join(dir, "tokenizer.json"), *cp = path_join(dir, "tokenizer_config.json");
     cJSON *j = NULL, *cfg = NULL;
     Err e = {0};
@@ -331,12 +360,28 @@ static char *tokenizer_gguf(const char *dir, const char *name, const char *pre, 
     }
     GgufWriter w;
     gguf_writer_init(&w, 32);
-    gguf_w_str(&w, "general.architecture", "qwen3");
-    gguf_w_str(&w, "tokenizer.ggml.model", "gpt2");
-    gguf_w_str(&w, "tokenizer.ggml.pre", pre);
-    gguf_w_arr_str(&w, "tokenizer.ggml.tokens", (const char *const *)toks, (size_t)n);
-    gguf_w_arr_i32(&w, "tokenizer.ggml.token_type", types, (size_t)n);
-    gguf_w_arr_str(&w, "tokenizer.ggml.merges", (const char *const *)ms, (size_t)nm);
+    gguf_w_str(&w, "general.architecture", spm ? "llama" : "qwen3");
+    if (spm) {
+        // byte pieces are type 6, the unknown piece type 2 (llama.cpp's converter)
+        for (int i = 0; i < n; i++) {
+            size_t L = strlen(toks[i]);
+            if (types[i] == 1 && L == 6 && !strncmp(toks[i], "<0x", 3) && toks[i][5] == '>') types[i] = 6;
+            if (types[i] == 3 && !strcmp(toks[i], "<unk>")) types[i] = 2;
+        }
+        float *scores = spm_scores(toks, types, n, ms, nm);
+        gguf_w_str(&w, "tokenizer.ggml.model", "llama");
+        gguf_w_arr_str(&w, "tokenizer.ggml.tokens", (const char *const *)toks, (size_t)n);
+        gguf_w_arr_f32(&w, "tokenizer.ggml.scores", scores, (size_t)n);
+        gguf_w_arr_i32(&w, "tokenizer.ggml.token_type", types, (size_t)n);
+        gguf_w_u32(&w, "tokenizer.ggml.unknown_token_id", 0);
+        free(scores);
+    } else {
+        gguf_w_str(&w, "tokenizer.ggml.model", "gpt2");
+        gguf_w_str(&w, "tokenizer.ggml.pre", pre);
+        gguf_w_arr_str(&w, "tokenizer.ggml.tokens", (const char *const *)toks, (size_t)n);
+        gguf_w_arr_i32(&w, "tokenizer.ggml.token_type", types, (size_t)n);
+        gguf_w_arr_str(&w, "tokenizer.ggml.merges", (const char *const *)ms, (size_t)nm);
+    }
     Tokenizer *tok;
     CHECK(tokenizer_load(dir, &tok, &e) == ST_OK);
     if (tokenizer_bos_id(tok) >= 0) gguf_w_u32(&w, "tokenizer.ggml.bos_token_id", (uint32_t)tokenizer_bos_id(tok));
@@ -426,19 +471,36 @@ done:
 
 static void test_tokenizer_qwen3(void) { compare_tokenizers("qwen3", "qwen2", 0); }
 static void test_tokenizer_llama3(void) { compare_tokenizers("llama3", "llama-bpe", 0); }
+// SentencePiece (Llama 2): merges derived from the scores give the tokenizer.json's tokens
+static void test_tokenizer_llama2_spm(void) { compare_tokenizers("llama2", "spm", 1); }
 
 static void test_tokenizer_errors(void) {
     GgufWriter w;
     gguf_writer_init(&w, 32);
-    gguf_w_str(&w, "tokenizer.ggml.model", "llama");
-    char *path = tmp("spm.gguf");
+    gguf_w_str(&w, "tokenizer.ggml.model", "bert");
+    char *path = tmp("wpm.gguf");
     Err e = {0};
     EXPECT(gguf_w_write(&w, path, NULL, NULL, &e) == ST_OK);
     gguf_writer_free(&w);
     Tokenizer *t = NULL;
     EXPECT(tokenizer_load(path, &t, &e) == ST_EUNSUPPORTED);
-    EXPECT_STR_CONTAINS(e.msg, "tokenizer.ggml.model \"llama\" is not supported");
+    EXPECT_STR_CONTAINS(e.msg, "tokenizer.ggml.model \"bert\" is not supported");
     free(path);
+    // SentencePiece without scores, or with scores of another length
+    for (int k = 0; k < 2; k++) {
+        gguf_writer_init(&w, 32);
+        gguf_w_str(&w, "tokenizer.ggml.model", "llama");
+        const char *pieces[] = {"<unk>", "\xe2\x96\x81" "a"};
+        const float sc[] = {0, -1};
+        gguf_w_arr_str(&w, "tokenizer.ggml.tokens", pieces, 2);
+        if (k) gguf_w_arr_f32(&w, "tokenizer.ggml.scores", sc, 1);
+        path = tmp("spm.gguf");
+        EXPECT(gguf_w_write(&w, path, NULL, NULL, &e) == ST_OK);
+        gguf_writer_free(&w);
+        EXPECT(tokenizer_load(path, &t, &e) != ST_OK);
+        EXPECT_STR_CONTAINS(e.msg, k ? "tokenizer.ggml.scores has 1 entries for 2 tokens" : "tokenizer.ggml.scores");
+        free(path);
+    }
     gguf_writer_init(&w, 32);
     gguf_w_str(&w, "tokenizer.ggml.model", "gpt2");
     gguf_w_str(&w, "tokenizer.ggml.pre", "deepseek-coder");
@@ -463,6 +525,7 @@ int main(void) {
     RUN(test_model_metadata_errors);
     RUN(test_tokenizer_qwen3);
     RUN(test_tokenizer_llama3);
+    RUN(test_tokenizer_llama2_spm);
     RUN(test_tokenizer_errors);
     dir_remove_tree(tmpdir, &e);
     TEST_MAIN_END();

@@ -102,12 +102,14 @@ static void test_field_errors(void) {
         {"\"stream\": 1", "stream: expected true or false"},
         {"\"stream_options\": {\"include_usage\": 1}", "stream_options.include_usage"},
         {"\"logprobs\": 1", "logprobs: expected true or false"},
-        {"\"top_logprobs\": 2", "top_logprobs: alternatives per token are not served"},
+        {"\"top_logprobs\": 2", "top_logprobs: needs \"logprobs\": true"},
+        {"\"logprobs\": true, \"top_logprobs\": 21", "top_logprobs: expected an integer in [0, 20]"},
+        {"\"response_format\": {\"type\": \"json_object\"}", "response_format: only {\"type\": \"text\"} is served"},
         {"\"frequency_penalty\": 0.5", "frequency_penalty: not served"},
         {"\"tools\": {}", "tools: expected a list"},
         {"\"tools\": [{\"type\": \"function\"}]", "tools[0]: expected"},
         {"\"tool_choice\": \"required\"", "tool_choice: only"},
-        {"\"response_format\": {\"type\": \"json_schema\"}", "response_format: expected"},
+        {"\"response_format\": {\"type\": \"json_schema\"}", "response_format: only"},
         {"\"model\": 3", "model: expected a string"},
         {"\"chat_template_kwargs\": []", "chat_template_kwargs: expected an object"},
     };
@@ -155,10 +157,67 @@ static void test_tool_calls(void) {
     free(content);
 }
 
+typedef struct Collect {
+    StrBuf content;
+    cJSON *calls;
+} Collect;
+
+static void collect(void *user, const char *s, size_t n, const cJSON *call) {
+    Collect *c = user;
+    if (call) {
+        if (!c->calls) c->calls = cJSON_CreateArray();
+        cJSON_AddItemToArray(c->calls, cJSON_Duplicate(call, 1));
+    } else {
+        EXPECT(n > 0);  // no empty pieces
+        sb_append(&c->content, s, n);
+    }
+}
+
+// The streaming parser, fed the text growing `step` bytes at a time, gives the whole-text
+// parser's content and calls.
+static void expect_stream_same(const char *text, size_t step) {
+    char *content;
+    cJSON *calls;
+    int n = serve_parse_tool_calls(text, "s", &content, &calls);
+    ToolStream ts = {0};
+    Collect c = {0};
+    size_t len = strlen(text);
+    for (size_t i = step; i < len + step; i += step) tool_stream_feed(&ts, text, MIN(i, len), 0, "s", collect, &c);
+    tool_stream_feed(&ts, text, len, 1, "s", collect, &c);
+    const char *got = c.content.data ? c.content.data : "";
+    EXPECT_MSG(!strcmp(got, content), "step %zu: streamed content '%s' vs '%s' of \"%s\"", step, got, content, text);
+    char *a = calls ? cJSON_PrintUnformatted(calls) : xstrdup("null");
+    char *b = c.calls ? cJSON_PrintUnformatted(c.calls) : xstrdup("null");
+    EXPECT_MSG(!strcmp(a, b) && ts.ncalls == n, "step %zu: streamed calls %s vs %s", step, b, a);
+    free(a);
+    free(b);
+    free(content);
+    cJSON_Delete(calls);
+    cJSON_Delete(c.calls);
+    sb_free(&c.content);
+    tool_stream_free(&ts);
+}
+
+static void test_tool_calls_streamed(void) {
+    static const char *texts[] = {
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"a\", \"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>\n<tool_call>{\"name\": \"b\"}</tool_call>\n",
+        "a <tool_call>{\"name\": </tool_call> b <tool_call>{\"arguments\": {}}</tool_call> c <tool_call>{\"name\": \"f\"}",
+        "  plain answer \n",
+        "x \n<tool_call>{\"name\": \"f\"}</tool_call>  \n <tool_call>{\"name\": \"g\"}</tool_call> y <tool",
+        "text < tool <tool_ <tool_call",
+        "\n\n",
+        "",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+        for (size_t step = 1; step <= 7; step += 3) expect_stream_same(texts[i], step);
+}
+
 int main(void) {
     RUN(test_chat_fields);
     RUN(test_completion_fields);
     RUN(test_field_errors);
     RUN(test_tool_calls);
+    RUN(test_tool_calls_streamed);
     TEST_MAIN_END();
 }

@@ -1,0 +1,221 @@
+// tp.c: a model split over a tensor-parallel group, its all-reduce hook, and the gathered model
+// (tp.h).
+#include "tp.h"
+
+#include "../core/alloc.h"
+
+#include <string.h>
+
+int tp_split_dim(TensorKind kind) {
+    switch (kind) {
+    case TK_WQ: case TK_BQ: case TK_WK: case TK_BK: case TK_WV: case TK_BV:
+    case TK_WG: case TK_BG: case TK_WU: case TK_BU: return 0;
+    case TK_WO: case TK_WD: return 1;
+    default: return -1;
+    }
+}
+
+Status tp_check_model(const Model *m, int T, Err *e) {
+    const ModelConfig *c = &m->cfg;
+    const char *dir = m->dir ? m->dir : "the model";
+    struct { const char *what; int n; } dims[] = {
+        {"num_attention_heads", c->num_attention_heads}, {"num_key_value_heads", c->num_key_value_heads},
+        {"intermediate_size", c->intermediate_size}, {"vocab_size", c->vocab_size}};
+    for (size_t i = 0; i < ARRAY_LEN(dims); i++)
+        if (dims[i].n % T)
+            return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
+                                         "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
+                           dims[i].n, dir);
+    if (!(c->norms & NORM_PRE_ATTN) || !(c->norms & NORM_PRE_MLP) || (c->qk_norm && c->qk_norm != QKNORM_HEAD))
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has no pre-attention / pre-MLP norm or a q/k norm over "
+                                           "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
+                                           "norms so far", T, dir);
+    for (int i = 0; i < m->tt.n; i++)
+        if (m->tt.t[i].kind == TK_WQKV || m->tt.t[i].kind == TK_WGU || m->tt.t[i].kind > TK_WGU)
+            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has fused projections or experts (%s); tensor "
+                                               "parallelism does not split those yet", T, dir, m->tt.t[i].name);
+    if (c->o_bias || c->mlp_bias)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has a bias on o_proj or down_proj; tensor parallelism "
+                                           "does not support those yet", T, dir);
+    if (c->num_labels > 0 || m->lora || m->matrix_dtype == DT_Q8_0)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports causal LMs with fp32 or bf16 "
+                                           "weights of their own (no classifier, adapter or Q8_0) so far", T);
+    return ST_OK;
+}
+
+static void reduce(void *ctx, Model *m, float *buf, size_t n) {
+    Tp *tp = ctx;
+    if (tp->st == ST_OK) tp->st = dist_allreduce_sum(tp->d, m->be, buf, n, &tp->err);
+}
+
+// A copy of bytes: on the backend's device (be), or host memory (be NULL).
+static void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
+    if (be) be->copy(be, dst, src, n);
+    else memcpy(dst, src, n);
+}
+
+// Copy rank t's part of full tensor f into local tensor l (same kind), or back (to_full); elements
+// of es bytes (0: the tensor's dtype); be NULL: host memory.
+static void copy_part_es(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
+                         int to_full, size_t es) {
+    if (!es) es = dtype_size(l->dtype);
+    int dim = tp_split_dim(l->kind);
+    char *F = full, *Lp = local;
+    if (dim < 0) {
+        if (to_full) copy_bytes(be, F, Lp, l->numel * es);
+        else copy_bytes(be, Lp, F, l->numel * es);
+    } else if (dim == 0) {  // rows [t R, (t+1) R) of the full tensor, R = local rows
+        size_t bytes = l->numel * es;
+        if (to_full) copy_bytes(be, F + (size_t)t * bytes, Lp, bytes);
+        else copy_bytes(be, Lp, F + (size_t)t * bytes, bytes);
+    } else {  // every row's columns [t K, (t+1) K)
+        size_t K = (size_t)l->shape[1], Kf = (size_t)f->shape[1];
+        for (int64_t r = 0; r < l->shape[0]; r++) {
+            char *fr = F + ((size_t)r * Kf + (size_t)t * K) * es, *lr = Lp + (size_t)r * K * es;
+            if (to_full) copy_bytes(be, fr, lr, K * es);
+            else copy_bytes(be, lr, fr, K * es);
+        }
+    }
+}
+
+static void copy_part(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
+                      int to_full) {
+    CHECK(l->dtype != DT_Q8_0);
+    copy_part_es(be, full, f, local, l, t, to_full, 0);
+}
+
+static ModelConfig local_config(const ModelConfig *c, int T) {
+    ModelConfig l = *c;
+    l.num_attention_heads /= T;
+    l.num_key_value_heads /= T;
+    l.intermediate_size /= T;
+    return l;  // raw: the full model's fields (what a gathered save writes)
+}
+
+Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
+    Model *m = *mp;
+    int T = d->world, t = d->rank;
+    memset(tp, 0, sizeof *tp);
+    TRY(tp_check_model(m, T, e));
+    ModelConfig lc = local_config(&m->cfg, T);
+    Model *l = model_alloc(&lc, m->be, m->matrix_dtype);
+    l->dir = m->dir ? xstrdup(m->dir) : NULL;
+    l->ckpt_dtype = m->ckpt_dtype;
+    l->plans.max_plans = m->plans.max_plans;
+    l->grad_ckpt = m->grad_ckpt;
+    for (int i = 0; i < l->tt.n; i++) {
+        const TensorInfo *lt = &l->tt.t[i], *ft = tensors_find(&m->tt, lt->name);
+        CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype, "tensor %s", lt->name);
+        copy_part(m->be, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
+    }
+    model_free(m);
+    tp->d = d;
+    tp->hooks = (ModelHooks){.reduce = reduce, .reduce_ctx = tp};
+    l->hooks = &tp->hooks;
+    *mp = l;
+    return ST_OK;
+}
+
+static ModelConfig full_config(const ModelConfig *c, int T) {
+    ModelConfig f = *c;
+    f.num_attention_heads *= T;
+    f.num_key_value_heads *= T;
+    f.intermediate_size *= T;
+    return f;
+}
+
+Model *tp_full_model(Tp *tp, const Model *m) {
+    ModelConfig fc = full_config(&m->cfg, tp->d->world);
+    Model *f = model_alloc(&fc, m->be, DT_F32);
+    f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
+    return f;
+}
+
+void tp_slice_model(Tp *tp, const Model *full, Model *m) {
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
+        CHECK_MSG(ft, "tensor %s", lt->name);
+        copy_part(m->be, full->data[ft - full->tt.t], ft, m->data[i], lt, tp->d->rank, 0);
+    }
+}
+
+void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full) {
+    ModelConfig fc = full_config(&m->cfg, tp->d->world);
+    TensorTable ft;
+    tensors_build(&ft, &fc, DT_F32);
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
+        copy_part_es(NULL, (void *)(full + f->goffset), f, local + lt->goffset, lt, tp->d->rank, 0, sizeof(float));
+    }
+    tensors_free(&ft);
+}
+
+Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e) {
+    Dist *d = tp->d;
+    int T = d->world, root = d->rank == 0;
+    ModelConfig fc = full_config(&m->cfg, T);
+    TensorTable ft;
+    tensors_build(&ft, &fc, DT_F32);
+    size_t *counts = xmalloc((size_t)T * sizeof(size_t));
+    Status st = ST_OK;
+    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
+        size_t n = lt->numel;
+        for (int r = 0; r < T; r++) counts[r] = n;
+        float *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
+        st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
+        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++)
+            copy_part_es(NULL, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
+        free(all);
+    }
+    free(counts);
+    tensors_free(&ft);
+    return st;
+}
+
+Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e) {
+    Dist *d = tp->d;
+    int T = d->world, root = d->rank == 0;
+    Backend *be = m->be;
+    *full = NULL;
+    CHECK_MSG(m->matrix_dtype == DT_F32, "tp_gather: fp32 weights only");
+    Model *f = root ? tp_full_model(tp, m) : NULL;
+    size_t *counts = xmalloc((size_t)T * sizeof(size_t));
+    Status st = ST_OK;
+    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
+        const TensorInfo *lt = &m->tt.t[i];
+        size_t n = lt->numel;
+        for (int r = 0; r < T; r++) counts[r] = n;
+        float *h = xmalloc(n * sizeof(float)), *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
+        be->download(be, h, m->data[i], n * sizeof(float));
+        st = dist_gather_host_f(d, all, h, counts, e);
+        if (st == ST_OK && root) {  // rank r's part from its block, through a device stage
+            const TensorInfo *ft = tensors_find(&f->tt, lt->name);
+            float *stage = be->alloc(be, n * sizeof(float));
+            for (int r = 0; r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++) {
+                be->upload(be, stage, all + (size_t)r * n, n * sizeof(float));
+                copy_part(be, f->data[ft - f->tt.t], ft, stage, lt, r, 1);
+            }
+            be->free(be, stage);
+        }
+        free(h);
+        free(all);
+    }
+    free(counts);
+    if (st != ST_OK) {
+        model_free(f);
+        return st;
+    }
+    *full = f;
+    return ST_OK;
+}
+
+Status tp_status(Tp *tp, Err *e) {
+    if (tp->st != ST_OK) *e = tp->err;
+    return tp->st;
+}
+
+void tp_free(Tp *tp, Model *m) {
+    if (m && m->hooks == &tp->hooks) m->hooks = NULL;
+    memset(tp, 0, sizeof *tp);
+}

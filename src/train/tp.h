@@ -1,0 +1,46 @@
+// tp.h: tensor parallelism (Megatron-style) over the tensor-parallel axis of the mesh. Each of T
+// ranks holds a model of its own with T times fewer attention heads, kv-heads and MLP columns: q,
+// k, v and gate, up split by output rows (heads / columns), o and down by input columns; norms,
+// the embedding and the LM head are replicated. The block outputs of o and down are partial sums,
+// all-reduced over the group through the model's reduce hook (model.h) before each residual add,
+// and the activation gradients entering the two norms of a layer are all-reduced in the backward
+// pass, so the residual stream and every replicated tensor's gradient are the same on every rank
+// of the group. q_norm / k_norm see only their rank's heads: their gradients are summed over the
+// group before the update (optim.c).
+#ifndef STILL_TP_H
+#define STILL_TP_H
+
+#include "../dist/dist.h"
+#include "../model/model.h"
+
+typedef struct Tp {
+    Dist *d;        // the tensor-parallel axis
+    Status st;      // the first failed all-reduce inside a hook
+    Err err;
+    ModelHooks hooks;
+} Tp;
+
+// How kind is split: 0 by rows (output features), 1 by columns (input features), -1 replicated.
+int tp_split_dim(TensorKind kind);
+// Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
+// (usage errors naming the one that is not), and what is not supported yet (biases on o_proj /
+// down_proj, classifiers, adapters, Q8_0 weights). A frozen model (generation) is copied.
+Status tp_check_model(const Model *m, int T, Err *e);
+// Replace *m by rank t's part of it (the full model is freed) and install the reduce hook over
+// d (the tensor-parallel axis, d->world = T).
+Status tp_shard(Tp *tp, Model **m, Dist *d, Err *e);
+// Collective over the tensor-parallel axis: the full model (fp32) on its rank 0 (*full), NULL on
+// the others.
+Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e);
+// The same for host buffers in table order (moments): full (the full table's n_params, on rank 0)
+// from every rank's local (its table's n_params).
+Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e);
+// A full fp32 model of m's config times the group (uninitialised), rank t's part of one into m,
+// and of full host moments into local ones.
+Model *tp_full_model(Tp *tp, const Model *m);
+void tp_slice_model(Tp *tp, const Model *full, Model *m);
+void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full);
+Status tp_status(Tp *tp, Err *e);
+void tp_free(Tp *tp, Model *m);
+
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# moe_cli.sh: the mixture-of-experts families from the command line (docs/models.md): greedy
+# generation on qwen3_moe and mixtral, --moe_capacity_factor E / K giving the exact ids, a bad
+# factor refused as a flag error, `still sft` logging aux_loss, LoRA on an MoE model refused by name.
+# asan: yes
+set -u
+source tests/e2e/lib.sh
+ids="5 17 300 42 42 7 250"
+for m in qwen3_moe mixtral; do
+  M=tests/data/models/$m
+  a=$($BIN generate --model $M --ids "$ids" --max_new_tokens 6 --ignore_eos --print_ids --threads 2 2>"$tmp/err" | tail -1)
+  [ "$(wc -w <<<"$a")" -eq 6 ]; check "generate_$m" $? "ids '$a': $(tail -2 "$tmp/err")"
+  # E / K = 4 for both fixtures: every expert can hold every token, nothing is dropped
+  b=$($BIN generate --model $M --ids "$ids" --max_new_tokens 6 --ignore_eos --print_ids --threads 2 \
+      --moe_capacity_factor 4 2>>"$tmp/err" | tail -1)
+  [ -n "$a" ] && [ "$a" = "$b" ]; check "capacity_exact_$m" $? "'$a' vs '$b'"
+done
+expect_rc capacity_negative 2 "--moe_capacity_factor" $BIN generate --model tests/data/models/mixtral --ids "1 2" \
+  --moe_capacity_factor -1
+$BIN sft --model tests/data/models/mixtral --dataset tests/data/sft/ids.jsonl --output_dir "$tmp/out" --max_steps 1 \
+  --threads 2 --save_strategy no --logging_steps 1 >"$tmp/sft.out" 2>"$tmp/err"
+grep -q '"aux_loss"' "$tmp/out/metrics.jsonl" 2>/dev/null; check sft_aux_loss_logged $? "$(tail -2 "$tmp/err")"
+expect_err lora_refused "LoRA on a mixture-of-experts model" $BIN sft --model tests/data/models/mixtral \
+  --dataset tests/data/sft/ids.jsonl --output_dir "$tmp/lora" --max_steps 1 --use_peft --threads 2
