@@ -56,6 +56,10 @@ static Status create_named(const char *name, int threads, Backend **out, Err *e)
     threads = default_threads(threads);
     omp_set_num_threads(threads);
     if (!strcmp(name, "cpu")) {
+        const char *isa = getenv("STILL_CPU_ISA");
+        if (isa && *isa && strcmp(isa, "avx512") && strcmp(isa, "avx2") && strcmp(isa, "scalar"))
+            return err_set(e, ST_EUSAGE, "STILL_CPU_ISA=%s: expected avx512, avx2 or scalar (the most the cpu kernels use)",
+                           isa);
         *out = backend_cpu_create(threads);
         backend_cpu_install_sampling(*out);
         backend_cpu_install_heads(*out);

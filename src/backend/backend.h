@@ -32,6 +32,15 @@ enum { LOGPROB_STAT_ZMEAN = 0, LOGPROB_STAT_CORRECT = 1, LOGPROB_STAT_LSE2 = 2, 
 
 typedef struct Backend Backend;
 
+// One linear layer of matmul_forward_multi: out (N,OC) = inp w^T + bias, w (OC,C) as wdt.
+typedef struct MatmulPart {
+    float *out;
+    const void *w;
+    DType wdt;
+    const float *bias;  // (OC) or NULL
+    int OC;
+} MatmulPart;
+
 // Per-row sampling parameters of `sample_logits` (device memory, uploaded once per generate call).
 // The HF GenerationConfig fields they mirror and their "off" values are in docs/sampling.md.
 typedef struct SampleParams {
@@ -108,6 +117,10 @@ struct Backend {
     // refresh (docs/backends.md), so w is never an activation that another op computes.
     void (*matmul_forward)(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                            int C, int OC);
+    // Optional (NULL: one matmul_forward per part): parts[i].out (N, parts[i].OC) = inp (N,C)
+    // parts[i].w^T + parts[i].bias for i < count, the projections that read one input (q, k, v;
+    // gate, up) in one pass over the threads; each output equals its own matmul_forward's.
+    void (*matmul_forward_multi)(Backend *be, const MatmulPart *parts, int count, const float *inp, int N, int C);
     // dinp (N,C) += dout w ; dw (OC,C) += dout^T inp ; dbias (OC) += colsum(dout). Any may be NULL.
     void (*matmul_backward)(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                             const void *w, DType wdt, int N, int C, int OC);

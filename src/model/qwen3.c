@@ -105,6 +105,25 @@ static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, 
     lora_forward(m, p, l, wk, out, inp, N, C, OC);
 }
 
+// linear_forward for count weights that read the same input (q, k, v; gate, up): one pass of
+// the backend over all of them where it has matmul_forward_multi (each output the same).
+static void linear_forward_multi(Model *m, Plan *p, int l, int count, const TensorKind *wk, float *const *out,
+                                 const float *inp, int N, int C, const int *OC) {
+    Backend *be = m->be;
+    if (!be->matmul_forward_multi) {
+        for (int i = 0; i < count; i++) linear_forward(m, p, l, wk[i], out[i], inp, N, C, OC[i]);
+        return;
+    }
+    MatmulPart parts[4];
+    CHECK(count <= 4);
+    for (int i = 0; i < count; i++) {
+        parts[i] = (MatmulPart){.out = out[i], .bias = F(wk[i] + 1, l), .OC = OC[i]};
+        parts[i].w = weight(m, wk[i], l, &parts[i].wdt);
+    }
+    be->matmul_forward_multi(be, parts, count, inp, N, C);
+    for (int i = 0; i < count; i++) lora_forward(m, p, l, wk[i], out[i], inp, N, C, OC[i]);
+}
+
 // dinp (N,C) += dout W (and the adapter's share); the weight and bias gradients accumulate
 // unless frozen.
 static void linear_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp, const float *dout, const float *inp,
@@ -181,9 +200,8 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
     int C = cfg->hidden_size, NH = cfg->num_attention_heads, NKV = cfg->num_key_value_heads;
     int HD = cfg->head_dim, QD = NH * HD, KD = NKV * HD;
     if (cfg->norms & NORM_PRE_ATTN) norm_fwd(m, a->ln1, a->rstd1, a->res_in, F(TK_LN1, l), N, C);
-    linear_forward(m, p, l, TK_WQ, a->q, a->ln1, N, C, QD);
-    linear_forward(m, p, l, TK_WK, a->k, a->ln1, N, C, KD);
-    linear_forward(m, p, l, TK_WV, a->v, a->ln1, N, C, KD);
+    linear_forward_multi(m, p, l, 3, (const TensorKind[]){TK_WQ, TK_WK, TK_WV}, (float *const[]){a->q, a->k, a->v},
+                         a->ln1, N, C, (const int[]){QD, KD, KD});
     if (cfg->qk_norm == QKNORM_HEAD) {
         norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD);
         norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD);
@@ -255,8 +273,8 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N
         MoeWeights w = moe_weights(m, l);
         moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
     } else {
-        linear_forward(m, p, l, TK_WG, a->gate, a->ln2, N, C, FF);
-        linear_forward(m, p, l, TK_WU, a->up, a->ln2, N, C, FF);
+        linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2,
+                             N, C, (const int[]){FF, FF});
         act_fwd(m, a->act, a->gate, a->up, (size_t)N * FF);
         linear_forward(m, p, l, TK_WD, y, a->act, N, FF, C);
         model_reduce(m, y, (size_t)N * C);  // tensor parallel: the columns' partial sums

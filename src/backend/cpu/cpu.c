@@ -6,6 +6,7 @@
 #include "../../core/alloc.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef STILL_OPENBLAS
@@ -98,6 +99,10 @@ Backend *backend_cpu_create(int threads) {
     Backend *be = xcalloc(1, sizeof *be);
     CpuCtx *ctx = xcalloc(1, sizeof *ctx);
     ctx->threads = threads > 0 ? threads : omp_get_max_threads();
+    ctx->isa = cpu_isa_best();
+    CpuIsa cap;  // STILL_CPU_ISA caps the kernels' instruction set (backend_create refuses other values)
+    const char *isa_env = getenv("STILL_CPU_ISA");
+    if (isa_env && *isa_env && cpu_isa_parse(isa_env, &cap) && cap < ctx->isa) ctx->isa = cap;
 #ifdef STILL_OPENBLAS
     openblas_set_num_threads(ctx->threads);
 #endif
@@ -119,6 +124,7 @@ Backend *backend_cpu_create(int threads) {
     be->rmsnorm_forward = cpu_rmsnorm_forward;
     be->rmsnorm_backward = cpu_rmsnorm_backward;
     be->matmul_forward = cpu_matmul_forward;
+    be->matmul_forward_multi = cpu_matmul_forward_multi;
     be->matmul_backward = cpu_matmul_backward;
     be->rope_forward = cpu_rope_forward;
     be->rope_backward = cpu_rope_backward;

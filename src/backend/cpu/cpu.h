@@ -29,8 +29,12 @@ typedef enum {
     CPU_SCR_COUNT
 } CpuScratchSlot;
 
+// Instruction sets of the kernels chosen at run time (cpu_gemv.c), best first below.
+typedef enum { CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512 } CpuIsa;
+
 typedef struct CpuCtx {
     int threads;
+    CpuIsa isa;  // the decode kernels' instruction set: the best this machine runs, capped by STILL_CPU_ISA
     void *scratch[CPU_SCR_COUNT];
     size_t scratch_cap[CPU_SCR_COUNT];
 } CpuCtx;
@@ -145,10 +149,35 @@ void cpu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, cons
                          const void *w, DType wdt, int N, int C, int OC);
 
 // cpu_gemv.c: decode-sized matmul (N <= CPU_GEMV_MAX_ROWS input rows; fp32, bf16 or Q8_0
-// weights, Q8_0 rows a multiple of 32) streaming the weights once with AVX-512 / AVX2 FMA.
+// weights, Q8_0 rows a multiple of 32) streaming the weights once with AVX-512 / AVX2 FMA,
+// the instruction set chosen at run time (CpuCtx.isa).
 #define CPU_GEMV_MAX_ROWS 8
 void cpu_gemv_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                       int C, int OC);
+void cpu_matmul_forward_multi(Backend *be, const MatmulPart *parts, int count, const float *inp, int N, int C);
+// The best instruction set this machine runs (cpuid), and a name's ("avx512", "avx2", "scalar")
+// set: 0 when the name is none of them.
+CpuIsa cpu_isa_best(void);
+int cpu_isa_parse(const char *name, CpuIsa *isa);
+const char *cpu_isa_name(CpuIsa isa);
+// Sets the backend's kernels to `want` or, where this machine lacks it, the best below it;
+// returns the set now used. (Tests run every path this way; STILL_CPU_ISA does it at create.)
+CpuIsa cpu_set_isa(Backend *be, CpuIsa want);
+
+// One decode-sized matmul for the kernels of cpu_gemv_kern.h: out (N,OC) = inp (N,C) w^T + bias;
+// xeo (N,C): inp with each block of 2 VW elements as VW even then VW odd (bf16 weights), or NULL.
+typedef struct {
+    float *out;
+    const float *inp, *xeo, *bias;
+    const void *w;
+    DType wdt;
+    int N, C, OC;
+} CpuGemvArgs;
+// Output rows [o0, o1) on the calling thread; split_eo fills xeo (the instruction set's VW).
+void cpu_gemv_rows_avx2(const CpuGemvArgs *a, int o0, int o1);
+void cpu_gemv_rows_avx512(const CpuGemvArgs *a, int o0, int o1);
+void cpu_gemv_split_eo_avx2(float *xeo, const float *inp, int N, int C);
+void cpu_gemv_split_eo_avx512(float *xeo, const float *inp, int N, int C);
 
 // cpu_attention.c
 void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

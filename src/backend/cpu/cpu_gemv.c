@@ -1,285 +1,151 @@
 // cpu_gemv.c: the linear layer for a few input rows (decode: N = batch <= CPU_GEMV_MAX_ROWS).
 // Decoding one token is memory-bound: every weight is used N times, so the kernel's job is to
 // stream the weight matrix from memory exactly once, at full bandwidth, and do the N
-// multiply-adds on the way. Each thread owns a contiguous range of output rows and walks a block
-// of R rows at once (R independent streams, R x N accumulators in registers); bf16 weights are
-// widened to fp32 in registers (a shift), never written back; Q8_0 blocks are widened (int8 ->
-// fp32) in registers too, dotted with the inputs and scaled by the block's d, so a Q8_0 weight is
-// used as its dequantized fp32 value (backend.h). All arithmetic is fp32 FMA.
+// multiply-adds on the way. Each thread owns a contiguous range of output rows; the kernels
+// (cpu_gemv_kern.h, built for AVX-512 and for AVX2) walk it a block of rows at a time, bf16 and
+// Q8_0 weights widened to fp32 in registers, never written back. The instruction set is chosen
+// at run time (CpuCtx.isa): the best the machine has, capped by STILL_CPU_ISA or cpu_set_isa,
+// so one binary runs everywhere and tests hold every path to ref on any machine. Without AVX2
+// (or off x86-64) plain loops do the same single pass.
 #include "cpu.h"
 
 #include <omp.h>
-#ifdef __AVX2__
-#include <immintrin.h>
+
+CpuIsa cpu_isa_best(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return CPU_ISA_AVX512;
+    if (avx2) return CPU_ISA_AVX2;
 #endif
+    return CPU_ISA_SCALAR;
+}
 
-#if defined(__AVX512F__)
-#define VW 16
-typedef __m512 vf;
-static inline vf v_zero(void) { return _mm512_setzero_ps(); }
-static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-static inline float v_sum(vf a) { return _mm512_reduce_add_ps(a); }
-static inline vf v_load_f32(const float *p, int n) {
-    return n == VW ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
-}
-static inline vf v_load_bf16(const uint16_t *p, int n) {
-    __m256i h = n == VW ? _mm256_loadu_si256((const __m256i *)p)
-                        : _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-// 2 VW bf16 -> the even elements in *we, the odd ones in *wo
-static inline void v_load_bf16_eo(const uint16_t *p, vf *we, vf *wo) {
-    __m512i v = _mm512_loadu_si512(p);
-    *we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    *wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
-}
-static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
-static inline vf v_load_q8(const int8_t *p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-}
-#elif defined(__AVX2__)
-#define VW 8
-typedef __m256 vf;
-static inline vf v_zero(void) { return _mm256_setzero_ps(); }
-static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-static inline float v_sum(vf a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-static inline __m256i tail_mask(int n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-static inline vf v_load_f32(const float *p, int n) {
-    return n == VW ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(n));
-}
-static inline vf v_load_bf16(const uint16_t *p, int n) {
-    __m128i h;
-    if (n == VW) {
-        h = _mm_loadu_si128((const __m128i *)p);
-    } else {
-        uint16_t tmp[8] = {0};
-        for (int i = 0; i < n; i++) tmp[i] = p[i];
-        h = _mm_loadu_si128((const __m128i *)tmp);
-    }
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-static inline void v_load_bf16_eo(const uint16_t *p, vf *we, vf *wo) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    *we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    *wo = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
-}
-static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-static inline vf v_set1(float x) { return _mm256_set1_ps(x); }
-static inline vf v_load_q8(const int8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-#endif
+static const char *const ISA_NAMES[] = {"scalar", "avx2", "avx512"};
 
+const char *cpu_isa_name(CpuIsa isa) { return ISA_NAMES[isa]; }
 
-#ifdef VW
-// Rows [o, o+R) of w against the N input rows: out[n, o+r] = x_n . w_{o+r} (+ bias).
-// R and N are compile-time constants at every call site, so acc stays in registers.
-static inline __attribute__((always_inline)) void gemv_block(float *out, const float *inp, const float *xeo,
-                                                             const void *w, int bf16, const float *bias, int o, int C,
-                                                             int OC, const int R, const int N) {
-    vf acc[4][CPU_GEMV_MAX_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int n = 0; n < N; n++) acc[r][n] = v_zero();
-    int c = 0;
-    // bf16 in blocks of 2 VW elements: one vector load holds 2 VW weights; the low half of each
-    // 32-bit lane is an even element (shift it up), the high half the odd one (mask it), so no
-    // widening shuffle is needed. xeo holds each input block as its VW even then VW odd elements.
-    if (bf16) {
-        for (; c + 2 * VW <= C; c += 2 * VW) {
-            vf we[4], wo[4];
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) v_load_bf16_eo((const uint16_t *)w + (size_t)(o + r) * C + c, &we[r], &wo[r]);
-#pragma GCC unroll 8
-            for (int n = 0; n < N; n++) {
-                vf xe = v_load_f32(xeo + (size_t)n * C + c, VW), xo = v_load_f32(xeo + (size_t)n * C + c + VW, VW);
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) acc[r][n] = v_fma(wo[r], xo, v_fma(we[r], xe, acc[r][n]));
-            }
+int cpu_isa_parse(const char *name, CpuIsa *isa) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, ISA_NAMES[i])) {
+            *isa = (CpuIsa)i;
+            return 1;
         }
-    }
-    for (; c < C; c += VW) {
-        int k = C - c < VW ? C - c : VW;
-        vf wv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            wv[r] = bf16 ? v_load_bf16((const uint16_t *)w + (size_t)(o + r) * C + c, k)
-                         : v_load_f32((const float *)w + (size_t)(o + r) * C + c, k);
-#pragma GCC unroll 8
-        for (int n = 0; n < N; n++) {
-            vf xv = v_load_f32(inp + (size_t)n * C + c, k);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) acc[r][n] = v_fma(wv[r], xv, acc[r][n]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o + r] = v_sum(acc[r][n]) + (bias ? bias[o + r] : 0.0f);
+    return 0;
 }
 
-// Q8_0 rows [o, o+R) against the N input rows: per block of 32, t = q . x (fp32), acc += d * t.
-static inline __attribute__((always_inline)) void gemv_block_q8(float *out, const float *inp, const BlockQ8_0 *w,
-                                                                const float *bias, int o, int C, int OC, const int R,
-                                                                const int N) {
-    enum { K = Q8_0_BLOCK / VW };  // vectors per block
-    vf acc[4][CPU_GEMV_MAX_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int n = 0; n < N; n++) acc[r][n] = v_zero();
-    int nb = C / Q8_0_BLOCK;
-    for (int b = 0; b < nb; b++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_0 *blk = w + (size_t)(o + r) * nb + b;
-            vf d = v_set1(cpu_f16_to_f32(blk->d)), wv[K];
-#pragma GCC unroll 4
-            for (int k = 0; k < K; k++) wv[k] = v_load_q8(blk->qs + k * VW);
-#pragma GCC unroll 8
-            for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + (size_t)b * Q8_0_BLOCK;
-                vf t = v_mul(wv[0], v_load_f32(x, VW));
-#pragma GCC unroll 4
-                for (int k = 1; k < K; k++) t = v_fma(wv[k], v_load_f32(x + k * VW, VW), t);
-                acc[r][n] = v_fma(d, t, acc[r][n]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o + r] = v_sum(acc[r][n]) + (bias ? bias[o + r] : 0.0f);
+CpuIsa cpu_set_isa(Backend *be, CpuIsa want) {
+    CpuIsa best = cpu_isa_best();
+    cpu_ctx(be)->isa = want < best ? want : best;
+    return cpu_ctx(be)->isa;
 }
 
-#define GEMV_RANGE_Q8(R, N)                                                                                            \
-    do {                                                                                                               \
-        int o = o0;                                                                                                    \
-        for (; o + (R) <= o1; o += (R)) gemv_block_q8(out, inp, wq, bias, o, C, OC, (R), (N));                         \
-        for (; o < o1; o++) gemv_block_q8(out, inp, wq, bias, o, C, OC, 1, (N));                                       \
-    } while (0)
-
-// R x N accumulators, a block's K weight vectors, the running dot and the scale fit 16 registers.
-static void gemv_range_q8(float *out, const float *inp, const BlockQ8_0 *wq, const float *bias, int o0, int o1, int C,
-                          int OC, int N) {
-    switch (N) {
-    case 1: GEMV_RANGE_Q8(4, 1); break;
-    case 2: GEMV_RANGE_Q8(4, 2); break;
-    case 3: GEMV_RANGE_Q8(2, 3); break;
-    case 4: GEMV_RANGE_Q8(2, 4); break;
-    case 5: GEMV_RANGE_Q8(1, 5); break;
-    case 6: GEMV_RANGE_Q8(1, 6); break;
-    case 7: GEMV_RANGE_Q8(1, 7); break;
-    default: GEMV_RANGE_Q8(1, 8); break;
-    }
-}
-
-// Rows [o0, o1): blocks of R rows, then single rows.
-#define GEMV_RANGE(R, N)                                                                                               \
-    do {                                                                                                               \
-        int o = o0;                                                                                                    \
-        for (; o + (R) <= o1; o += (R)) gemv_block(out, inp, xeo, w, bf16, bias, o, C, OC, (R), (N));                       \
-        for (; o < o1; o++) gemv_block(out, inp, xeo, w, bf16, bias, o, C, OC, 1, (N));                                     \
-    } while (0)
-
-static void gemv_range(float *out, const float *inp, const float *xeo, const void *w, int bf16, const float *bias,
-                       int o0, int o1, int C, int OC, int N) {
-    // R x N accumulators plus 2 R weight vectors (bf16: even and odd) and two input vectors fit
-    // the register file: 32 with AVX-512, 16 with AVX2.
-#if defined(__AVX512F__)
-    switch (N) {
-    case 1: GEMV_RANGE(4, 1); break;
-    case 2: GEMV_RANGE(4, 2); break;
-    case 3: GEMV_RANGE(4, 3); break;
-    case 4: GEMV_RANGE(4, 4); break;
-    case 5: GEMV_RANGE(2, 5); break;
-    case 6: GEMV_RANGE(2, 6); break;
-    case 7: GEMV_RANGE(2, 7); break;
-    default: GEMV_RANGE(2, 8); break;
-    }
-#else
-    switch (N) {
-    case 1: GEMV_RANGE(4, 1); break;
-    case 2: GEMV_RANGE(3, 2); break;
-    case 3: GEMV_RANGE(2, 3); break;
-    case 4: GEMV_RANGE(2, 4); break;
-    case 5: GEMV_RANGE(1, 5); break;
-    case 6: GEMV_RANGE(1, 6); break;
-    case 7: GEMV_RANGE(1, 7); break;
-    default: GEMV_RANGE(1, 8); break;
-    }
-#endif
-}
-#else
 // No AVX2: plain loops (still one pass over the weights).
-static void gemv_range_q8(float *out, const float *inp, const BlockQ8_0 *wq, const float *bias, int o0, int o1, int C,
-                          int OC, int N) {
-    int nb = C / Q8_0_BLOCK;
+static void gemv_rows_scalar(const CpuGemvArgs *a, int o0, int o1) {
+    int N = a->N, C = a->C;
     for (int o = o0; o < o1; o++) {
         float acc[CPU_GEMV_MAX_ROWS] = {0};
-        for (int b = 0; b < nb; b++) {
-            const BlockQ8_0 *blk = wq + (size_t)o * nb + b;
-            float d = f16_to_f32(blk->d);
-            for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + (size_t)b * Q8_0_BLOCK;
-                float t = 0;
-                for (int j = 0; j < Q8_0_BLOCK; j++) t += (float)blk->qs[j] * x[j];
-                acc[n] += d * t;
+        if (a->wdt == DT_Q8_0) {
+            int nb = C / Q8_0_BLOCK;
+            for (int b = 0; b < nb; b++) {
+                const BlockQ8_0 *blk = (const BlockQ8_0 *)a->w + (size_t)o * nb + b;
+                float d = f16_to_f32(blk->d);
+                for (int n = 0; n < N; n++) {
+                    const float *x = a->inp + (size_t)n * C + (size_t)b * Q8_0_BLOCK;
+                    float t = 0;
+                    for (int j = 0; j < Q8_0_BLOCK; j++) t += (float)blk->qs[j] * x[j];
+                    acc[n] += d * t;
+                }
+            }
+        } else {
+            for (int c = 0; c < C; c++) {
+                size_t i = (size_t)o * C + c;
+                float wv = a->wdt == DT_BF16 ? bf16_to_f32(((const uint16_t *)a->w)[i]) : ((const float *)a->w)[i];
+                for (int n = 0; n < N; n++) acc[n] += wv * a->inp[(size_t)n * C + c];
             }
         }
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = acc[n] + (bias ? bias[o] : 0.0f);
+        for (int n = 0; n < N; n++) a->out[(size_t)n * a->OC + o] = acc[n] + (a->bias ? a->bias[o] : 0.0f);
     }
 }
 
-static void gemv_range(float *out, const float *inp, const float *xeo, const void *w, int bf16, const float *bias,
-                       int o0, int o1, int C, int OC, int N) {
-    for (int o = o0; o < o1; o++) {
-        float acc[CPU_GEMV_MAX_ROWS] = {0};
-        for (int c = 0; c < C; c++) {
-            size_t i = (size_t)o * C + c;
-            float wv = bf16 ? bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
-            for (int n = 0; n < N; n++) acc[n] += wv * inp[(size_t)n * C + c];
-        }
-        for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = acc[n] + (bias ? bias[o] : 0.0f);
-    }
+static int gemv_dtype(DType wdt, int C) {
+    return wdt == DT_F32 || wdt == DT_BF16 || (wdt == DT_Q8_0 && C % Q8_0_BLOCK == 0);
 }
+
+// The kernel for the backend's instruction set; xeo (scratch) filled for bf16 parts when any.
+static void (*gemv_kernel(Backend *be, const float *inp, int N, int C, int any_bf16,
+                          const float **xeo))(const CpuGemvArgs *, int, int) {
+    *xeo = NULL;
+#if defined(__x86_64__)
+    CpuIsa isa = cpu_ctx(be)->isa;
+    int vw = isa == CPU_ISA_AVX512 ? 16 : 8;
+    if (isa != CPU_ISA_SCALAR && any_bf16 && C >= 2 * vw) {  // the inputs' even / odd halves
+        float *x = cpu_scratch(be, CPU_SCR_GEMV, (size_t)N * C * sizeof(float));
+        if (isa == CPU_ISA_AVX512) cpu_gemv_split_eo_avx512(x, inp, N, C);
+        else cpu_gemv_split_eo_avx2(x, inp, N, C);
+        *xeo = x;
+    }
+    if (isa == CPU_ISA_AVX512) return cpu_gemv_rows_avx512;
+    if (isa == CPU_ISA_AVX2) return cpu_gemv_rows_avx2;
+#else
+    (void)be, (void)inp, (void)N, (void)C, (void)any_bf16;
 #endif
+    return gemv_rows_scalar;
+}
 
 // inp (N,C), w (OC,C) fp32, bf16 or Q8_0, bias (OC) or NULL -> out (N,OC) = inp w^T + bias,
 // N <= CPU_GEMV_MAX_ROWS
 void cpu_gemv_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                       int C, int OC) {
-    CHECK(N >= 1 && N <= CPU_GEMV_MAX_ROWS && (wdt == DT_F32 || wdt == DT_BF16 || wdt == DT_Q8_0));
-    CHECK(wdt != DT_Q8_0 || C % Q8_0_BLOCK == 0);
-    int bf16 = wdt == DT_BF16;
-    float *xeo = NULL;
-#ifdef VW
-    if (bf16 && C >= 2 * VW) {  // each input row's blocks of 2 VW elements as (VW even, VW odd)
-        xeo = cpu_scratch(be, CPU_SCR_GEMV, (size_t)N * C * sizeof(float));
-        for (int n = 0; n < N; n++)
-            for (int c = 0; c + 2 * VW <= C; c += 2 * VW)
-                for (int i = 0; i < VW; i++) {
-                    xeo[(size_t)n * C + c + i] = inp[(size_t)n * C + c + 2 * i];
-                    xeo[(size_t)n * C + c + VW + i] = inp[(size_t)n * C + c + 2 * i + 1];
-                }
-    }
-#endif
+    CHECK(N >= 1 && N <= CPU_GEMV_MAX_ROWS && gemv_dtype(wdt, C));
+    CpuGemvArgs a = {.out = out, .inp = inp, .bias = bias, .w = w, .wdt = wdt, .N = N, .C = C, .OC = OC};
+    void (*rows)(const CpuGemvArgs *, int, int) = gemv_kernel(be, inp, N, C, wdt == DT_BF16, &a.xeo);
     int parts = (size_t)OC * C >= 65536 ? MIN(be->threads, OC) : 1;
 #pragma omp parallel for schedule(static) num_threads(be->threads) if (parts > 1)
     for (int part = 0; part < parts; part++) {
         // contiguous row ranges, boundaries on multiples of 4 rows
         int blocks = (OC + 3) / 4;
         int o0 = MIN(OC, (int)((long)blocks * part / parts) * 4), o1 = MIN(OC, (int)((long)blocks * (part + 1) / parts) * 4);
-        if (wdt == DT_Q8_0) gemv_range_q8(out, inp, (const BlockQ8_0 *)w, bias, o0, o1, C, OC, N);
-        else gemv_range(out, inp, xeo, w, bf16, bias, o0, o1, C, OC, N);
+        rows(&a, o0, o1);
+    }
+}
+
+// matmul_forward_multi: decode-sized inputs go through the kernels in one parallel region, each
+// thread a contiguous range of the parts' rows taken end to end (4-row blocks), so the weights
+// stream once and the threads meet once; every output row is computed as cpu_gemv_forward
+// computes it (a row's sums never depend on the rows beside it). Otherwise one matmul each.
+void cpu_matmul_forward_multi(Backend *be, const MatmulPart *parts, int count, const float *inp, int N, int C) {
+    enum { MAXP = 8 };
+    int ok = N >= 1 && N <= CPU_GEMV_MAX_ROWS && count <= MAXP, any_bf16 = 0;
+    long blocks[MAXP + 1] = {0};  // blocks[i]: 4-row blocks before part i
+    for (int i = 0; i < count && ok; i++) {
+        ok = gemv_dtype(parts[i].wdt, C);
+        any_bf16 |= parts[i].wdt == DT_BF16;
+        blocks[i + 1] = blocks[i] + (parts[i].OC + 3) / 4;
+    }
+    if (!ok) {
+        for (int i = 0; i < count; i++)
+            cpu_matmul_forward(be, parts[i].out, inp, parts[i].w, parts[i].wdt, parts[i].bias, N, C, parts[i].OC);
+        return;
+    }
+    CpuGemvArgs a[MAXP];
+    const float *xeo;
+    void (*rows)(const CpuGemvArgs *, int, int) = gemv_kernel(be, inp, N, C, any_bf16, &xeo);
+    for (int i = 0; i < count; i++)
+        a[i] = (CpuGemvArgs){.out = parts[i].out, .inp = inp, .xeo = parts[i].wdt == DT_BF16 ? xeo : NULL,
+                             .bias = parts[i].bias, .w = parts[i].w, .wdt = parts[i].wdt, .N = N, .C = C,
+                             .OC = parts[i].OC};
+    long total = blocks[count];
+    int nthr = (size_t)total * 4 * C >= 65536 ? (int)MIN((long)be->threads, total) : 1;
+#pragma omp parallel for schedule(static) num_threads(be->threads) if (nthr > 1)
+    for (int t = 0; t < nthr; t++) {
+        long b0 = total * t / nthr, b1 = total * (t + 1) / nthr;  // this thread's blocks
+        for (int i = 0; i < count; i++) {
+            long lo = MAX(b0, blocks[i]), hi = MIN(b1, blocks[i + 1]);
+            if (lo < hi)
+                rows(&a[i], (int)MIN((lo - blocks[i]) * 4, (long)a[i].OC), (int)MIN((hi - blocks[i]) * 4, (long)a[i].OC));
+        }
     }
 }
