@@ -114,8 +114,8 @@ static void linear_forward_multi(Model *m, Plan *p, int l, int count, const Tens
         for (int i = 0; i < count; i++) linear_forward(m, p, l, wk[i], out[i], inp, N, C, OC[i]);
         return;
     }
-    MatmulPart parts[4];
-    CHECK(count <= 4);
+    MatmulPart parts[4] = {{0}};
+    CHECK(count >= 1 && count <= 4);
     for (int i = 0; i < count; i++) {
         parts[i] = (MatmulPart){.out = out[i], .bias = F(wk[i] + 1, l), .OC = OC[i]};
         parts[i].w = weight(m, wk[i], l, &parts[i].wdt);
