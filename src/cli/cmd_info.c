@@ -116,11 +116,12 @@ static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T) {
     memset(&lo, 0, sizeof lo);
     lo.cfg.r = r;
     lo.cfg.dropout = 0.05;
+    lo.slot_rows = 1;
     int C = c->hidden_size, FF = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
     int KD = c->num_key_value_heads * c->head_dim;
-    int ins[LORA_N_MODULES] = {C, C, C, QD, C, C, FF}, outs[LORA_N_MODULES] = {QD, KD, KD, C, FF, FF, C};
+    int ins[LORA_N_DENSE] = {C, C, C, QD, C, C, FF}, outs[LORA_N_DENSE] = {QD, KD, KD, C, FF, FF, C};
     size_t n = 0;
-    for (int i = 0; i < LORA_N_MODULES; i++) {
+    for (int i = 0; i < LORA_N_DENSE; i++) {
         n += (size_t)r * (ins[i] + outs[i]) * c->num_hidden_layers;
         lo.max_in = MAX(lo.max_in, ins[i]);
         lo.max_out = MAX(lo.max_out, outs[i]);

@@ -19,6 +19,24 @@ typedef struct MoeDims {
     float alpha, limit;  // fused: the clamped SwiGLU's constants
 } MoeDims;
 
+// A LoRA adapter on the block (lora.h, lora_moe): each targeted expert projection adds, for the
+// slots of expert e, scale * B_e A_e dropout(x) to its output (two grouped GEMMs more); the router
+// adds scale * B A dropout(x) to the logits before the top-k.
+enum { MOE_LORA_GATE, MOE_LORA_UP, MOE_LORA_DOWN, MOE_LORA_ROUTER, MOE_LORA_N };
+typedef struct MoeLora {
+    int r;
+    float scale;
+    const float *A[MOE_LORA_N], *B[MOE_LORA_N];  // experts (E,r,in), (E,out,r); router (r,C), (E,r); NULL: none
+    float *dA[MOE_LORA_N], *dB[MOE_LORA_N];      // their gradients (+=), or NULL
+    float *u[MOE_LORA_N];  // (S,r) (router (N,r)): scale * dropout(x) A^T, kept for the backward pass
+    float *t;              // (S, widest output) scratch
+    float *du;             // (S,r) backward scratch
+    float dropout;         // lora_dropout while training, else 0
+    const uint64_t *key;   // the dropout key of the pass (device scalar)
+    uint64_t salt[MOE_LORA_N];
+    float *xd, *dxd;       // (S, widest input) with dropout: the dropped input and its gradient
+} MoeLora;
+
 typedef struct MoeWeights {
     const void *router;        // (E,C)
     const float *router_bias;  // (E) or NULL
@@ -26,6 +44,7 @@ typedef struct MoeWeights {
     const void *down;          // (E,C,FF)
     const float *gate_bias, *down_bias;  // fused: (E,2FF), (E,C); else NULL
     DType router_dt, wdt;      // storage of the router and of the experts
+    const MoeLora *lora;       // the adapter's share, or NULL
 } MoeWeights;
 
 typedef struct MoeGrads {  // accumulated into (+=); any may be NULL

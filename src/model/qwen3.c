@@ -241,8 +241,10 @@ static MoeDims moe_dims(const Model *m, int N) {
     return d;
 }
 
-static MoeWeights moe_weights(const Model *m, int l) {
+// The block's weights, with the adapter's share (ml: its storage) when one is active.
+static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
     MoeWeights w = {0};
+    w.lora = lora_moe(m, p, l, ml);
     w.router = weight(m, TK_ROUTER, l, &w.router_dt);
     w.router_bias = F(TK_ROUTER_B, l);
     if (m->cfg.moe_fused) {  // GPT-OSS: gate_up and down with biases (tensors.h)
@@ -290,7 +292,8 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N
     float *y = (cfg->norms & NORM_POST_MLP) ? a->mo : next;  // the MLP's output
     if (cfg->layer_moe[l]) {
         MoeDims d = moe_dims(m, N);
-        MoeWeights w = moe_weights(m, l);
+        MoeLora ml;
+        MoeWeights w = moe_weights(m, p, l, &ml);
         moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
     } else {
         linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2,
@@ -568,7 +571,8 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         }
         if (cfg->layer_moe[l]) {
             MoeDims d = moe_dims(m, N);
-            MoeWeights w = moe_weights(m, l);
+            MoeLora ml;
+            MoeWeights w = moe_weights(m, p, l, &ml);
             MoeGrads g = moe_grads(m, l);
             moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
                                moe_aux_coef(m, p), p->seg);
