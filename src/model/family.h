@@ -59,6 +59,7 @@ typedef struct FamilyDesc {
     BiasRule qkv_bias, o_bias, mlp_bias;
     int rope_longrope_aliases;    // rope types "su" and "yarn" mean "longrope" (Phi3Config)
     int tie_default;           // tie_word_embeddings when config.json has none (Gemma: true)
+    int attention_bias_default;  // attention_bias when config.json has none (GptOssConfig: true)
     int reads_layer_types;     // the parse hook reads layer_types (sliding layers) itself
     const char *names[TK_COUNT];  // per-layer HF suffixes that differ from tensors.c's defaults
     const char *const *fields;    // NULL-terminated config.json keys beyond family_common_fields
