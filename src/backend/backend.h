@@ -441,6 +441,14 @@ struct Backend {
     // dlogits[n,j] += coef p_j (g_j - p . g). Nothing when M = 0.
     void (*moe_aux_backward)(Backend *be, float *dlogits, const float *logits, const int32_t *seg, const float *stats,
                              float coef, int N, int E);
+    // GPT-OSS's clamped SwiGLU over interleaved gate / up columns (GptOssExperts): gu (n, 2) holds
+    // gate = gu[2i], up = gu[2i+1]; with g = min(gate, limit), u = clamp(up, -limit, limit),
+    //   out (n) = (u + 1) * g * sigmoid(alpha * g)
+    void (*swiglu_clamp_forward)(Backend *be, float *out, const float *gu, float alpha, float limit, size_t n);
+    // dgu (n, 2) += the gradient through it; 0 where a clamp holds the value (gate > limit,
+    // |up| > limit), as torch.clamp's backward
+    void (*swiglu_clamp_backward)(Backend *be, float *dgu, const float *dout, const float *gu, float alpha, float limit,
+                                  size_t n);
     // ---- end of mixture of experts -------------------------------------------------------------
 };
 

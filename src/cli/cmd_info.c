@@ -56,7 +56,34 @@ static void layer_attention_text(const ModelConfig *cfg, int l, char *buf, size_
         k += (size_t)snprintf(buf + k, n - k, ", rotary dims %d of %d", cfg->rotary_dim, cfg->head_dim);
     if (cfg->query_scale != 0) k += (size_t)snprintf(buf + k, n - k, ", query scale %g", cfg->query_scale);
     else k += (size_t)snprintf(buf + k, n - k, ", query scale 1/sqrt(%d)", cfg->head_dim);
-    if (cfg->attn_softcap != 0) snprintf(buf + k, n - k, ", soft-cap %g", cfg->attn_softcap);
+    if (cfg->attn_softcap != 0) k += (size_t)snprintf(buf + k, n - k, ", soft-cap %g", cfg->attn_softcap);
+    if (cfg->attn_sinks) snprintf(buf + k, n - k, ", a sink logit per head");
+}
+
+// The mixture of experts and YaRN as resolved (nothing for a dense model with another rope).
+static void print_moe_rope(const ModelConfig *cfg) {
+    const RopeScaling *rs = &cfg->rope_scaling;
+    if (rs->type == ROPE_YARN) {
+        float inv[ROPE_MAX_FACTORS], ms;
+        config_rope_inv_freq(cfg, inv, &ms);
+        printf("rope            yarn: factor %g, beta_fast %g, beta_slow %g, original_max_position_embeddings %g, "
+               "truncate %s, attention factor %.6g\n",
+               rs->factor, rs->beta_fast, rs->beta_slow, rs->original_max_position_embeddings,
+               rs->truncate ? "yes" : "no", (double)ms);
+    }
+    if (cfg->num_experts <= 0) return;
+    int sparse = 0;
+    for (int l = 0; l < cfg->num_hidden_layers; l++) sparse += cfg->layer_moe[l];
+    printf("experts         %d of %d layers sparse: %d experts of mlp %d, top %d weighted by %s, router bias %s\n",
+           sparse, cfg->num_hidden_layers, cfg->num_experts, cfg->moe_intermediate_size, cfg->num_experts_per_tok,
+           cfg->norm_topk_prob ? "a softmax over their logits" : "their softmax probabilities",
+           cfg->router_bias ? "yes" : "no");
+    if (cfg->moe_fused)
+        printf("experts         one gate_up_proj (gate / up interleaved) and down_proj per layer, with biases; "
+               "(clamp(up, +-%g) + 1) * g * sigmoid(%g g), g = min(gate, %g)\n",
+               cfg->swiglu_limit, cfg->swiglu_alpha, cfg->swiglu_limit);
+    printf("aux loss        router_aux_loss_coef %g, %s (output_router_logits)\n", cfg->router_aux_loss_coef,
+           cfg->output_router_logits ? "added in training" : "off");
 }
 
 // What the family table resolved: the layer structure and each run of layers' attention.
@@ -72,6 +99,7 @@ static void print_family(const ModelConfig *cfg) {
            (double)cfg->embed_scale, cfg->fused_qkv ? ", fused qkv_proj" : "",
            cfg->fused_gate_up ? ", fused gate_up_proj" : "", cfg->final_softcap != 0 ? ", final soft-cap" : "");
     if (cfg->final_softcap != 0) printf("final soft-cap  %g\n", cfg->final_softcap);
+    print_moe_rope(cfg);
     char cur[256], next[256];
     int start = 0;
     layer_attention_text(cfg, 0, cur, sizeof cur);

@@ -382,6 +382,47 @@ Status family_parse_gemma3(const cJSON *root, const char *path, ModelConfig *cfg
     return ST_OK;
 }
 
+static const cJSON *rope_dict(const cJSON *root, const char **name);
+
+// GptOssConfig (docs/models.md): layer_types (by default the even layers slide) with sliding_window
+// (128); a sink logit per head; every layer sparse over num_local_experts (128), num_experts_per_tok
+// (4) chosen by the biased router and weighted by a softmax over their logits; experts of
+// intermediate_size with the clamped SwiGLU (swiglu_alpha 1.702, swiglu_limit 7). Without a rope
+// dict, GptOssConfig's YaRN (factor 32, beta_fast 32, beta_slow 1, truncate false, original
+// context 4096); rope_theta 150000 when absent.
+Status family_parse_gpt_oss(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    int w;
+    TRY(get_nullable_int(root, "sliding_window", path, 128, 0, 1, &w, e));
+    TRY(gemma_layers(root, path, 2, w, cfg, e));
+    TRY(parse_moe_common(root, path, "num_local_experts", 128, 4, cfg, e));
+    if (cfg->num_experts < 1)
+        return err_set(e, ST_EINVAL, "%s: field \"num_local_experts\" is 0, expected a positive integer", path);
+    int v;
+    TRY(get_int_field(root, "experts_per_token", path, 0, cfg->num_experts_per_tok, 1, &v, e));
+    if (v != cfg->num_experts_per_tok)
+        return err_set(e, ST_EINVAL, "%s: experts_per_token is %d but num_experts_per_tok is %d (transformers reads "
+                       "num_experts_per_tok; make them agree)", path, v, cfg->num_experts_per_tok);
+    TRY(get_int_field(root, "initial_context_length", path, 0, 1, 1, &v, e));  // inert, but an integer
+    TRY(get_positive_double(root, "swiglu_alpha", path, 1.702, &cfg->swiglu_alpha, e));
+    TRY(get_positive_double(root, "swiglu_limit", path, 7.0, &cfg->swiglu_limit, e));
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->norm_topk_prob = 1;
+    cfg->router_bias = cfg->moe_fused = cfg->attn_sinks = 1;
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_moe[l] = 1;
+    const char *name;
+    const cJSON *rd = rope_dict(root, &name);
+    if (!json_has(root, "rope_theta") && !(rd && cJSON_IsObject(rd) && json_has(rd, "rope_theta")))
+        cfg->rope_theta = 150000.0;
+    if (!rd || cJSON_IsNull(rd)) {
+        RopeScaling *rs = &cfg->rope_scaling;
+        rs->type = ROPE_YARN;
+        rs->factor = 32.0, rs->beta_fast = 32.0, rs->beta_slow = 1.0, rs->truncate = 0;
+        rs->original_max_position_embeddings = 4096;
+        rs->attention_factor = -1.0, rs->mscale = rs->mscale_all_dim = 0;
+    }
+    return ST_OK;
+}
+
 // The rope dict: v5 "rope_parameters" (possibly keyed per layer type) or legacy "rope_scaling".
 static const cJSON *rope_dict(const cJSON *root, const char **name) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -610,8 +651,16 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     cfg->family = fd;
     TRY(check_fields(root, path, fd, e));
 
-    if (json_has(root, "quantization_config"))
+    if (json_has(root, "quantization_config")) {
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+        const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
+        if (cJSON_IsString(qm) && !strcmp(qm->valuestring, "mxfp4"))
+            return err_set(e, ST_EUNSUPPORTED,
+                           "%s: quantization_config.quant_method \"mxfp4\": MXFP4 expert weights (*_blocks, *_scales) "
+                           "are not supported; use a bf16 checkpoint (transformers dequantizes one with "
+                           "Mxfp4Config(dequantize=True) and save_pretrained)", path);
         return err_set(e, ST_EUNSUPPORTED, "%s: quantized checkpoints (quantization_config) are not supported", path);
+    }
     const char *act;
     Status st = json_get_string(root, "hidden_act", path, 0, &act, e);
     if (st != ST_OK && st != ST_ENOTFOUND) return st;
@@ -660,7 +709,8 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(get_positive_double(root, "initializer_range", path, DEFAULT_INITIALIZER_RANGE, &cfg->initializer_range, e));
 
     int attention_bias = 0, mlp_bias = 0;
-    if (reads_attention_bias(fd)) TRY(get_bool_field(root, "attention_bias", path, 0, &attention_bias, e));
+    if (reads_attention_bias(fd))
+        TRY(get_bool_field(root, "attention_bias", path, fd->attention_bias_default, &attention_bias, e));
     if (fd->mlp_bias == BIAS_MLP_KEY) TRY(get_bool_field(root, "mlp_bias", path, 0, &mlp_bias, e));
     BiasRule rules[3] = {fd->qkv_bias, fd->o_bias, fd->mlp_bias};
     int *bias[3] = {&cfg->qkv_bias, &cfg->o_bias, &cfg->mlp_bias};

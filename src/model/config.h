@@ -100,6 +100,11 @@ typedef struct ModelConfig {
     int output_router_logits;    // training adds router_aux_loss_coef * the load-balancing loss
     double router_aux_loss_coef;
     unsigned char layer_moe[CONFIG_MAX_LAYERS];   // 1 = layer l's MLP is the sparse MoE block
+    int router_bias;             // the router has a bias (gpt_oss: mlp.router.bias)
+    int moe_fused;               // experts stored as GptOssExperts: one gate_up_proj (E, C, 2 FF) with
+                                 // gate / up interleaved, down_proj (E, FF, C), each with a bias
+    double swiglu_alpha, swiglu_limit;  // moe_fused experts' clamped SwiGLU (backend.h swiglu_clamp_forward)
+    int attn_sinks;              // a learned sink logit per query head (self_attn.sinks; AttnOpts.sinks)
     int num_labels;              // > 0: a *ForSequenceClassification model (architectures[0]): a score
                                  // head (num_labels, C) and no LM head; 0: a causal LM
     double initializer_range;    // for `still init`

@@ -40,6 +40,12 @@ static const char *const mixtral_fields[] = {"sliding_window", "num_experts_per_
                                              "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
                                              NULL};
 static const char *const mistral_fields[] = {"sliding_window", NULL};
+// GptOssConfig: experts_per_token and initial_context_length are the original release's names that
+// its config.json carries beside num_experts_per_tok and rope_scaling (transformers reads neither).
+static const char *const gpt_oss_fields[] = {"attention_bias", "sliding_window", "num_local_experts",
+                                             "num_experts_per_tok", "output_router_logits", "router_aux_loss_coef",
+                                             "swiglu_alpha", "swiglu_limit", "experts_per_token",
+                                             "initial_context_length", NULL};
 // Gemma 2 / 3 (gemma3_text): the fields their parse hook reads (config.c), and the cache choice
 // of generate(), which is inert here.
 static const char *const gemma2_fields[] = {"attention_bias", "hidden_activation", "query_pre_attn_scalar",
@@ -57,6 +63,7 @@ Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, 
 Status family_parse_qwen3_moe(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_mixtral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_mistral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_gpt_oss(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_gemma2(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_gemma3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 
@@ -138,6 +145,18 @@ static const FamilyDesc family_table[] = {
         .fields = mixtral_fields, .parse = family_parse_mixtral,
     },
     {
+        // GptOssForCausalLM: biased q/k/v/o, a sink logit per head, layer_types alternating sliding and
+        // full attention, YaRN RoPE; every layer sparse: a biased router (softmax over the top-k
+        // logits) and experts with biases and the clamped SwiGLU, stored as one tensor per kind.
+        .model_type = "gpt_oss", .architecture = "GptOssForCausalLM", .classifier = NULL,
+        .vocab_size = 201088, .max_position_embeddings = 131072, .head_dim = 64, .bos_token_id = -1,
+        .eos_token_id = -1, .rms_norm_eps = 1e-5,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE,
+        .qkv_bias = BIAS_ATTN_KEY, .o_bias = BIAS_ATTN_KEY, .mlp_bias = BIAS_NEVER, .attention_bias_default = 1,
+        .reads_layer_types = 1, .names = {[TK_ROUTER] = "mlp.router.weight"}, .fields = gpt_oss_fields,
+        .parse = family_parse_gpt_oss,
+    },
+    {
         // MistralForCausalLM: Llama's layer with sliding_window on every layer (docs/models.md).
         .model_type = "mistral", .architecture = "MistralForCausalLM", .classifier = "MistralForSequenceClassification",
         .vocab_size = 32000, .max_position_embeddings = 131072, .head_dim = 0, .bos_token_id = 1, .eos_token_id = 2,
@@ -217,6 +236,12 @@ static const char *default_suffix[TK_COUNT] = {
     [TK_EXP_G] = "mlp.experts.%d.gate_proj.weight",  // %d: the expert
     [TK_EXP_U] = "mlp.experts.%d.up_proj.weight",
     [TK_EXP_D] = "mlp.experts.%d.down_proj.weight",
+    [TK_ROUTER_B] = "mlp.router.bias",
+    [TK_XGU] = "mlp.experts.gate_up_proj",
+    [TK_XGU_B] = "mlp.experts.gate_up_proj_bias",
+    [TK_XD] = "mlp.experts.down_proj",
+    [TK_XD_B] = "mlp.experts.down_proj_bias",
+    [TK_SINKS] = "self_attn.sinks",
 };
 
 const char *family_tensor_suffix(const FamilyDesc *fd, TensorKind kind) {

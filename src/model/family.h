@@ -64,6 +64,7 @@ typedef struct FamilyDesc {
     int original_max_default;  // original_max_position_embeddings when config.json has none at the
                                // top level (Phi3Config: 4096); 0 = the class has no such attribute
     int tie_default;           // tie_word_embeddings when config.json has none (Gemma: true)
+    int attention_bias_default;  // attention_bias when config.json has none (GptOssConfig: true)
     int reads_layer_types;     // the parse hook reads layer_types (sliding layers) itself
     const char *names[TK_COUNT];  // per-layer HF suffixes that differ from tensors.c's defaults
     const char *const *fields;    // NULL-terminated config.json keys beyond family_common_fields

@@ -14,19 +14,26 @@ typedef struct MoeDims {
     int FF;        // expert intermediate size
     int norm;      // weights: softmax over the selected logits (backend.h moe_route_forward)
     int capacity;  // slots per expert, <= 0: all (moe_dispatch)
+    int fused;     // GPT-OSS experts: gate_up (E,2FF,C) interleaved rows with biases, the clamped
+                   // SwiGLU (swiglu_clamp_forward); else gate, up (E,FF,C) and SwiGLU
+    float alpha, limit;  // fused: the clamped SwiGLU's constants
 } MoeDims;
 
 typedef struct MoeWeights {
     const void *router;        // (E,C)
-    const void *gate, *up;     // (E,FF,C)
+    const float *router_bias;  // (E) or NULL
+    const void *gate, *up;     // (E,FF,C); fused: gate (E,2FF,C) is gate_up, up unused
     const void *down;          // (E,C,FF)
+    const float *gate_bias, *down_bias;  // fused: (E,2FF), (E,C); else NULL
     DType router_dt, wdt;      // storage of the router and of the experts
 } MoeWeights;
 
 typedef struct MoeGrads {  // accumulated into (+=); any may be NULL
     float *router;         // (E,C)
-    float *gate, *up;      // (E,FF,C)
+    float *router_bias;    // (E)
+    float *gate, *up;      // (E,FF,C); fused: gate (E,2FF,C)
     float *down;           // (E,C,FF)
+    float *gate_bias, *down_bias;  // fused: (E,2FF), (E,C)
 } MoeGrads;
 
 // What one block's forward keeps for its backward (S = N*K).
@@ -39,7 +46,8 @@ typedef struct MoeActs {
     int32_t *token_slot;   // (N,K)
     int32_t *dropped;      // (1)
     float *xs;             // (S,C)
-    float *g, *u, *h;      // (S,FF) gate, up, silu(gate) * up
+    float *g, *u, *h;      // (S,FF) gate, up, silu(gate) * up; fused: g (S,2FF) gate_up, u unused,
+                           // h (S,FF) the clamped SwiGLU
     float *ys;             // (S,C)
 } MoeActs;
 
@@ -48,7 +56,7 @@ typedef struct MoeScratch {
     float *dlogits;        // (N,E)
     float *dw;             // (N,K)
     float *dys, *dxs;      // (S,C)
-    float *dh, *dg, *du;   // (S,FF)
+    float *dh, *dg, *du;   // (S,FF); fused: dg (S,2FF), du unused
 } MoeScratch;
 
 // out (N,C) = the block's output for x (N,C). stats (2E+1) or NULL: the load-balancing

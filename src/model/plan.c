@@ -73,7 +73,7 @@ static void moe_layout(Arena *a, MoeActs *ma, const ModelConfig *cfg, size_t N) 
     ma->token_slot = TAKE_I(S);
     ma->dropped = TAKE_I(1);
     ma->xs = TAKE_F(S * C);
-    ma->g = TAKE_F(S * FFE);
+    ma->g = TAKE_F(S * FFE * (cfg->moe_fused ? 2 : 1));  // fused: gate_up
     ma->u = TAKE_F(S * FFE);
     ma->h = TAKE_F(S * FFE);
     ma->ys = TAKE_F(S * C);
@@ -224,7 +224,7 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
             p->moe_scr.dys = TAKE_F(S * C);
             p->moe_scr.dxs = TAKE_F(S * C);
             p->moe_scr.dh = TAKE_F(S * FFE);
-            p->moe_scr.dg = TAKE_F(S * FFE);
+            p->moe_scr.dg = TAKE_F(S * FFE * (cfg->moe_fused ? 2 : 1));
             p->moe_scr.du = TAKE_F(S * FFE);
         }
     }

@@ -180,17 +180,19 @@ static void act_bwd(Model *m, float *dgate, float *dup, const float *dout, const
     else m->be->swiglu_backward(m->be, dgate, dup, dout, gate, up, n);
 }
 
-// Layer l's attention options: its sliding window and the score soft-cap (the query scale is
-// applied to q, query_mult).
-static AttnOpts layer_opts(const ModelConfig *cfg, int l) {
-    AttnOpts o = {cfg->layer_window[l], (float)cfg->attn_softcap, 0.0f, 0};
+// Layer l's attention options: its sliding window, the score soft-cap and the sinks (the query
+// scale is applied to q, query_mult).
+static AttnOpts layer_opts(const Model *m, int l) {
+    const ModelConfig *cfg = &m->cfg;
+    AttnOpts o = {cfg->layer_window[l], (float)cfg->attn_softcap, 0.0f, 0, NULL};
+    if (cfg->attn_sinks) o.sinks = F(TK_SINKS, l);
     return o;
 }
 
 static void attn_fwd(Model *m, Plan *p, LayerActs *a, int l) {
     const ModelConfig *cfg = &m->cfg;
     m->be->attention_forward_opt(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T,
-                                 cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, layer_opts(cfg, l));
+                                 cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, layer_opts(m, l));
 }
 
 // Final-logit soft-capping of n logits in place (cfg.final_softcap; nothing without one).
@@ -238,19 +240,37 @@ static void post_norm_add(Model *m, float *out, float *rstd, const float *y, con
 static MoeDims moe_dims(const Model *m, int N) {
     const ModelConfig *cfg = &m->cfg;
     MoeDims d = {.N = N, .C = cfg->hidden_size, .E = cfg->num_experts, .K = cfg->num_experts_per_tok,
-                 .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0};
+                 .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0,
+                 .fused = cfg->moe_fused, .alpha = (float)cfg->swiglu_alpha, .limit = (float)cfg->swiglu_limit};
     if (m->moe_capacity_factor > 0)
         d.capacity = (int)MIN(ceil(m->moe_capacity_factor * N * d.K / d.E), (double)N);
     return d;
 }
 
 static MoeWeights moe_weights(const Model *m, int l) {
-    MoeWeights w;
+    MoeWeights w = {0};
     w.router = weight(m, TK_ROUTER, l, &w.router_dt);
+    w.router_bias = F(TK_ROUTER_B, l);
+    if (m->cfg.moe_fused) {  // GPT-OSS: gate_up and down with biases (tensors.h)
+        w.gate = weight(m, TK_XGU, l, &w.wdt);
+        w.down = weight(m, TK_XD, l, NULL);
+        w.gate_bias = F(TK_XGU_B, l);
+        w.down_bias = F(TK_XD_B, l);
+        return w;
+    }
     w.gate = weight(m, TK_EXP_G, l, &w.wdt);
     w.up = weight(m, TK_EXP_U, l, NULL);
     w.down = weight(m, TK_EXP_D, l, NULL);
     return w;
+}
+
+static MoeGrads moe_grads(const Model *m, int l) {
+    if (m->cfg.moe_fused)
+        return (MoeGrads){.router = grad(m, TK_ROUTER, l), .router_bias = grad(m, TK_ROUTER_B, l),
+                          .gate = grad(m, TK_XGU, l), .down = grad(m, TK_XD, l), .gate_bias = grad(m, TK_XGU_B, l),
+                          .down_bias = grad(m, TK_XD_B, l)};
+    return (MoeGrads){.router = grad(m, TK_ROUTER, l), .router_bias = grad(m, TK_ROUTER_B, l),
+                      .gate = grad(m, TK_EXP_G, l), .up = grad(m, TK_EXP_U, l), .down = grad(m, TK_EXP_D, l)};
 }
 
 // The load-balancing loss coefficient of one backward pass (0: none).
@@ -342,7 +362,7 @@ static void cached_attention(Model *m, Plan *p, Plan *dp, LayerActs *a, int l, i
     size_t row_cache = (size_t)NKV * slots * HD, off = plan_cache_offset(cfg, l, dp->B, S) + (size_t)row0 * row_cache;
     float *kc = dp->kcache + off, *vc = dp->vcache + off;
     const int32_t *kmask = dp->kmask + (size_t)row0 * S;
-    AttnOpts o = layer_opts(cfg, l);
+    AttnOpts o = layer_opts(m, l);
     if (slots < S) {
         be->attention_ring(be, a->att, a->qr, kc, vc, a->kr, a->v, kmask, dp->cache_start, nb, T, NH, NKV, HD, S, o);
         be->kv_ring_write(be, kc, vc, a->kr, a->v, dp->cache_start, nb, T, NKV, HD, slots);
@@ -555,7 +575,7 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         if (cfg->layer_moe[l]) {
             MoeDims d = moe_dims(m, N);
             MoeWeights w = moe_weights(m, l);
-            MoeGrads g = {G(TK_ROUTER, l), G(TK_EXP_G, l), G(TK_EXP_U, l), G(TK_EXP_D, l)};
+            MoeGrads g = moe_grads(m, l);
             moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
                                moe_aux_coef(m, p), p->seg);
         } else {
@@ -584,8 +604,12 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             dao = p->dpost;
         }
         linear_backward(m, p, l, TK_WO, p->datt, dao, a->att, N, QD, C);
+        AttnOpts ao = layer_opts(m, l);
         be->attention_backward_opt(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T,
-                                   NH, NKV, HD, layer_opts(cfg, l));
+                                   NH, NKV, HD, ao);
+        float *dsinks = ao.sinks ? G(TK_SINKS, l) : NULL;
+        if (dsinks)
+            be->attention_sinks_backward(be, dsinks, p->datt, a->att, a->lse, ao.sinks, p->seg, B, T, NH, HD);
         if (qm != 1.0f) be->scale(be, p->dqr, qm, (size_t)N * QD);
         be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
         be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);

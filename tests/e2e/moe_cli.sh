@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # moe_cli.sh: the mixture-of-experts families from the command line (docs/models.md): greedy
-# generation on qwen3_moe and mixtral, --moe_capacity_factor E / K giving the exact ids, a bad
-# factor refused as a flag error, `still sft` logging aux_loss, LoRA on an MoE model refused by name.
+# generation on qwen3_moe, mixtral and gpt_oss, --moe_capacity_factor E / K giving the exact ids, a bad
+# factor refused as a flag error, `still sft` logging aux_loss, LoRA on an MoE model refused by name,
+# `still info` on gpt_oss printing what the family table resolved.
 # asan: yes
 set -u
 source tests/e2e/lib.sh
 ids="5 17 300 42 42 7 250"
-for m in qwen3_moe mixtral; do
+for m in qwen3_moe mixtral gpt_oss; do
   M=tests/data/models/$m
   a=$($BIN generate --model $M --ids "$ids" --max_new_tokens 6 --ignore_eos --print_ids --threads 2 2>"$tmp/err" | tail -1)
   [ "$(wc -w <<<"$a")" -eq 6 ]; check "generate_$m" $? "ids '$a': $(tail -2 "$tmp/err")"
-  # E / K = 4 for both fixtures: every expert can hold every token, nothing is dropped
+  # E / K <= 4 for these fixtures: every expert can hold every token, nothing is dropped
   b=$($BIN generate --model $M --ids "$ids" --max_new_tokens 6 --ignore_eos --print_ids --threads 2 \
       --moe_capacity_factor 4 2>>"$tmp/err" | tail -1)
   [ -n "$a" ] && [ "$a" = "$b" ]; check "capacity_exact_$m" $? "'$a' vs '$b'"
@@ -22,3 +23,8 @@ $BIN sft --model tests/data/models/mixtral --dataset tests/data/sft/ids.jsonl --
 grep -q '"aux_loss"' "$tmp/out/metrics.jsonl" 2>/dev/null; check sft_aux_loss_logged $? "$(tail -2 "$tmp/err")"
 expect_err lora_refused "LoRA on a mixture-of-experts model" $BIN sft --model tests/data/models/mixtral \
   --dataset tests/data/sft/ids.jsonl --output_dir "$tmp/lora" --max_steps 1 --use_peft --threads 2
+$BIN info --model tests/data/models/gpt_oss >"$tmp/info" 2>"$tmp/err"
+grep -q "attention       layer 0: sliding window 4, .*a sink logit per head" "$tmp/info" &&
+  grep -q "attention       layer 1: global" "$tmp/info" && grep -q "interleaved.*min(gate, 7)" "$tmp/info" &&
+  grep -q "rope            yarn: factor 8, .*truncate no" "$tmp/info"
+check info_gpt_oss $? "$(head -12 "$tmp/info") $(tail -2 "$tmp/err")"
