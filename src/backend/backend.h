@@ -126,14 +126,15 @@ struct Backend {
                             const void *w, DType wdt, int N, int C, int OC);
 
     // ---- rotary position embedding, half-split (NeoX) layout, in place ----------------------
-    // x (N,NH,HD), pos (N), inv_freq (HD/2): for i < HD/2, angle = pos*inv_freq[i],
-    // c = cos(angle)*mscale, s = sin(angle)*mscale;
-    // x[i] <- x[i] c - x[i+HD/2] s ; x[i+HD/2] <- x[i+HD/2] c + x[i] s
+    // x (N,NH,HD), pos (N), inv_freq (RD/2): the first RD dims of every head rotate (RD even,
+    // <= HD; RD < HD is partial rotary, Phi-3's partial_rotary_factor), dims [RD, HD) pass
+    // through. For i < RD/2, angle = pos*inv_freq[i], c = cos(angle)*mscale, s = sin(angle)*mscale;
+    // x[i] <- x[i] c - x[i+RD/2] s ; x[i+RD/2] <- x[i+RD/2] c + x[i] s
     void (*rope_forward)(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                         int HD);
+                         int HD, int RD);
     // dx (N,NH,HD) in place: the transpose rotation (dx is overwritten, not accumulated)
     void (*rope_backward)(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                          int HD);
+                          int HD, int RD);
 
     // ---- causal self-attention with GQA and segment masks --------------------------------
     // q (B,T,NH,HD), k v (B,T,NKV,HD), seg (B,T) -> out (B,T,NH,HD), lse (B,NH,T)

@@ -49,6 +49,11 @@ static void layer_attention_text(const ModelConfig *cfg, int l, char *buf, size_
     else
         k += (size_t)snprintf(buf + k, n - k, ", rope theta %g (%s)", cfg->rope_theta,
                               rope_name(cfg->rope_scaling.type));
+    if (cfg->rope_scaling.type == ROPE_LONGROPE && !cfg->layer_rope[l])
+        k += (size_t)snprintf(buf + k, n - k, " long_factor beyond %g positions, attention factor %g",
+                              cfg->rope_scaling.original_max_position_embeddings, cfg->rope_scaling.attention_factor);
+    if (cfg->rotary_dim < cfg->head_dim)
+        k += (size_t)snprintf(buf + k, n - k, ", rotary dims %d of %d", cfg->rotary_dim, cfg->head_dim);
     if (cfg->query_scale != 0) k += (size_t)snprintf(buf + k, n - k, ", query scale %g", cfg->query_scale);
     else k += (size_t)snprintf(buf + k, n - k, ", query scale 1/sqrt(%d)", cfg->head_dim);
     if (cfg->attn_softcap != 0) k += (size_t)snprintf(buf + k, n - k, ", soft-cap %g", cfg->attn_softcap);

@@ -302,7 +302,6 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
                        "shape %s needs plan %d but --max_plans is %d; pad to fewer shapes "
                        "(--pad_to_multiple_of, --padding max_length, --max_cache_len) or raise --max_plans",
                        shape, pc->n + 1, pc->max_plans);
-    TRY(config_check_window(&m->cfg, mode == PLAN_DECODE ? S : T, e));
     const ModelConfig *cfg = &m->cfg;
     Plan *p = xcalloc(1, sizeof(Plan));
     p->mode = mode;

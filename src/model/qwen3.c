@@ -17,6 +17,12 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
     be->upload(be, p->ids, ids, N * sizeof(int32_t));
     be->upload(be, p->pos, pos, N * sizeof(int32_t));
     be->upload(be, p->seg, seg, N * sizeof(int32_t));
+    if (m->rope_host) {  // longrope: the table of the longest sequence (its real tokens)
+        int len = 0;
+        for (size_t i = 0; i < N; i++)
+            if (seg[i]) len = MAX(len, pos[i] + 1);
+        model_rope_select(m, len);
+    }
     if (targets) {
         be->upload(be, p->targets, targets, N * sizeof(int32_t));
     } else {
@@ -212,8 +218,8 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
         norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
         norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
     }
-    be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
-    be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
+    be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
+    be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
     float qm = query_mult(cfg);
     if (qm != 1.0f) be->scale(be, a->qr, qm, (size_t)N * QD);
 }
@@ -617,8 +623,8 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         if (dsinks)
             be->attention_sinks_backward(be, dsinks, p->datt, a->att, a->lse, ao.sinks, p->seg, B, T, NH, HD);
         if (qm != 1.0f) be->scale(be, p->dqr, qm, (size_t)N * QD);
-        be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
-        be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
+        be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
+        be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
         if (cfg->qk_norm) {
             int per_head = cfg->qk_norm == QKNORM_HEAD;
             be->zero(be, p->dq, (size_t)N * QD * fs);
