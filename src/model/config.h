@@ -96,6 +96,9 @@ typedef struct ModelConfig {
     unsigned char layer_rope[CONFIG_MAX_LAYERS];  // 0 = rope_theta + rope_scaling; 1 = local
     // mixture of experts (qwen3_moe, mixtral; docs/models.md "Routing"); num_experts 0 = dense
     int num_experts;             // E (qwen3_moe num_experts, mixtral num_local_experts)
+    int ep_size, ep_lo, ep_part; // expert parallel (src/train/ep.c): ep_size ranks share the experts; this
+                                 // model holds experts [ep_lo, ep_lo + ep_part) of every sparse layer (ep_part
+                                 // 0: all E, ep_size 0 or 1: no exchange)
     int num_experts_per_tok;     // K
     int moe_intermediate_size;   // expert FF (mixtral: intermediate_size)
     int norm_topk_prob;          // routing weights: softmax over the K selected logits
@@ -148,5 +151,8 @@ void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
 
 // The rows of the embedding and the LM head this model holds (vocab_part, or the whole V).
 static inline int config_vocab_rows(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_part : c->vocab_size; }
+// The experts of each sparse layer this model holds (ep_part, or all E), and the ranks that share them.
+static inline int config_local_experts(const ModelConfig *c) { return c->ep_part > 0 ? c->ep_part : c->num_experts; }
+static inline int config_ep_size(const ModelConfig *c) { return c->ep_size > 1 ? c->ep_size : 1; }
 
 #endif

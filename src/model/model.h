@@ -20,6 +20,7 @@ typedef struct ModelHooks {
     // tensor parallelism (src/train/tp.c): buf (n floats, device) summed over the group in place
     void (*reduce)(void *ctx, struct Model *m, float *buf, size_t n);
     void *reduce_ctx;
+    const struct MoeExchange *moe_ex;  // expert parallel (src/train/ep.c): the routed slots' exchange
 } ModelHooks;
 
 typedef struct Model {

@@ -81,18 +81,29 @@ void moe_block_forward(Backend *be, float *out, const float *x, const MoeWeights
     if (stats) be->moe_aux_stats(be, stats, a->logits, a->idx, seg, N, E, K);
     be->moe_dispatch(be, a->offsets, a->slot_token, a->token_slot, a->dropped, a->idx, N, E, K, d->capacity);
     be->moe_gather(be, a->xs, x, a->slot_token, a->offsets, S, E, C);
-    if (d->fused) {
-        be->moe_grouped_matmul_forward(be, a->g, a->xs, W->gate, W->wdt, W->gate_bias, a->offsets, S, E, C, 2 * FF);
-        be->swiglu_clamp_forward(be, a->h, a->g, d->alpha, d->limit, (size_t)S * FF);
-    } else {
-        be->moe_grouped_matmul_forward(be, a->g, a->xs, W->gate, W->wdt, NULL, a->offsets, S, E, C, FF);
-        lora_grouped_fwd(be, W->lora, MOE_LORA_GATE, a->g, a->xs, a->offsets, S, E, C, FF);
-        be->moe_grouped_matmul_forward(be, a->u, a->xs, W->up, W->wdt, NULL, a->offsets, S, E, C, FF);
-        lora_grouped_fwd(be, W->lora, MOE_LORA_UP, a->u, a->xs, a->offsets, S, E, C, FF);
-        be->swiglu_forward(be, a->h, a->g, a->u, (size_t)S * FF);
+    // the experts run on xe (Se rows) grouped by offs over Ee experts: this rank's slots, or with
+    // expert parallelism the slots its El experts received from every rank
+    const float *xe = a->xs;
+    const int32_t *offs = a->offsets;
+    int Se = S, Ee = E;
+    float *ye = a->ys;
+    if (W->ex) {
+        Se = W->ex->dispatch(W->ex->ctx, a->xl, a->offl, a->ep_plan, a->xs, a->offsets, S, C);
+        xe = a->xl, offs = a->offl, Ee = d->El, ye = a->yl;
     }
-    be->moe_grouped_matmul_forward(be, a->ys, a->h, W->down, W->wdt, W->down_bias, a->offsets, S, E, FF, C);
-    lora_grouped_fwd(be, W->lora, MOE_LORA_DOWN, a->ys, a->h, a->offsets, S, E, FF, C);
+    if (d->fused) {
+        be->moe_grouped_matmul_forward(be, a->g, xe, W->gate, W->wdt, W->gate_bias, offs, Se, Ee, C, 2 * FF);
+        be->swiglu_clamp_forward(be, a->h, a->g, d->alpha, d->limit, (size_t)Se * FF);
+    } else {
+        be->moe_grouped_matmul_forward(be, a->g, xe, W->gate, W->wdt, NULL, offs, Se, Ee, C, FF);
+        lora_grouped_fwd(be, W->lora, MOE_LORA_GATE, a->g, xe, offs, Se, Ee, C, FF);
+        be->moe_grouped_matmul_forward(be, a->u, xe, W->up, W->wdt, NULL, offs, Se, Ee, C, FF);
+        lora_grouped_fwd(be, W->lora, MOE_LORA_UP, a->u, xe, offs, Se, Ee, C, FF);
+        be->swiglu_forward(be, a->h, a->g, a->u, (size_t)Se * FF);
+    }
+    be->moe_grouped_matmul_forward(be, ye, a->h, W->down, W->wdt, W->down_bias, offs, Se, Ee, FF, C);
+    lora_grouped_fwd(be, W->lora, MOE_LORA_DOWN, ye, a->h, offs, Se, Ee, FF, C);
+    if (W->ex) W->ex->move(W->ex->ctx, 1, a->ys, a->yl, a->ep_plan, a->offsets, C);  // the outputs come home
     be->moe_combine_forward(be, out, a->ys, a->w, a->token_slot, N, K, C);
 }
 
@@ -100,29 +111,38 @@ void moe_block_backward(Backend *be, float *dx, const MoeGrads *G, const float *
                         const MoeWeights *W, const MoeActs *a, const MoeScratch *s, const MoeDims *d,
                         const float *stats, float aux_coef, const int32_t *seg) {
     int N = d->N, C = d->C, E = d->E, K = d->K, FF = d->FF, S = N * K;
+    const float *xe = a->xs;
+    const int32_t *offs = a->offsets;
+    int Se = S, Ee = E;
+    float *dye = s->dys, *dxe = s->dxs;
+    if (W->ex) {  // the forward's exchange again: Se = the slots this rank's experts received
+        Se = 0;
+        for (int i = 0; i < d->P * d->El; i++) Se += a->ep_plan[i];
+        xe = a->xl, offs = a->offl, Ee = d->El, dye = s->dyl, dxe = s->dxl;
+    }
     be->zero(be, s->dlogits, (size_t)N * E * sizeof(float));
     be->zero(be, s->dw, (size_t)N * K * sizeof(float));
     be->zero(be, s->dys, (size_t)S * C * sizeof(float));
-    be->zero(be, s->dxs, (size_t)S * C * sizeof(float));
-    be->zero(be, s->dh, (size_t)S * FF * sizeof(float));
-    be->zero(be, s->dg, (size_t)S * FF * (d->fused ? 2 : 1) * sizeof(float));
-    if (!d->fused) be->zero(be, s->du, (size_t)S * FF * sizeof(float));
+    be->zero(be, dxe, (size_t)Se * C * sizeof(float));
+    be->zero(be, s->dh, (size_t)Se * FF * sizeof(float));
+    be->zero(be, s->dg, (size_t)Se * FF * (d->fused ? 2 : 1) * sizeof(float));
+    if (!d->fused) be->zero(be, s->du, (size_t)Se * FF * sizeof(float));
     be->moe_combine_backward(be, s->dys, s->dw, dout, a->ys, a->w, a->token_slot, N, K, C);
-    be->moe_grouped_matmul_backward(be, s->dh, G->down, G->down_bias, s->dys, a->h, W->down, W->wdt, a->offsets, S, E,
-                                    FF, C);
-    lora_grouped_bwd(be, W->lora, MOE_LORA_DOWN, s->dh, s->dys, a->h, a->offsets, S, E, FF, C);
+    if (W->ex) W->ex->move(W->ex->ctx, 0, s->dyl, s->dys, a->ep_plan, a->offsets, C);  // to the experts' ranks
+    be->moe_grouped_matmul_backward(be, s->dh, G->down, G->down_bias, dye, a->h, W->down, W->wdt, offs, Se, Ee, FF, C);
+    lora_grouped_bwd(be, W->lora, MOE_LORA_DOWN, s->dh, dye, a->h, offs, Se, Ee, FF, C);
     if (d->fused) {
-        be->swiglu_clamp_backward(be, s->dg, s->dh, a->g, d->alpha, d->limit, (size_t)S * FF);
-        be->moe_grouped_matmul_backward(be, s->dxs, G->gate, G->gate_bias, s->dg, a->xs, W->gate, W->wdt, a->offsets, S,
-                                        E, C, 2 * FF);
+        be->swiglu_clamp_backward(be, s->dg, s->dh, a->g, d->alpha, d->limit, (size_t)Se * FF);
+        be->moe_grouped_matmul_backward(be, dxe, G->gate, G->gate_bias, s->dg, xe, W->gate, W->wdt, offs, Se, Ee, C,
+                                        2 * FF);
     } else {
-        be->swiglu_backward(be, s->dg, s->du, s->dh, a->g, a->u, (size_t)S * FF);
-        be->moe_grouped_matmul_backward(be, s->dxs, G->gate, NULL, s->dg, a->xs, W->gate, W->wdt, a->offsets, S, E, C,
-                                        FF);
-        be->moe_grouped_matmul_backward(be, s->dxs, G->up, NULL, s->du, a->xs, W->up, W->wdt, a->offsets, S, E, C, FF);
-        lora_grouped_bwd(be, W->lora, MOE_LORA_GATE, s->dxs, s->dg, a->xs, a->offsets, S, E, C, FF);
-        lora_grouped_bwd(be, W->lora, MOE_LORA_UP, s->dxs, s->du, a->xs, a->offsets, S, E, C, FF);
+        be->swiglu_backward(be, s->dg, s->du, s->dh, a->g, a->u, (size_t)Se * FF);
+        be->moe_grouped_matmul_backward(be, dxe, G->gate, NULL, s->dg, xe, W->gate, W->wdt, offs, Se, Ee, C, FF);
+        be->moe_grouped_matmul_backward(be, dxe, G->up, NULL, s->du, xe, W->up, W->wdt, offs, Se, Ee, C, FF);
+        lora_grouped_bwd(be, W->lora, MOE_LORA_GATE, dxe, s->dg, xe, offs, Se, Ee, C, FF);
+        lora_grouped_bwd(be, W->lora, MOE_LORA_UP, dxe, s->du, xe, offs, Se, Ee, C, FF);
     }
+    if (W->ex) W->ex->move(W->ex->ctx, 1, s->dxs, s->dxl, a->ep_plan, a->offsets, C);  // and back
     be->moe_gather_backward(be, dx, s->dxs, a->token_slot, N, K, C);
     be->moe_route_backward(be, s->dlogits, s->dw, a->logits, a->idx, N, E, K, d->norm);
     if (stats && aux_coef != 0.0f) be->moe_aux_backward(be, s->dlogits, a->logits, seg, stats, aux_coef, N, E);

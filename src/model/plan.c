@@ -74,10 +74,18 @@ static void moe_layout(Arena *a, MoeActs *ma, const ModelConfig *cfg, size_t N) 
     ma->token_slot = TAKE_I(S);
     ma->dropped = TAKE_I(1);
     ma->xs = TAKE_F(S * C);
-    ma->g = TAKE_F(S * FFE * (cfg->moe_fused ? 2 : 1));  // fused: gate_up
-    ma->u = TAKE_F(S * FFE);
-    ma->h = TAKE_F(S * FFE);
+    size_t P = (size_t)config_ep_size(cfg), SE = S * P;  // expert parallel: up to every rank's slots
+    ma->g = TAKE_F(SE * FFE * (cfg->moe_fused ? 2 : 1));  // fused: gate_up
+    ma->u = TAKE_F(SE * FFE);
+    ma->h = TAKE_F(SE * FFE);
     ma->ys = TAKE_F(S * C);
+    if (P > 1) {
+        size_t El = (size_t)config_local_experts(cfg);
+        ma->xl = TAKE_F(SE * C);
+        ma->yl = TAKE_F(SE * C);
+        ma->offl = TAKE_I(El + 1);
+        ma->ep_plan = TAKE_I(P * El);
+    }
 }
 
 static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t N, int B, int T, int mlps) {
@@ -226,9 +234,14 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
             p->moe_scr.dw = TAKE_F(S);
             p->moe_scr.dys = TAKE_F(S * C);
             p->moe_scr.dxs = TAKE_F(S * C);
-            p->moe_scr.dh = TAKE_F(S * FFE);
-            p->moe_scr.dg = TAKE_F(S * FFE * (cfg->moe_fused ? 2 : 1));
-            p->moe_scr.du = TAKE_F(S * FFE);
+            size_t SE = S * (size_t)config_ep_size(cfg);
+            p->moe_scr.dh = TAKE_F(SE * FFE);
+            p->moe_scr.dg = TAKE_F(SE * FFE * (cfg->moe_fused ? 2 : 1));
+            p->moe_scr.du = TAKE_F(SE * FFE);
+            if (SE > S) {
+                p->moe_scr.dyl = TAKE_F(SE * C);
+                p->moe_scr.dxl = TAKE_F(SE * C);
+            }
         }
     }
     p->mode = mode, p->B = B, p->T = T;

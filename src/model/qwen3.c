@@ -242,7 +242,8 @@ static MoeDims moe_dims(const Model *m, int N) {
     const ModelConfig *cfg = &m->cfg;
     MoeDims d = {.N = N, .C = cfg->hidden_size, .E = cfg->num_experts, .K = cfg->num_experts_per_tok,
                  .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0,
-                 .fused = cfg->moe_fused, .alpha = (float)cfg->swiglu_alpha, .limit = (float)cfg->swiglu_limit};
+                 .fused = cfg->moe_fused, .alpha = (float)cfg->swiglu_alpha, .limit = (float)cfg->swiglu_limit,
+                 .P = config_ep_size(cfg), .El = config_local_experts(cfg)};
     if (m->moe_capacity_factor > 0)
         d.capacity = (int)MIN(ceil(m->moe_capacity_factor * N * d.K / d.E), (double)N);
     return d;
@@ -252,6 +253,7 @@ static MoeDims moe_dims(const Model *m, int N) {
 static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
     MoeWeights w = {0};
     w.lora = lora_moe(m, p, l, ml);
+    w.ex = m->hooks ? m->hooks->moe_ex : NULL;  // expert parallel (src/train/ep.c)
     w.router = weight(m, TK_ROUTER, l, &w.router_dt);
     w.router_bias = F(TK_ROUTER_B, l);
     if (m->cfg.moe_fused) {  // GPT-OSS: gate_up and down with biases (tensors.h)

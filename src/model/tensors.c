@@ -119,12 +119,13 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
             if (!spec[i].present) continue;
             char name[96];
             TensorKind k = spec[i].k;
-            if (k == TK_EXP_G || k == TK_EXP_U || k == TK_EXP_D) {  // a packed run of E experts
-                for (int x = 0; x < cfg->num_experts; x++) {
+            if (k == TK_EXP_G || k == TK_EXP_U || k == TK_EXP_D) {  // a packed run of E experts (expert parallel:
+                int x0 = cfg->ep_part > 0 ? cfg->ep_lo : 0;              // the model's own, by their global names)
+                for (int x = x0; x < x0 + config_local_experts(cfg); x++) {
                     char suffix[80];
                     snprintf(suffix, sizeof suffix, family_tensor_suffix(fd, k), x);
                     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
-                    if (x == 0) add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
+                    if (x == x0) add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
                     else tensors_append(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
                     tt->packing = 1;
                 }

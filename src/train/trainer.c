@@ -7,6 +7,7 @@
 #include "../core/meminfo.h"
 #include "../model/lora.h"
 #include "../model/qwen3.h"
+#include "ep.h"
 #include "fsdp.h"
 #include "tp.h"
 
@@ -495,6 +496,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     Dist one, *d = src->dist;
     if (!d) dist_single(&one), d = &one;
     Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;  // tensor parallel (tp.h)
+    Ep *ep = m->hooks && m->hooks->moe_ex ? m->hooks->moe_ex->ctx : NULL;   // expert parallel (ep.h)
     int lead = dist_lead(d);  // rank 0 logs and writes files (of the data axis and its TP group)
     int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
@@ -593,6 +595,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st == ST_OK && opt.fsdp) st = fsdp_status(opt.fsdp, e);
         if (st == ST_OK && tp) st = tp_status(tp, e);
+        if (st == ST_OK && ep) st = ep_status(ep, e);
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
         // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
@@ -673,6 +676,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     Model *whole = NULL;  // tensor parallel: the gathered model on the group's rank 0
     if (finished && st == ST_OK && tp && d->rank == 0)  // the writer's group (with FSDP: the ranks holding it whole)
         st = tp_gather(tp, m, &whole, e);
+    if (finished && st == ST_OK && ep) st = ep_gather(ep, m, &whole, e);  // every rank's experts on rank 0
     if (finished && st == ST_OK && lead) {  // the final model: once on disk
         double t0 = metrics_now();
         char name[64];
