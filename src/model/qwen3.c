@@ -414,10 +414,9 @@ static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     DType hdt;
     const void *head = head_weight(m, &hdt);
     int V = config_vocab_rows(&m->cfg);
-    float *out = dp->logits_part ? dp->logits_part : dp->logits;  // a shard: its columns, then gathered
+    float *out = dp->logits_part ? dp->logits_part : dp->logits;  // a shard: its columns (gen/sample_shard.h)
     be->matmul_forward(be, out, dp->lnlast, head, hdt, NULL, B, C, V);
     cap_logits(m, out, (size_t)B * V);
-    if (dp->logits_part) vocab_gather_rows(m, dp->logits, dp->logits_part, B);
 }
 
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
