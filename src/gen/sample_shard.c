@@ -27,7 +27,7 @@ typedef struct Shards {
 
 // recv (T * n bytes) = every rank's send (n bytes), in rank order.
 static const void *gather(Shards *g, const void *send, size_t n) {
-    g->m->hooks->gather(g->m->hooks->reduce_ctx, g->m, g->buf, send, n);
+    model_gather(g->m, g->buf, send, n);
     return g->buf;
 }
 
@@ -278,7 +278,7 @@ void sample_shards(Model *m, int32_t *ids, float *logprob, float *logprob_raw, c
                    const SampleParams *params, const double *u, const uint8_t *seen, const int32_t *banned, int K,
                    int B) {
     const ModelConfig *c = &m->cfg;
-    CHECK_MSG(c->vocab_part > 0 && m->hooks && m->hooks->gather, "sample_shards: the model holds no vocabulary shard");
+    CHECK_MSG(c->vocab_part > 0, "sample_shards: the model holds no vocabulary shard");
     Shards g = {m, c->vocab_lo, c->vocab_part, c->vocab_size / c->vocab_part, c->vocab_lo / c->vocab_part, NULL};
     g.buf = xmalloc((size_t)g.T * TOP_BINS * sizeof(uint64_t));
     float *s = xmalloc((size_t)g.V * sizeof(float));
