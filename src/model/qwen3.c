@@ -599,7 +599,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
         }
         if (cfg->norms & NORM_PRE_MLP) {
-            model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel (pre-norm families): every rank's share
+            // tensor parallel (pre-norm families): every rank's share; a sparse layer's experts are
+            // replicated, their input gradient whole on every rank
+            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
             norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));

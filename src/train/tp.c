@@ -33,10 +33,10 @@ Status tp_check_model(const Model *m, int T, Err *e) {
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has no pre-attention / pre-MLP norm or a q/k norm over "
                                            "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
                                            "norms so far", T, dir);
-    for (int i = 0; i < m->tt.n; i++)
-        if (m->tt.t[i].kind > TK_WGU)
-            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has experts (%s); tensor parallelism does not "
-                                               "split those yet", T, dir, m->tt.t[i].name);
+    for (int i = 0; i < m->tt.n; i++)  // experts are replicated (tp_split_dim -1); sinks are per head
+        if (m->tt.t[i].kind == TK_SINKS)
+            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has attention sinks (%s); tensor parallelism does "
+                                               "not split those yet", T, dir, m->tt.t[i].name);
     if (c->o_bias || c->mlp_bias)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has a bias on o_proj or down_proj; tensor parallelism "
                                            "does not support those yet", T, dir);
@@ -147,6 +147,8 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
              "%d of %d vocabulary rows (here [%d, %d))", T, lc.num_attention_heads, m->cfg.num_attention_heads,
              lc.num_key_value_heads, m->cfg.num_key_value_heads, lc.intermediate_size, m->cfg.intermediate_size,
              lc.vocab_part, m->cfg.vocab_size, lc.vocab_lo, lc.vocab_lo + lc.vocab_part);
+    if (m->cfg.num_experts > 0) log_info("tensor parallel: the %d experts of the sparse layers are whole on every rank",
+                                         m->cfg.num_experts);
     model_free(m);
     tp->d = d;
     tp->hooks = (ModelHooks){.reduce = reduce, .gather = gather, .reduce_ctx = tp};

@@ -56,6 +56,8 @@ same_as_one tp2_dp2_untied_matches_one_rank $U 4 2 --tp_size 2
 same_as_one tp2_fsdp2_matches_one_rank $M 4 2 --tp_size 2 --fsdp_size 2
 # Phi-3's fused qkv_proj and gate_up_proj: each part (q, k, v; gate, up) split on its own
 same_as_one tp2_phi3_fused_matches_one_rank tests/data/models/phi3 2 4 --tp_size 2
+# Qwen3-MoE (sparse layers and a dense one): the experts replicated, the dense MLP split
+same_as_one tp2_moe_matches_one_rank tests/data/models/qwen3_moe 2 4 --tp_size 2
 
 # the model TP wrote is the plain layout: one process loads it and scores it as the TP run ended
 if $BIN generate --model "$tmp/tp2_matches_one_rank.n" --ids "5 9 17" --max_new_tokens 2 --do_sample false \
