@@ -414,9 +414,8 @@ static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     DType hdt;
     const void *head = head_weight(m, &hdt);
     int V = config_vocab_rows(&m->cfg);
-    float *out = dp->logits_part ? dp->logits_part : dp->logits;  // a shard: its columns (gen/sample_shard.h)
-    be->matmul_forward(be, out, dp->lnlast, head, hdt, NULL, B, C, V);
-    cap_logits(m, out, (size_t)B * V);
+    be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, V);  // a shard: its columns
+    cap_logits(m, dp->logits, (size_t)B * V);
 }
 
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
