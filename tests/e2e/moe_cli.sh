@@ -28,3 +28,13 @@ grep -q "attention       layer 0: sliding window 4, .*a sink logit per head" "$t
   grep -q "attention       layer 1: global" "$tmp/info" && grep -q "interleaved.*min(gate, 7)" "$tmp/info" &&
   grep -q "rope            yarn: factor 8, .*truncate no" "$tmp/info"
 check info_gpt_oss $? "$(head -12 "$tmp/info") $(tail -2 "$tmp/err")"
+# gpt_oss resumed from a checkpoint (its experts transposed between the files and memory, in the
+# model and the optimizer file) = uninterrupted, bit for bit; --save_only_model checkpoints too
+R="--model tests/data/models/gpt_oss --dataset tests/data/sft/ids.jsonl --max_steps 4 --save_steps 2
+   --per_device_train_batch_size 2 --logging_steps 1 --threads 2"
+$BIN sft $R --output_dir "$tmp/full" >/dev/null 2>"$tmp/err"
+$BIN sft $R --output_dir "$tmp/part" --stop_after_steps 3 >/dev/null 2>>"$tmp/err"
+$BIN sft $R --output_dir "$tmp/part" --resume_from_checkpoint latest >/dev/null 2>>"$tmp/err"
+cmp -s "$tmp/full/model.safetensors" "$tmp/part/model.safetensors" &&
+  cmp -s "$tmp/full/checkpoint-4/optimizer.safetensors" "$tmp/part/checkpoint-4/optimizer.safetensors"
+check resume_gpt_oss $? "$(tail -3 "$tmp/err")"
