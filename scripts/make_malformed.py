@@ -177,7 +177,7 @@ cfg_case("cfg_layer_types_count", "EINVAL", 'field "layer_types" has 3 entries',
          patch={"layer_types": ["full_attention"] * 3})
 cfg_case("cfg_rope_dynamic", "EUNSUPPORTED", "rope_scaling", 'rope type "dynamic" is not supported',
          patch={"rope_scaling": {"type": "dynamic", "factor": 2.0}})
-cfg_case("cfg_rope_longrope", "EINVAL", "rope_parameters", 'field "short_factor" has 1 entries, expected 4 (head_dim / 2)',
+cfg_case("cfg_rope_longrope", "EINVAL", "rope_parameters", 'field "short_factor" has 1 entries, expected 4 (rotary dims / 2)',
          patch={"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0],
                                     "long_factor": [2.0]}})
 cfg_case("cfg_rope_llama3_missing", "EINVAL", "rope_scaling", 'missing field "low_freq_factor"',

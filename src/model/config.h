@@ -52,20 +52,25 @@ typedef struct RopeScaling {
     double attention_factor;                  // yarn; < 0 = derived from factor (and mscale)
     double mscale, mscale_all_dim;            // yarn variant; 0 = absent
     int truncate;                             // yarn [1]
-    float short_factor[ROPE_MAX_FACTORS];     // longrope: per-frequency divisors (HD/2)
-    float long_factor[ROPE_MAX_FACTORS];      // longrope: beyond original_max_position_embeddings
+    float short_factor[ROPE_MAX_FACTORS];     // longrope: per-frequency divisors (RD/2)
+    float long_factor[ROPE_MAX_FACTORS];      // longrope: for a call whose longest sequence is
+                                              // longer than original_max_position_embeddings
 } RopeScaling;
 
 typedef struct ModelConfig {
     char model_type[32];         // "qwen3", "qwen2", "llama", ... (family.h)
     const struct FamilyDesc *family;  // the family table's entry (static storage)
     int vocab_size;              // V
+    int vocab_lo, vocab_part;    // tensor parallel: this model holds rows [vocab_lo, vocab_lo + vocab_part) of the
+                                 // embedding and the LM head (src/train/tp.c); vocab_part 0: all V
     int hidden_size;             // C
     int intermediate_size;       // FF
     int num_hidden_layers;       // L
     int num_attention_heads;     // NH
     int num_key_value_heads;     // NKV
     int head_dim;                // HD (explicit in Qwen3; else hidden_size / num_attention_heads)
+    int rotary_dim;              // RD: RoPE rotates the first RD dims of each head (HD, or
+                                 // int(HD * partial_rotary_factor) for Phi-3; even)
     double rms_norm_eps;
     double rope_theta;
     RopeScaling rope_scaling;
@@ -128,15 +133,20 @@ void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id);
 // The architecture name config_to_json writes when config.json has none.
 const char *config_architecture(const ModelConfig *cfg);
 
-// Refuse a plan of `len` positions (T of a batch, S of a KV cache) longer than longrope's
-// original_max_position_embeddings (beyond it transformers uses long_factor).
-Status config_check_window(const ModelConfig *cfg, int len, Err *e);
+// Longrope (transformers' longrope_frequency_update): whether a forward call whose longest
+// sequence holds `len` positions (max position id + 1) uses long_factor. 0 for other rope types.
+int config_rope_long(const ModelConfig *cfg, int len);
 
-// RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that
-// multiplies cos and sin (1 except for yarn).
+// RoPE inverse frequencies (RD/2) for the configured rope type (longrope: short_factor), and the
+// attention scaling that multiplies cos and sin (1 except for yarn and longrope).
 void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale);
-// The local layers' RoPE inverse frequencies (HD/2): base rope_local_theta, no scaling (Gemma 3's
+// Longrope's inverse frequencies (RD/2) with long_factor (the same attention scaling).
+void config_rope_long_inv_freq(const ModelConfig *cfg, float *inv_freq);
+// The local layers' RoPE inverse frequencies (RD/2): base rope_local_theta, no scaling (Gemma 3's
 // rotary_emb_local).
 void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
+
+// The rows of the embedding and the LM head this model holds (vocab_part, or the whole V).
+static inline int config_vocab_rows(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_part : c->vocab_size; }
 
 #endif

@@ -113,13 +113,14 @@ static const FamilyDesc family_table[] = {
         .fields = olmo2_fields,
     },
     {
-        // Phi3ForCausalLM: qkv_proj and gate_up_proj fused; longrope ("su") scaling.
+        // Phi3ForCausalLM: qkv_proj and gate_up_proj fused; longrope ("su") scaling with short and
+        // long factors; partial rotary (Phi-4-mini).
         .model_type = "phi3", .architecture = "Phi3ForCausalLM", .classifier = NULL,
         .vocab_size = 32064, .max_position_embeddings = 4096, .head_dim = 0, .bos_token_id = 1,
         .eos_token_id = 32000, .rms_norm_eps = 1e-5,
         .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE, .fused_qkv = 1, .fused_gate_up = 1,
         .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER, .rope_longrope_aliases = 1,
-        .fields = phi3_fields, .parse = family_parse_phi3,
+        .partial_rotary = 1, .original_max_default = 4096, .fields = phi3_fields, .parse = family_parse_phi3,
     },
     {
         // Qwen3MoeForCausalLM: Qwen3 attention; sparse layers route to num_experts SwiGLU experts

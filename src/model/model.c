@@ -37,6 +37,16 @@ void model_grads_done(Model *m, int layer) {
     if (m->hooks && m->hooks->grads_done) m->hooks->grads_done(m->hooks->ctx, m, layer);
 }
 
+int model_rope_select(Model *m, int len) {
+    if (!m->rope_host) return 0;
+    int want = config_rope_long(&m->cfg, len);
+    if (want == m->rope_long) return 0;
+    size_t half = (size_t)m->cfg.rotary_dim / 2;
+    m->be->upload(m->be, m->inv_freq, m->rope_host + (want ? half : 0), half * sizeof(float));
+    m->rope_long = want;
+    return 1;
+}
+
 void model_reduce(Model *m, float *buf, size_t n) {
     if (m->hooks && m->hooks->reduce) m->hooks->reduce(m->hooks->reduce_ctx, m, buf, n);
 }
@@ -78,11 +88,16 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
                 bytes += dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel);
             }
     }
-    int half = cfg->head_dim / 2;
+    int half = cfg->rotary_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof(float));
     config_rope_inv_freq(cfg, inv, &m->rope_mscale);
     m->inv_freq = be->alloc(be, (size_t)half * sizeof(float));
     be->upload(be, m->inv_freq, inv, (size_t)half * sizeof(float));
+    if (cfg->rope_scaling.type == ROPE_LONGROPE) {  // both tables on the host for model_rope_select
+        m->rope_host = xmalloc((size_t)2 * half * sizeof(float));
+        memcpy(m->rope_host, inv, (size_t)half * sizeof(float));
+        config_rope_long_inv_freq(cfg, m->rope_host + half);
+    }
     if (cfg->rope_local_theta > 0) {  // the sliding layers' RoPE (layer_rope)
         config_rope_local_inv_freq(cfg, inv);
         m->inv_freq_local = be->alloc(be, (size_t)half * sizeof(float));
@@ -130,6 +145,14 @@ Model *model_share(const Model *m) {
     s->params = m->params;
     s->inv_freq = m->inv_freq;
     s->rope_mscale = m->rope_mscale;
+    if (m->rope_host) {  // its own table in use: the two models select theirs independently
+        size_t half = (size_t)m->cfg.rotary_dim / 2;
+        s->rope_host = xmalloc(2 * half * sizeof(float));
+        memcpy(s->rope_host, m->rope_host, 2 * half * sizeof(float));
+        s->inv_freq = m->be->alloc(m->be, half * sizeof(float));
+        s->rope_long = m->rope_long;
+        m->be->upload(m->be, s->inv_freq, s->rope_host + (s->rope_long ? half : 0), half * sizeof(float));
+    }
     s->inv_freq_local = m->inv_freq_local;
     s->plans.max_plans = m->plans.max_plans;
     s->frozen = 1;
@@ -148,7 +171,8 @@ void model_free(Model *m) {
     }
     free(m->data);
     if (m->grads) m->be->free(m->be, m->grads);
-    if (!m->shared) m->be->free(m->be, m->inv_freq);
+    if (!m->shared || m->rope_host) m->be->free(m->be, m->inv_freq);
+    free(m->rope_host);
     if (!m->shared && m->inv_freq_local) m->be->free(m->be, m->inv_freq_local);
     tensors_free(&m->tt);
     config_free(&m->cfg);
