@@ -51,6 +51,11 @@ void model_reduce(Model *m, float *buf, size_t n) {
     if (m->hooks && m->hooks->reduce) m->hooks->reduce(m->hooks->reduce_ctx, m, buf, n);
 }
 
+void model_gather(Model *m, void *recv, const void *send, size_t nbytes) {
+    if (m->hooks && m->hooks->gather) m->hooks->gather(m->hooks->reduce_ctx, m, recv, send, nbytes);
+    else memmove(recv, send, nbytes);
+}
+
 const TensorInfo *model_lm_head(const Model *m) {
     const TensorInfo *t = tensors_get(&m->tt, TK_LM_HEAD, -1);
     return t ? t : tensors_get(&m->tt, TK_EMBED, -1);
