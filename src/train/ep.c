@@ -160,19 +160,68 @@ static void rename_expert(char *out, size_t cap, const char *name, int from, int
     snprintf(out, cap, "%.*s%ld%s", (int)(p - name), name, x - from + to, end);
 }
 
+Model *ep_full_model(const Model *m) {
+    ModelConfig fc = m->cfg;
+    fc.ep_size = fc.ep_part = fc.ep_lo = 0;
+    Model *f = model_alloc(&fc, m->be, DT_F32);
+    f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
+    return f;
+}
+
+// Local tensors carry their global names: each is the full model's tensor of the same name.
+void ep_slice_model(const Model *full, Model *m) {
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
+        CHECK_MSG(ft && ft->numel == lt->numel, "tensor %s", lt->name);
+        m->be->copy(m->be, m->data[i], full->data[ft - full->tt.t], lt->numel * sizeof(float));
+    }
+}
+
+void ep_slice_flat(const Model *m, const Model *full, float *local, const float *full_flat) {
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
+        CHECK_MSG(ft, "tensor %s", lt->name);
+        memcpy(local + lt->goffset, full_flat + ft->goffset, lt->numel * sizeof(float));
+    }
+}
+
+Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, Err *e) {
+    Dist *d = ep->d;
+    int P = d->world, root = d->rank == 0;
+    Model *f = root ? ep_full_model(m) : NULL;  // for its table
+    size_t *counts = xmalloc((size_t)P * sizeof(size_t));
+    Status st = ST_OK;
+    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
+        const TensorInfo *lt = &m->tt.t[i];
+        size_t n = lt->numel;
+        int local_kind = ep_local_kind(lt->kind);
+        float *all = root && local_kind ? xmalloc((size_t)P * n * sizeof(float)) : NULL;
+        if (local_kind) {
+            for (int r = 0; r < P; r++) counts[r] = n;
+            st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
+        }
+        for (int r = 0; st == ST_OK && root && r < (local_kind ? P : 1); r++) {
+            char name[sizeof lt->name];
+            if (local_kind) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
+            else snprintf(name, sizeof name, "%s", lt->name);
+            const TensorInfo *ft = tensors_find(&f->tt, name);
+            CHECK_MSG(ft && ft->numel == n, "tensor %s", name);
+            memcpy(full + ft->goffset, local_kind ? all + (size_t)r * n : local + lt->goffset, n * sizeof(float));
+        }
+        free(all);
+    }
+    free(counts);
+    model_free(f);
+    return st;
+}
+
 Status ep_gather(Ep *ep, const Model *m, Model **full, Err *e) {
     Dist *d = ep->d;
     int P = d->world, root = d->rank == 0;
     Backend *be = m->be;
     *full = NULL;
     CHECK_MSG(m->matrix_dtype == DT_F32, "ep_gather: fp32 weights only");
-    ModelConfig fc = m->cfg;
-    fc.ep_size = fc.ep_part = fc.ep_lo = 0;
-    Model *f = NULL;
-    if (root) {
-        f = model_alloc(&fc, be, DT_F32);
-        f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
-    }
+    Model *f = root ? ep_full_model(m) : NULL;
     size_t *counts = xmalloc((size_t)P * sizeof(size_t));
     Status st = ST_OK;
     for (int i = 0; i < m->tt.n && st == ST_OK; i++) {

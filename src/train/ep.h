@@ -31,6 +31,14 @@ Status ep_check_model(const Model *m, int P, Err *e);
 Status ep_shard(Ep *ep, Model **m, Dist *d, Err *e);
 // Collective over the group: the full model (fp32) on its rank 0 (*full), NULL on the others.
 Status ep_gather(Ep *ep, const Model *m, Model **full, Err *e);
+// The same for host buffers in table order (moments): full (the full table's n_params, on rank 0)
+// from every rank's local (its table's n_params).
+Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, Err *e);
+// A full fp32 model of m's config (uninitialised), rank d->rank's part of one into m, and of full
+// host moments into local ones (resuming: every rank reads the checkpoint and keeps its part).
+Model *ep_full_model(const Model *m);
+void ep_slice_model(const Model *full, Model *m);
+void ep_slice_flat(const Model *m, const Model *full, float *local, const float *full_flat);
 // An expert tensor of a sparse layer: this rank's own, its gradient never all-reduced.
 int ep_local_kind(TensorKind kind);
 Status ep_status(Ep *ep, Err *e);

@@ -77,10 +77,6 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
             st = err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism runs on exactly that many ranks (mpirun -np %d; "
                                        "here %d), without --tp_size, --fsdp_size or --zero_stage so far", c->ep_size,
                          c->ep_size, world);
-        else if (c->train.save_steps > 0 || c->train.save_per_epoch)
-            st = err_set(e, ST_EUNSUPPORTED, "--ep_size %d: checkpoints during training (--save_strategy %s) are not "
-                                             "supported with expert parallelism yet (the final model is written "
-                                             "gathered); use --save_strategy no", c->ep_size, "steps / epoch");
         else
             st = ep_shard(&ep, &m, c->dist, e);
     }

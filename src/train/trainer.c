@@ -315,6 +315,29 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
             mo = (CkptMoments){fmh, fvh, 0};
         }
     }
+    // expert parallel: every rank's experts, and their moments, gathered to rank 0
+    Ep *ep = m->hooks && m->hooks->moe_ex ? m->hooks->moe_ex->ctx : NULL;
+    if (st == ST_OK && ep) {
+        st = ep_gather(ep, m, &whole, e);
+        if (st == ST_OK && mop) {
+            size_t n = m->tt.n_params;
+            const float *lm = mo.m, *lv = mo.v;
+            float *hm = NULL, *hv = NULL;
+            if (mo.on_device) {
+                lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
+                m->be->download(m->be, hm, mo.m, n * sizeof(float));
+                m->be->download(m->be, hv, mo.v, n * sizeof(float));
+            }
+            if (whole) {
+                fmh = xmalloc(whole->tt.n_params * sizeof(float));
+                fvh = xmalloc(whole->tt.n_params * sizeof(float));
+            }
+            st = ep_gather_flat(ep, m, fmh, lm, e);
+            if (st == ST_OK) st = ep_gather_flat(ep, m, fvh, lv, e);
+            free(hm), free(hv);
+            mo = (CkptMoments){fmh, fvh, 0};
+        }
+    }
     if (st == ST_OK && dist_lead(d)) {
         if (mt) {
             char what[64];
@@ -402,13 +425,27 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     char *dir = NULL;
     TrainState saved = {0};
     Status st = ST_OK;
-    if (d->rank == 0) {
+    // expert parallel: every rank reads the whole checkpoint and keeps its part (its own experts)
+    int ep = m->hooks && m->hooks->moe_ex;
+    if (d->rank == 0 || ep) {
         if (!strcmp(cfg->resume, "latest") || !strcmp(cfg->resume, "true"))
             st = checkpoint_latest(cfg->output_dir, &dir, e);
         else
             dir = xstrdup(cfg->resume);
         Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;
-        if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
+        if (st == ST_OK && ep) {
+            Model *whole = ep_full_model(m);
+            size_t fn = whole->tt.n_params;
+            float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
+            st = checkpoint_load(dir, whole, fmh, fvh, &saved, e);
+            if (st == ST_OK) {
+                ep_slice_model(whole, m);
+                ep_slice_flat(m, whole, mh, fmh);
+                ep_slice_flat(m, whole, vh, fvh);
+            }
+            free(fmh), free(fvh);
+            model_free(whole);
+        } else if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
             Model *whole = tp_full_model(tp, m);
             size_t fn = whole->tt.n_params;
             float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
@@ -432,7 +469,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
                          saved.micro_batches, saved_global, saved.batch_size, MAX(1, saved.world), saved.grad_accum,
                          (unsigned long long)saved.seed, ts->micro_batches, global, ts->batch_size, d->world,
                          ts->grad_accum, (unsigned long long)cfg->seed);
-        if (st == ST_OK) {
+        if (st == ST_OK && d->rank == 0) {
             log_info("resuming from %s at step %d of %d", dir, saved.step, ts->total_steps);
             if (MAX(1, saved.world) != d->world)
                 log_info("%s was written by %d rank(s); optimizer state re-sharded over %d", dir, MAX(1, saved.world),
@@ -440,7 +477,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
         }
     }
     st = dist_agree(d, st, e);
-    if (st == ST_OK && d->world > 1) {
+    if (st == ST_OK && d->world > 1 && !ep) {
         // weights through host memory (any backend), then the moments and the state
         void *ph = xmalloc(tr.tt->param_bytes);
         if (d->rank == 0) m->be->download(m->be, ph, tr.params, tr.tt->param_bytes);
