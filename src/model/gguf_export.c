@@ -2,6 +2,7 @@
 #include "gguf_export.h"
 
 #include "../core/dtype.h"
+#include "family.h"
 #include "gguf_model.h"
 
 #include <math.h>
@@ -74,6 +75,15 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     }
+    if (!strcmp(arch, "phi3")) {  // Phi3MiniModel.set_gguf_parameters
+        gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rotary_dim);
+        double omax = c->rope_scaling.type == ROPE_LONGROPE ? c->rope_scaling.original_max_position_embeddings
+                                                             : (double)c->family->original_max_default;
+        gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)omax);
+        gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->layer_window[0]);
+        if (c->rope_scaling.type == ROPE_LONGROPE)
+            gguf_w_f32(w, KEY("rope.scaling.attn_factor"), (float)c->rope_scaling.attention_factor);
+    }
     const RopeScaling *rs = &c->rope_scaling;
     if (rs->type == ROPE_LINEAR || rs->type == ROPE_YARN) {
         gguf_w_str(w, KEY("rope.scaling.type"), rs->type == ROPE_LINEAR ? "linear" : "yarn");
@@ -92,11 +102,12 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
         return err_set(e, ST_EUNSUPPORTED, "%s is a sequence classifier (a score head): GGUF export writes causal LMs only",
                        m->dir ? m->dir : "the model");
     const char *mt = m->cfg.model_type;
-    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama"))
-        return err_set(e, ST_EUNSUPPORTED, "GGUF export of model_type %s is not supported (qwen3, qwen2, llama)", mt);
+    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama") && strcmp(mt, "olmo2") && strcmp(mt, "phi3"))
+        return err_set(e, ST_EUNSUPPORTED,
+                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, olmo2, phi3)", mt);
     for (int i = 0; i < m->tt.n; i++) {
         char gname[160];
-        if (!gguf_name_from_hf(m->tt.t[i].name, gname, sizeof gname))
+        if (!gguf_name_from_hf(mt, m->tt.t[i].name, gname, sizeof gname))
             return err_set(e, ST_EUNSUPPORTED, "tensor \"%s\" has no GGUF name", m->tt.t[i].name);
     }
     x->m = m;
@@ -110,10 +121,17 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
         gguf_w_tensor(w, "rope_freqs.weight", 1, ne, GGML_F32, x->rope_freqs);
         x->src[x->n++] = -1;
     }
+    if (c->rope_scaling.type == ROPE_LONGROPE) {  // Phi3MiniModel.generate_extra_tensors
+        int64_t ne[1] = {c->rotary_dim / 2};
+        gguf_w_tensor(w, "rope_factors_long.weight", 1, ne, GGML_F32, c->rope_scaling.long_factor);
+        x->src[x->n++] = -1;
+        gguf_w_tensor(w, "rope_factors_short.weight", 1, ne, GGML_F32, c->rope_scaling.short_factor);
+        x->src[x->n++] = -1;
+    }
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *t = &m->tt.t[i];
         char gname[160];
-        gguf_name_from_hf(t->name, gname, sizeof gname);
+        gguf_name_from_hf(mt, t->name, gname, sizeof gname);
         int64_t ne[2] = {t->ndim == 2 ? t->shape[1] : t->shape[0], t->ndim == 2 ? t->shape[0] : 1};
         uint32_t type = t->ndim == 1 ? GGML_F32 : outtype;
         if (type == GGML_Q8_0 && ne[0] % 32) type = GGML_F16;

@@ -2,7 +2,9 @@
 // converter's names, dims, metadata, llama's Q/K permutation, Llama 3 rope factors) and loaded
 // back: float32 gives the checkpoint's tensors and logits exactly; f16 and bf16 give its weights
 // rounded to that type exactly, Q8_0 weights within half a quantization step of each block, and
-// in each case exactly the logits of the checkpoint with its weights rounded that way.
+// in each case exactly the logits of the checkpoint with its weights rounded that way. OLMo 2 and
+// Phi-3 (fused projections, partial rotary, longrope factors) with llama.cpp's names and keys for
+// those architectures.
 #include "test.h"
 
 #include "core/alloc.h"
@@ -141,8 +143,59 @@ done:
 }
 
 static void test_f32_exact(void) {
-    const char *names[] = {"qwen3_tied", "qwen3_untied", "qwen2", "llama"};
+    const char *names[] = {"qwen3_tied", "qwen3_untied", "qwen2", "llama", "olmo2", "phi3", "phi3_long"};
     for (size_t i = 0; i < ARRAY_LEN(names); i++) check(names[i], GGML_F32);
+}
+
+// The names and keys llama.cpp's converter writes for olmo2 (Olmo2Model) and phi3
+// (Phi3MiniModel), and the config they load back to.
+static void test_family_layout(void) {
+    check("olmo2", GGML_F32);
+    check("phi3_long", GGML_F32);
+    check("olmo2", GGML_Q8_0);
+    check("phi3_long", GGML_BF16);
+    char path[600];
+    Err e = {0};
+    GgufFile g;
+    snprintf(path, sizeof path, "%s/olmo2_F32.gguf", tmpdir);
+    EXPECT_MSG(gguf_open(path, &g, &e) == ST_OK, "%s", e.msg);
+    if (!test_current_failed) {
+        const char *want[] = {"blk.1.post_attention_norm.weight", "blk.1.post_ffw_norm.weight", "blk.1.attn_q_norm.weight",
+                              "blk.1.attn_k_norm.weight", "blk.0.attn_q.weight", "blk.0.ffn_gate.weight"};
+        for (size_t i = 0; i < ARRAY_LEN(want); i++) EXPECT_MSG(gguf_find_tensor(&g, want[i]), "olmo2: no %s", want[i]);
+        EXPECT(!gguf_find_tensor(&g, "blk.0.ffn_norm.weight") && !gguf_find_tensor(&g, "blk.0.attn_norm.weight"));
+        char *arch = NULL;
+        EXPECT(gguf_get_str(&g, "general.architecture", 1, &arch, &e) == ST_OK && arch && !strcmp(arch, "olmo2"));
+        free(arch);
+        gguf_close(&g);
+    }
+    snprintf(path, sizeof path, "%s/phi3_long_F32.gguf", tmpdir);
+    EXPECT_MSG(gguf_open(path, &g, &e) == ST_OK, "%s", e.msg);
+    if (!test_current_failed) {
+        const char *want[] = {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.0.attn_norm.weight",
+                              "blk.0.ffn_norm.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
+        for (size_t i = 0; i < ARRAY_LEN(want); i++) EXPECT_MSG(gguf_find_tensor(&g, want[i]), "phi3: no %s", want[i]);
+        EXPECT(!gguf_find_tensor(&g, "blk.0.ffn_gate.weight") && !gguf_find_tensor(&g, "blk.0.attn_q.weight"));
+        int64_t v;
+        double f;
+        EXPECT(gguf_get_int(&g, "phi3.rope.dimension_count", 1, &v, &e) == ST_OK && v == 18);  // 24 * 0.75
+        EXPECT(gguf_get_int(&g, "phi3.rope.scaling.original_context_length", 1, &v, &e) == ST_OK && v == 8);
+        EXPECT(gguf_get_int(&g, "phi3.attention.sliding_window", 1, &v, &e) == ST_OK && v == 262144);
+        EXPECT(gguf_get_int(&g, "phi3.context_length", 1, &v, &e) == ST_OK && v == 64);
+        // sqrt(1 + ln(64 / 8) / ln 8) = sqrt(2)
+        EXPECT(gguf_get_float(&g, "phi3.rope.scaling.attn_factor", 1, &f, &e) == ST_OK && fabs(f - sqrt(2.0)) < 1e-6);
+        const GgufTensor *lf = gguf_find_tensor(&g, "rope_factors_long.weight");
+        EXPECT(lf && lf->ne[0] == 9 && fabsf(((const float *)lf->data)[2] - 2.8f) < 1e-6f);
+        ModelConfig c;
+        EXPECT_MSG(gguf_model_config(&g, &c, &e) == ST_OK, "%s", e.msg);
+        if (!test_current_failed) {
+            EXPECT(c.rotary_dim == 18 && c.rope_scaling.type == ROPE_LONGROPE &&
+                   c.rope_scaling.original_max_position_embeddings == 8 && c.layer_window[0] == 262144 &&
+                   fabs(c.rope_scaling.attention_factor - sqrt(2.0)) < 1e-6);
+            config_free(&c);
+        }
+        gguf_close(&g);
+    }
 }
 
 static void test_f16_bf16_q8_0(void) {
@@ -207,6 +260,7 @@ int main(void) {
     CHECK(dir_create(tmpdir, &e) == ST_OK);
     RUN(test_f32_exact);
     RUN(test_f16_bf16_q8_0);
+    RUN(test_family_layout);
     RUN(test_matches_numpy_writer);
     dir_remove_tree(tmpdir, &e);
     TEST_MAIN_END();
