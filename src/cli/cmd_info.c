@@ -157,7 +157,7 @@ static Status mesh_arg(const Args *a, const char *flag, const char *env, int *ou
 }
 
 // Per-rank training memory on a tp x fsdp mesh (src/train/tp.c, fsdp.c): the rank's part of the
-// model (heads, kv-heads and MLP columns / tp; norms, embedding and LM head whole), its parameters,
+// model (heads, kv-heads, MLP columns and vocabulary rows / tp; norms whole), its parameters,
 // gradients and AdamW moments / fsdp, the working buffers of FSDP (the largest layer and the rest
 // with their gradients), and the train plan of the local shapes.
 static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err *e) {
@@ -173,6 +173,7 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d is not divisible by it", tp, dims[i].what, dims[i].n);
     ModelConfig lc = *c;
     lc.num_attention_heads /= tp, lc.num_key_value_heads /= tp, lc.intermediate_size /= tp;
+    if (tp > 1) lc.vocab_part = c->vocab_size / tp, lc.vocab_lo = 0;  // the embedding and LM head's rows
     TensorTable tt;
     tensors_build(&tt, &lc, DT_F32);
     size_t layer = 0, rest = 0;
@@ -187,7 +188,7 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
     size_t plan_ck = plan_bytes_opts(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size), 1, NULL);
     printf("mesh            tp %d x fsdp %d, per rank: weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB%s + working "
            "buffers %.1f MiB + plan train B=%d T=%d %.1f MiB = %.1f MiB (the rank's part of the model: %zu parameters, "
-           "embedding and LM head whole)\n",
+           "1/tp of the vocabulary)\n",
            tp, fsdp, mib(shard), mib(shard), mib(2 * shard), fsdp > 1 ? " (1/fsdp each)" : "", mib(work), B, T,
            mib(plan), mib(4 * shard + work + plan), tt.n_params);
     printf("mesh ckpt       the same with --gradient_checkpointing: plan train %.1f MiB = %.1f MiB\n", mib(plan_ck),

@@ -61,6 +61,8 @@ typedef struct ModelConfig {
     char model_type[32];         // "qwen3", "qwen2", "llama", ... (family.h)
     const struct FamilyDesc *family;  // the family table's entry (static storage)
     int vocab_size;              // V
+    int vocab_lo, vocab_part;    // tensor parallel: this model holds rows [vocab_lo, vocab_lo + vocab_part) of the
+                                 // embedding and the LM head (src/train/tp.c); vocab_part 0: all V
     int hidden_size;             // C
     int intermediate_size;       // FF
     int num_hidden_layers;       // L
@@ -143,5 +145,8 @@ void config_rope_long_inv_freq(const ModelConfig *cfg, float *inv_freq);
 // The local layers' RoPE inverse frequencies (RD/2): base rope_local_theta, no scaling (Gemma 3's
 // rotary_emb_local).
 void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
+
+// The rows of the embedding and the LM head this model holds (vocab_part, or the whole V).
+static inline int config_vocab_rows(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_part : c->vocab_size; }
 
 #endif

@@ -6,6 +6,7 @@
 #include "../core/meminfo.h"
 #include "lora.h"
 #include "model.h"
+#include "vocab_head.h"
 
 #include <string.h>
 
@@ -152,6 +153,7 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->lnlast = TAKE_F((size_t)B * C);
     p->rstdlast = TAKE_F(B);
     p->logits = TAKE_F((size_t)B * V);
+    p->logits_part = cfg->vocab_part > 0 ? TAKE_F((size_t)B * cfg->vocab_part) : NULL;
     p->scores = TAKE_F((size_t)B * V);
     p->logprob = TAKE_F(B);
     p->logprob_raw = TAKE_F(B);
@@ -165,7 +167,7 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
 // Lay out every buffer; with a->base == NULL this only measures. p->ckpt is set.
 static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int chunk,
                         const Lora *lo) {
-    size_t N = (size_t)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size, V = cfg->vocab_size;
+    size_t N = (size_t)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size;
     size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
     int L = cfg->num_hidden_layers;
     p->ids = TAKE_I(N);
@@ -200,7 +202,8 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
         p->cls_scores = TAKE_F((size_t)B * cfg->num_labels);
         if (mode == PLAN_TRAIN) p->cls_dscores = TAKE_F((size_t)B * cfg->num_labels);
     } else {
-        p->head_scratch = TAKE_F((size_t)chunk * (V + C));
+        p->head_scratch = TAKE_F((size_t)chunk * (config_vocab_rows(cfg) + C));
+        p->vocab_scratch = cfg->vocab_part > 0 ? TAKE_F(vocab_scratch_floats(cfg, chunk)) : NULL;
     }
     if (mode == PLAN_TRAIN) {
         p->dres = TAKE_F(N * C);

@@ -5,6 +5,7 @@
 
 #include "../core/alloc.h"
 #include "lora.h"
+#include "vocab_head.h"
 
 #include <math.h>
 #include <string.h>
@@ -315,7 +316,8 @@ static void embed(Model *m, Plan *p, float *out, int N) {
     int C = m->cfg.hidden_size;
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
-    be->embedding_forward(be, out, p->ids, emb, edt, N, C);
+    if (m->cfg.vocab_part > 0) vocab_embed(m, out, p->ids, N);  // a shard of the vocabulary (tensor parallel)
+    else be->embedding_forward(be, out, p->ids, emb, edt, N, C);
     if (m->cfg.embed_scale != 1.0f) be->scale(be, out, m->cfg.embed_scale, (size_t)N * C);
 }
 
@@ -411,8 +413,11 @@ static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     norm_fwd(m, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C);
     DType hdt;
     const void *head = head_weight(m, &hdt);
-    be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, m->cfg.vocab_size);
-    cap_logits(m, dp->logits, (size_t)B * m->cfg.vocab_size);
+    int V = config_vocab_rows(&m->cfg);
+    float *out = dp->logits_part ? dp->logits_part : dp->logits;  // a shard: its columns, then gathered
+    be->matmul_forward(be, out, dp->lnlast, head, hdt, NULL, B, C, V);
+    cap_logits(m, out, (size_t)B * V);
+    if (dp->logits_part) vocab_gather_rows(m, dp->logits, dp->logits_part, B);
 }
 
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
@@ -443,6 +448,7 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
     norm_fwd(m, dp->lnlast + (size_t)row * C, dp->rstdlast + row, h, F(TK_NORM, -1), 1, C);
     DType hdt;
     const void *head = head_weight(m, &hdt);
+    CHECK_MSG(!dp->logits_part, "qwen3_last_logits_row: not on vocabulary shards");
     be->matmul_forward(be, dp->logits + (size_t)row * V, dp->lnlast + (size_t)row * C, head, hdt, NULL, 1, C, V);
     cap_logits(m, dp->logits + (size_t)row * V, (size_t)V);
 }
@@ -506,6 +512,7 @@ void qwen3_train_micro(Model *m, Plan *p) {
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
+    CHECK_MSG(m->cfg.vocab_part == 0, "qwen3_logits: the model holds a shard of the vocabulary");
     DType hdt;
     const void *head = head_weight(m, &hdt);
     m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, head, hdt, NULL, nrows,
@@ -519,6 +526,11 @@ void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
     DType hdt;
     const void *head = head_weight(m, &hdt);
     int bw = backward && p->mode == PLAN_TRAIN && trains(m);
+    if (m->cfg.vocab_part > 0) {  // tensor parallel: the group's shards of the vocabulary
+        vocab_ce(m, p, head, hdt, bw ? head_grad(m) : NULL, grad_scale, bw);
+        if (bw) qwen3_backward_from_lnf(m, p);
+        return;
+    }
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->ce_head_cap(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? head_grad(m) : NULL,
                     p->lnf, head, hdt, p->targets, p->weights, grad_scale, (float)m->cfg.final_softcap, p->head_scratch,
@@ -638,7 +650,8 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     }
     float *demb = G(TK_EMBED, -1);
     if (demb && cfg->embed_scale != 1.0f) be->scale(be, p->dres, cfg->embed_scale, (size_t)N * C);
-    if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
+    if (demb && cfg->vocab_part > 0) vocab_embed_backward(m, demb, p->dres, p->ids, N);
+    else if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
     model_grads_done(m, -1);
 }
 
@@ -669,6 +682,11 @@ void qwen3_logprob_stats(Model *m, Plan *p, float tau, const float *coef, float 
     const void *head = head_weight(m, &hdt);
     CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && trains(m)), "qwen3_logprob: a backward pass needs a train plan and "
                                                               "gradients");
+    if (m->cfg.vocab_part > 0) {
+        vocab_logprob(m, p, head, hdt, coef ? head_grad(m) : NULL, tau, coef, out_logp, out_stats);
+        if (coef) qwen3_backward_from_lnf(m, p);
+        return;
+    }
     if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->logprob_head_cap(be, out_logp, p->row_entropy, out_stats, coef ? p->dln : NULL, coef ? head_grad(m) : NULL,
                          p->lnf, head, hdt, p->targets, coef, tau, (float)m->cfg.final_softcap, p->head_scratch,
@@ -692,6 +710,12 @@ void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float
     DType hdt, thdt;
     const void *head = head_weight(m, &hdt), *thead = head_weight(mt, &thdt);
     int bw = backward && p->mode == PLAN_TRAIN && trains(m);
+    if (m->cfg.vocab_part > 0) {
+        vocab_distill(m, p, head, hdt, bw ? head_grad(m) : NULL, mt, pt, thead, thdt, tau, beta, top_k, grad_scale, bw,
+                      row_kl);
+        if (bw) qwen3_backward_from_lnf(m, p);
+        return;
+    }
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->distill_head_cap(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf, head, hdt,
                          pt->lnf, thead, thdt, p->targets, p->weights, tau, beta, top_k, grad_scale,

@@ -79,7 +79,7 @@ void tensors_from_hf(const TensorInfo *t, float *own, const float *hf) {
 void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) {
     memset(tt, 0, sizeof *tt);
     int L = cfg->num_hidden_layers;
-    int64_t C = cfg->hidden_size, V = cfg->vocab_size, FF = cfg->intermediate_size, HD = cfg->head_dim;
+    int64_t C = cfg->hidden_size, V = config_vocab_rows(cfg), FF = cfg->intermediate_size, HD = cfg->head_dim;
     int64_t QD = (int64_t)cfg->num_attention_heads * HD, KD = (int64_t)cfg->num_key_value_heads * HD;
     tt->n_layers = L;
     tt->t = xcalloc(size_add(3, size_mul((size_t)L, (size_t)TK_COUNT + 3 * (size_t)cfg->num_experts)), sizeof(TensorInfo));

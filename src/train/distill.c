@@ -588,6 +588,10 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     // --tp_size T: the student, and below the teacher, split over the tensor-parallel group (tp.h)
     Dist *tpd = dist_data_axis(c->dist) != c->dist ? &c->dist->mesh->tp_axis : NULL;
     Tp stp = {0}, ttp = {0};
+    if (st == ST_OK && tpd && c->loss.top_k > 0)
+        st = err_set(e, ST_EUNSUPPORTED, "--tp_size %d with --loss_top_k %d: the teacher's top-k support across "
+                                         "vocabulary shards is not implemented yet (--loss_top_k 0)", tpd->world,
+                     c->loss.top_k);
     if (st == ST_OK && tpd) st = tp_shard(&stp, &m, tpd, e);
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;

@@ -3,6 +3,7 @@
 #include "tp.h"
 
 #include "../core/alloc.h"
+#include "../core/log.h"
 
 #include <string.h>
 
@@ -10,6 +11,7 @@ int tp_split_dim(TensorKind kind) {
     switch (kind) {
     case TK_WQ: case TK_BQ: case TK_WK: case TK_BK: case TK_WV: case TK_BV:
     case TK_WG: case TK_BG: case TK_WU: case TK_BU: return 0;
+    case TK_EMBED: case TK_LM_HEAD: return 0;  // rows: the rank's shard of the vocabulary
     case TK_WO: case TK_WD: return 1;
     default: return -1;
     }
@@ -84,11 +86,13 @@ static void copy_part(Backend *be, void *full, const TensorInfo *f, void *local,
     copy_part_es(be, full, f, local, l, t, to_full, 0);
 }
 
-static ModelConfig local_config(const ModelConfig *c, int T) {
+static ModelConfig local_config(const ModelConfig *c, int T, int t) {
     ModelConfig l = *c;
     l.num_attention_heads /= T;
     l.num_key_value_heads /= T;
     l.intermediate_size /= T;
+    l.vocab_part = c->vocab_size / T;  // vocab_size stays the whole vocabulary (ids, targets)
+    l.vocab_lo = t * l.vocab_part;
     return l;  // raw: the full model's fields (what a gathered save writes)
 }
 
@@ -97,7 +101,7 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
     int T = d->world, t = d->rank;
     memset(tp, 0, sizeof *tp);
     TRY(tp_check_model(m, T, e));
-    ModelConfig lc = local_config(&m->cfg, T);
+    ModelConfig lc = local_config(&m->cfg, T, t);
     Model *l = model_alloc(&lc, m->be, m->matrix_dtype);
     l->dir = m->dir ? xstrdup(m->dir) : NULL;
     l->ckpt_dtype = m->ckpt_dtype;
@@ -108,6 +112,10 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
         CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype, "tensor %s", lt->name);
         copy_part(m->be, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
     }
+    log_info("tensor parallel over %d ranks: each holds %d of %d heads, %d of %d kv-heads, %d of %d MLP columns and "
+             "%d of %d vocabulary rows (here [%d, %d))", T, lc.num_attention_heads, m->cfg.num_attention_heads,
+             lc.num_key_value_heads, m->cfg.num_key_value_heads, lc.intermediate_size, m->cfg.intermediate_size,
+             lc.vocab_part, m->cfg.vocab_size, lc.vocab_lo, lc.vocab_lo + lc.vocab_part);
     model_free(m);
     tp->d = d;
     tp->hooks = (ModelHooks){.reduce = reduce, .reduce_ctx = tp};
@@ -121,6 +129,7 @@ static ModelConfig full_config(const ModelConfig *c, int T) {
     f.num_attention_heads *= T;
     f.num_key_value_heads *= T;
     f.intermediate_size *= T;
+    f.vocab_part = f.vocab_lo = 0;
     return f;
 }
 

@@ -46,7 +46,9 @@ same_as_one() {  # name, model, ranks, rows per rank, flags...
     --output_dir "$tmp/$name.n" 2>&1 >/dev/null); rc=$?
   d=$($DIFF "$tmp/$name.1/model.safetensors" "$tmp/$name.n/model.safetensors" $TOL 2>&1); drc=$?
   cur=$(same_curves "$tmp/$name.1/metrics.jsonl" "$tmp/$name.n/metrics.jsonl" 2>&1); crc=$?
-  if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ]; then ok "$name ($d)"
+  # each rank holds its half of the vocabulary (the embedding, the LM head and the loss head's logits)
+  if ! grep -q "192 of 384 vocabulary rows (here \[0, 192))" <<<"$out"; then rc="$rc, no vocabulary shard in the log"; fi
+  if [ "$rc" = 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ]; then ok "$name ($d)"
   else fail "$name" "rc=$rc diff: $d; curves: $(tail -1 <<<"$cur"); $(grep -v '] step' <<<"$out" | tail -3)"; fi
 }
 same_as_one tp2_matches_one_rank $M 2 4 --tp_size 2
@@ -144,3 +146,8 @@ out=$(timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN reward --model tests/data/
   --dataset tests/data/reward/pairs.jsonl --threads 1 --tp_size 2 --output_dir "$tmp/bad" 2>&1 >/dev/null); rc=$?
 if [ $rc -eq 3 ] && grep -q "tensor parallelism is not implemented yet for this command" <<<"$out"; then ok tp_refused_by_reward
 else fail tp_refused_by_reward "rc=$rc $(grep 'still reward' <<<"$out" | head -1)"; fi
+out=$(timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/kd.jsonl" \
+  --threads 1 --max_steps 1 --loss_top_k 5 --tp_size 2 --save_strategy no --output_dir "$tmp/bad" 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 3 ] && grep -q "top-k support across vocabulary shards is not implemented yet" <<<"$out"; then
+  ok tp_refuses_distill_top_k
+else fail tp_refuses_distill_top_k "rc=$rc $(grep -v '] ' <<<"$out" | head -2)"; fi

@@ -275,5 +275,7 @@ void cu_distill_head_cap(Backend *be, float *row_loss, float *row_kl, float *dh_
 void cu_install_family(Backend *be);
 // cuda_moe.cu: installs the mixture-of-experts ops
 void cu_install_moe(Backend *be);
+// cuda_vocab.cu: installs the vocabulary-shard ops
+void cu_install_vocab(Backend *be);
 
 #endif
