@@ -67,13 +67,18 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
     gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->num_key_value_heads);
     gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_theta);
     gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_norm_eps);
-    if (c->head_dim * c->num_attention_heads != c->hidden_size || !strcmp(arch, "qwen3")) {
+    if (c->head_dim * c->num_attention_heads != c->hidden_size || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2")) {
         gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
         gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
     }
     if (!strcmp(arch, "llama")) {
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    }
+    if (!strcmp(arch, "gemma2")) {  // Gemma2Model.set_gguf_parameters (gemma2_exportable checked the rest)
+        gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->layer_window[0]);
+        gguf_w_f32(w, KEY("attn_logit_softcapping"), (float)c->attn_softcap);
+        gguf_w_f32(w, KEY("final_logit_softcapping"), (float)c->final_softcap);
     }
     if (!strcmp(arch, "phi3")) {  // Phi3MiniModel.set_gguf_parameters
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rotary_dim);
@@ -96,15 +101,38 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
 #undef KEY
 }
 
+// What llama.cpp's gemma2 stores and runs: the query scale 1/sqrt(head_dim), the even layers
+// sliding, both soft-caps, tied embeddings (the converter drops lm_head). Anything else would be
+// another model once loaded, so it is refused by name.
+static Status gemma2_exportable(const ModelConfig *c, Err *e) {
+    if (fabs(c->query_scale * sqrt((double)c->head_dim) - 1) > 1e-12)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "GGUF export of gemma2: query_pre_attn_scalar must be head_dim %d (llama.cpp scales queries by "
+                       "1/sqrt(head_dim) and the file has no field for it)", c->head_dim);
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if (c->layer_window[0] < 1 || c->layer_window[l] != (l % 2 == 0 ? c->layer_window[0] : 0))
+            return err_set(e, ST_EUNSUPPORTED,
+                           "GGUF export of gemma2: layer %d's attention differs from llama.cpp's gemma2 (the even layers "
+                           "sliding with one window, the odd ones global)", l);
+    if (!(c->attn_softcap > 0) || !(c->final_softcap > 0))
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma2: a soft-cap of null is not supported (llama.cpp reads 50 "
+                                           "and 30 for an absent one)");
+    if (!c->tie_word_embeddings)
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma2: untied lm_head (llama.cpp's converter drops it)");
+    return ST_OK;
+}
+
 Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const char *name, GgufWriter *w, Err *e) {
     memset(x, 0, sizeof *x);
     if (m->cfg.num_labels > 0)
         return err_set(e, ST_EUNSUPPORTED, "%s is a sequence classifier (a score head): GGUF export writes causal LMs only",
                        m->dir ? m->dir : "the model");
     const char *mt = m->cfg.model_type;
-    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama") && strcmp(mt, "olmo2") && strcmp(mt, "phi3"))
+    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama") && strcmp(mt, "olmo2") && strcmp(mt, "phi3") &&
+        strcmp(mt, "gemma2"))
         return err_set(e, ST_EUNSUPPORTED,
-                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, olmo2, phi3)", mt);
+                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, olmo2, phi3, gemma2)", mt);
+    if (!strcmp(mt, "gemma2")) TRY(gemma2_exportable(&m->cfg, e));
     for (int i = 0; i < m->tt.n; i++) {
         char gname[160];
         if (!gguf_name_from_hf(mt, m->tt.t[i].name, gname, sizeof gname))
@@ -112,7 +140,7 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
     }
     x->m = m;
     x->outtype = outtype;
-    x->src = xmalloc((size_t)(m->tt.n + 1) * sizeof(int));
+    x->src = xmalloc((size_t)(m->tt.n + 3) * sizeof(int));  // + rope_freqs, or the two longrope factor tensors
     add_metadata(m, outtype, name, w);
     const ModelConfig *c = &m->cfg;
     if (c->rope_scaling.type == ROPE_LLAMA3) {
@@ -165,6 +193,10 @@ Status gguf_export_fill(void *ctx, int i, void *dst, Err *e) {
         gguf_llama_permute(x->stage2, x->stage, heads, m->cfg.head_dim, row * sizeof(float));
         src = x->stage2;
     }
+    int norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_LNA || t->kind == TK_LNF ||
+               t->kind == TK_QN || t->kind == TK_KN;
+    if (m->cfg.norm_plus_one && norm)  // Gemma's converter: every norm weight plus one
+        for (size_t k = 0; k < t->numel; k++) src[k] += 1.0f;
     uint32_t type = t->ndim == 1 ? GGML_F32 : x->outtype;
     if (type == GGML_Q8_0 && t->shape[1] % 32) type = GGML_F16;
     switch (type) {

@@ -26,13 +26,16 @@ static const char *const layer_names[][2] = {
 // post-norms; Phi-3's fused projections.
 typedef struct ArchNames {
     const char *arch;
-    const char *names[2][2];
+    const char *names[3][2];  // unused entries NULL
 } ArchNames;
 
 static const ArchNames arch_names[] = {
     {"olmo2", {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
                {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
     {"phi3", {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}}},
+    {"gemma2", {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
 };
 
 static const char *const global_names[][2] = {
@@ -65,7 +68,7 @@ static int map_name(const char *arch, const char *in, char *out, size_t n, int f
     if (!split_layer(in, prefixes[from], &layer, &rest)) return 0;
     for (size_t a = 0; arch && a < ARRAY_LEN(arch_names); a++) {
         if (strcmp(arch, arch_names[a].arch)) continue;
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 3 && arch_names[a].names[i][0]; i++)
             if (!strcmp(rest, arch_names[a].names[i][from]))
                 return snprintf(out, n, "%s%d.%s", prefixes[to], layer, arch_names[a].names[i][to]), 1;
     }
@@ -270,14 +273,38 @@ static Status add_phi3(const GgufFile *g, cJSON *root, Err *e) {
     return st == ST_ENOTFOUND ? ST_OK : st;
 }
 
+// Gemma 2 as llama.cpp's converter (Gemma2Model) writes it and llama.cpp runs it: the query scale
+// 1/sqrt(key_length) (query_pre_attn_scalar = head_dim), attention.sliding_window on the even
+// layers, the two soft-caps (absent: Gemma2Config's and llama.cpp's defaults, 50 and 30).
+static Status add_gemma2(const GgufFile *g, cJSON *root, Err *e) {
+    const cJSON *kl = cJSON_GetObjectItem(root, "head_dim");
+    if (!kl) return err_set(e, ST_EINVAL, "%s: missing metadata \"gemma2.attention.key_length\"", g->path);
+    cJSON_AddNumberToObject(root, "query_pre_attn_scalar", kl->valuedouble);
+    int64_t w;
+    TRY(gguf_get_int(g, "gemma2.attention.sliding_window", 1, &w, e));
+    if (w < 1) return err_set(e, ST_EINVAL, "%s: gemma2.attention.sliding_window is %lld, expected >= 1", g->path, (long long)w);
+    cJSON_AddNumberToObject(root, "sliding_window", (double)w);
+    static const char *const caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (int i = 0; i < 2; i++) {
+        char key[96];
+        double v;
+        snprintf(key, sizeof key, "gemma2.%s", caps[i]);
+        Status st = gguf_get_float(g, key, 0, &v, e);
+        if (st == ST_OK) cJSON_AddNumberToObject(root, caps[i], v);
+        else if (st != ST_ENOTFOUND) return st;
+    }
+    return ST_OK;
+}
+
 static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
     char *arch = NULL;
     TRY(gguf_get_str(g, "general.architecture", 1, &arch, e));
     Status st = ST_OK;
     if (strcmp(arch, "qwen3") && strcmp(arch, "qwen2") && strcmp(arch, "llama") && strcmp(arch, "olmo2") &&
-        strcmp(arch, "phi3")) {
+        strcmp(arch, "phi3") && strcmp(arch, "gemma2")) {
         st = err_set(e, ST_EUNSUPPORTED,
-                     "%s: general.architecture \"%s\" is not supported (qwen3, qwen2, llama, olmo2, phi3)", g->path, arch);
+                     "%s: general.architecture \"%s\" is not supported (qwen3, qwen2, llama, olmo2, phi3, gemma2)",
+                     g->path, arch);
         goto done;
     }
     cJSON_AddStringToObject(root, "model_type", arch);
@@ -324,6 +351,7 @@ static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
         if (st == ST_ENOTFOUND) st = ST_OK, cJSON_AddNullToObject(root, ids[i][1]);
     }
     if (st == ST_OK && !strcmp(arch, "phi3")) st = add_phi3(g, root, e);
+    if (st == ST_OK && !strcmp(arch, "gemma2")) st = add_gemma2(g, root, e);
     if (st == ST_OK) st = add_rope_scaling(g, arch, root, e);
     if (st == ST_OK && gguf_find_tensor(g, "rope_freqs.weight")) st = add_llama3_rope(g, root, e);
 done:
@@ -382,6 +410,15 @@ static Status convert_tensor(const GgufFile *g, const GgufTensor *gt, const Mode
         src = f;
     }
     t->data = src;
+    size_t nl = strlen(t->name);
+    if (cfg->norm_plus_one && nl > 11 && !strcmp(t->name + nl - 11, "norm.weight")) {
+        // Gemma's converter stores every norm weight plus one (Gemma2RMSNorm scales by 1 + w)
+        if (t->dtype != DT_F32)
+            return err_set(e, ST_EINVAL, "%s: norm tensor \"%s\" must be F32", g->path, gt->name);
+        float *w = own(set, t->nbytes);
+        for (size_t i = 0; i < t->numel; i++) w[i] = ((const float *)src)[i] - 1.0f;
+        t->data = w;
+    }
     int q = strstr(t->name, ".q_proj.") != NULL, k = strstr(t->name, ".k_proj.") != NULL;
     if (is_llama && (q || k)) {
         int heads = q ? cfg->num_attention_heads : cfg->num_key_value_heads;

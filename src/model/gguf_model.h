@@ -1,7 +1,7 @@
 // gguf_model.h: a GGUF file as a model: the Hugging Face config its metadata describes and its
 // tensors under Hugging Face names and shapes (docs/gguf.md).
 //
-// Architectures qwen3, qwen2, llama, olmo2 and phi3. F32, F16 and BF16 tensors are used from the file's
+// Architectures qwen3, qwen2, llama, olmo2, phi3 and gemma2 (its norms stored plus one). F32, F16 and BF16 tensors are used from the file's
 // mapping as they are; quantized ones (Q8_0, Q4_0, Q4_K, Q6_K) are dequantized at load into
 // float32 (or bfloat16 when asked). For llama, the rows of attn_q / attn_k that llama.cpp's
 // converter interleaves per head for its RoPE are put back in Hugging Face order.

@@ -49,7 +49,18 @@ static Model *rounded(const char *dir, Backend *be, uint32_t type) {
     Err e = {0};
     Model *r = NULL;
     EXPECT_MSG(model_load(dir, be, type == GGML_BF16 ? DT_BF16 : DT_F32, &r, &e) == ST_OK, "%s", e.msg);
-    if (!r || type == GGML_BF16 || type == GGML_F32) return r;
+    if (!r) return r;
+    if (r->cfg.norm_plus_one)  // Gemma's norms are stored plus one: (w + 1) - 1 in float32
+        for (int i = 0; i < r->tt.n; i++) {
+            const TensorInfo *t = &r->tt.t[i];
+            if (t->ndim != 1) continue;
+            float *x = xmalloc(t->numel * sizeof(float));
+            be->download(be, x, r->data[i], t->numel * sizeof(float));
+            for (size_t k = 0; k < t->numel; k++) x[k] = (x[k] + 1.0f) - 1.0f;
+            be->upload(be, r->data[i], x, t->numel * sizeof(float));
+            free(x);
+        }
+    if (type == GGML_BF16 || type == GGML_F32) return r;
     for (int i = 0; i < r->tt.n; i++) {
         const TensorInfo *t = &r->tt.t[i];
         if (t->ndim != 2) continue;
@@ -79,10 +90,14 @@ static void export_one(const Model *m, uint32_t type, const char *path) {
     gguf_writer_free(&w);
 }
 
+// name: a model of tests/data/models, or "label=DIR".
 static void check(const char *name, uint32_t type) {
-    char dir[256], path[600];
-    snprintf(dir, sizeof dir, "tests/data/models/%s", name);
-    snprintf(path, sizeof path, "%s/%s_%s.gguf", tmpdir, name, gguf_type_name(type));
+    char dir[256], path[600], label[64];
+    const char *eq = strchr(name, '=');
+    snprintf(label, sizeof label, "%.*s", eq ? (int)(eq - name) : (int)strlen(name), name);
+    if (eq) snprintf(dir, sizeof dir, "%s", eq + 1);
+    else snprintf(dir, sizeof dir, "tests/data/models/%s", name);
+    snprintf(path, sizeof path, "%s/%s_%s.gguf", tmpdir, label, gguf_type_name(type));
     Err e = {0};
     Backend *be;
     CHECK(backend_create("cpu", 2, &be, &e) == ST_OK);
@@ -101,6 +116,7 @@ static void check(const char *name, uint32_t type) {
         if (tt == GGML_Q8_0 && t->shape[1] % 32) tt = GGML_F16;
         for (size_t k = 0; k < t->numel; k++) {
             float want = x[k];
+            if (t->ndim == 1 && a->cfg.norm_plus_one) want = (want + 1.0f) - 1.0f;
             if (tt == GGML_F16) want = f16_to_f32(f32_to_f16(x[k]));
             if (tt == GGML_BF16) want = bf16_to_f32(f32_to_bf16(x[k]));
             if (tt != GGML_Q8_0) {
@@ -123,7 +139,7 @@ static void check(const char *name, uint32_t type) {
     for (size_t k = 0; k < nv; k++) scale = fmax(scale, fabs(la[k])), diff = fmax(diff, fabs(la[k] - lb[k]));
     // Against the checkpoint: f32 exactly, the others close (the test models' random weights
     // amplify rounding; the exact check is the next one).
-    double tol = type == GGML_F32 ? 0 : 0.1;
+    double tol = type == GGML_F32 ? (a->cfg.norm_plus_one ? 1e-5 : 0) : 0.1;  // Gemma: its norms' (w + 1) - 1
     EXPECT_MSG(diff <= tol * scale, "%s %s: logits differ by %.3g (scale %.3g, tolerance %.3g)", name,
                gguf_type_name(type), diff, scale, tol);
     // Against the checkpoint with its weights rounded to the type: exactly.
@@ -149,6 +165,65 @@ static void test_f32_exact(void) {
 
 // The names and keys llama.cpp's converter writes for olmo2 (Olmo2Model) and phi3
 // (Phi3MiniModel), and the config they load back to.
+// Gemma 2: the tiny checkpoint with query_pre_attn_scalar = head_dim (the only query scale
+// llama.cpp's gemma2 stores); the fixture's own 24 is refused by name.
+static void test_gemma2(void) {
+    char dir[300], cmd[800];
+    snprintf(dir, sizeof dir, "%s/gemma2_hd", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && cp tests/data/models/gemma2/model.safetensors %s/ && sed 's/\"query_pre_attn_scalar\": 24/"
+             "\"query_pre_attn_scalar\": 16/' tests/data/models/gemma2/config.json >%s/config.json",
+             dir, dir, dir);
+    EXPECT(system(cmd) == 0);
+    char spec[320];
+    snprintf(spec, sizeof spec, "gemma2_hd=%s", dir);
+    check(spec, GGML_F32);
+    check(spec, GGML_Q8_0);
+    char path[600];
+    Err e = {0};
+    GgufFile g;
+    snprintf(path, sizeof path, "%s/gemma2_hd_F32.gguf", tmpdir);
+    EXPECT_MSG(gguf_open(path, &g, &e) == ST_OK, "%s", e.msg);
+    if (!test_current_failed) {
+        const char *want[] = {"blk.1.attn_norm.weight", "blk.1.post_attention_norm.weight", "blk.1.ffn_norm.weight",
+                              "blk.1.post_ffw_norm.weight", "output_norm.weight"};
+        for (size_t i = 0; i < ARRAY_LEN(want); i++) EXPECT_MSG(gguf_find_tensor(&g, want[i]), "gemma2: no %s", want[i]);
+        EXPECT(!gguf_find_tensor(&g, "output.weight"));
+        int64_t v;
+        double f;
+        EXPECT(gguf_get_int(&g, "gemma2.attention.sliding_window", 1, &v, &e) == ST_OK && v == 6);
+        EXPECT(gguf_get_int(&g, "gemma2.attention.key_length", 1, &v, &e) == ST_OK && v == 16);
+        EXPECT(gguf_get_float(&g, "gemma2.attn_logit_softcapping", 1, &f, &e) == ST_OK && f == 3.0);
+        EXPECT(gguf_get_float(&g, "gemma2.final_logit_softcapping", 1, &f, &e) == ST_OK && f == 15.0);
+        StSet ck;  // the norms stored plus one, as the converter stores them
+        int opened = st_open("tests/data/models/gemma2/model.safetensors", &ck, &e) == ST_OK;
+        EXPECT_MSG(opened, "%s", e.msg);
+        const StTensor *hn = opened ? st_find(&ck, "model.layers.1.pre_feedforward_layernorm.weight") : NULL;
+        const GgufTensor *gn = gguf_find_tensor(&g, "blk.1.ffn_norm.weight");
+        EXPECT(hn && gn && gn->numel == hn->numel);
+        for (size_t k = 0; hn && gn && gn->numel == hn->numel && k < hn->numel; k++)
+            EXPECT(((const float *)gn->data)[k] == ((const float *)hn->data)[k] + 1.0f);
+        if (opened) st_close(&ck);
+        gguf_close(&g);
+    }
+    // the norms are stored plus one, as the converter stores them
+    Backend *be;
+    CHECK(backend_create("cpu", 1, &be, &e) == ST_OK);
+    Model *m = NULL;
+    EXPECT_MSG(model_load_frozen("tests/data/models/gemma2", be, DT_F32, &m, &e) == ST_OK, "%s", e.msg);
+    if (m) {
+        GgufWriter w;
+        GgufExport x;
+        gguf_writer_init(&w, GGUF_DEFAULT_ALIGNMENT);
+        EXPECT(gguf_export_begin(&x, m, GGML_F32, "t", &w, &e) == ST_EUNSUPPORTED);
+        EXPECT_STR_CONTAINS(e.msg, "query_pre_attn_scalar must be head_dim 16");
+        gguf_export_end(&x);
+        gguf_writer_free(&w);
+        model_free(m);
+    }
+    backend_destroy(be);
+}
+
 static void test_family_layout(void) {
     check("olmo2", GGML_F32);
     check("phi3_long", GGML_F32);
@@ -261,6 +336,7 @@ int main(void) {
     RUN(test_f32_exact);
     RUN(test_f16_bf16_q8_0);
     RUN(test_family_layout);
+    RUN(test_gemma2);
     RUN(test_matches_numpy_writer);
     dir_remove_tree(tmpdir, &e);
     TEST_MAIN_END();
