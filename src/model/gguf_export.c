@@ -51,9 +51,15 @@ static float *llama3_factors(const ModelConfig *c) {
     return f;
 }
 
+// The GGUF architecture of a model: its model_type, except Mistral, which llama.cpp's converter
+// writes as llama (LlamaModel registers MistralForCausalLM).
+static const char *gguf_arch(const ModelConfig *c) {
+    return !strcmp(c->model_type, "mistral") ? "llama" : c->model_type;
+}
+
 static void add_metadata(const Model *m, uint32_t outtype, const char *name, GgufWriter *w) {
     const ModelConfig *c = &m->cfg;
-    const char *arch = c->model_type;
+    const char *arch = gguf_arch(c);
     char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
     gguf_w_str(w, "general.architecture", arch);
@@ -129,10 +135,17 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
                        m->dir ? m->dir : "the model");
     const char *mt = m->cfg.model_type;
     if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama") && strcmp(mt, "olmo2") && strcmp(mt, "phi3") &&
-        strcmp(mt, "gemma2"))
+        strcmp(mt, "gemma2") && strcmp(mt, "mistral"))
         return err_set(e, ST_EUNSUPPORTED,
-                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, olmo2, phi3, gemma2)", mt);
+                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, mistral, olmo2, phi3, gemma2)",
+                       mt);
     if (!strcmp(mt, "gemma2")) TRY(gemma2_exportable(&m->cfg, e));
+    if (!strcmp(mt, "mistral") && m->cfg.layer_window[0] > 0)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "GGUF export of mistral with sliding_window %d: llama.cpp's converter writes Mistral as the llama "
+                       "architecture, which has no sliding window (only sliding_window null exports)",
+                       m->cfg.layer_window[0]);
+    mt = gguf_arch(&m->cfg);
     for (int i = 0; i < m->tt.n; i++) {
         char gname[160];
         if (!gguf_name_from_hf(mt, m->tt.t[i].name, gname, sizeof gname))
@@ -187,7 +200,7 @@ Status gguf_export_fill(void *ctx, int i, void *dst, Err *e) {
     }
     float *src = x->stage;
     int q = t->kind == TK_WQ || t->kind == TK_BQ, k = t->kind == TK_WK || t->kind == TK_BK;
-    if (!strcmp(m->cfg.model_type, "llama") && (q || k)) {
+    if (!strcmp(gguf_arch(&m->cfg), "llama") && (q || k)) {
         int heads = q ? m->cfg.num_attention_heads : m->cfg.num_key_value_heads;
         size_t row = t->ndim == 2 ? (size_t)t->shape[1] : 1;
         gguf_llama_permute(x->stage2, x->stage, heads, m->cfg.head_dim, row * sizeof(float));
