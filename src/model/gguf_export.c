@@ -54,7 +54,7 @@ static float *llama3_factors(const ModelConfig *c) {
 // The GGUF architecture of a model: its model_type, except Mistral, which llama.cpp's converter
 // writes as llama (LlamaModel registers MistralForCausalLM).
 static const char *gguf_arch(const ModelConfig *c) {
-    return !strcmp(c->model_type, "mistral") ? "llama" : c->model_type;
+    return !strcmp(c->model_type, "mistral") ? "llama" : !strcmp(c->model_type, "gemma3_text") ? "gemma3" : c->model_type;
 }
 
 static void add_metadata(const Model *m, uint32_t outtype, const char *name, GgufWriter *w) {
@@ -73,7 +73,7 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
     gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->num_key_value_heads);
     gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_theta);
     gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_norm_eps);
-    if (c->head_dim * c->num_attention_heads != c->hidden_size || !strcmp(arch, "qwen3") || !strcmp(arch, "gemma2")) {
+    if (c->head_dim * c->num_attention_heads != c->hidden_size || !strcmp(arch, "qwen3") || !strncmp(arch, "gemma", 5)) {
         gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
         gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
     }
@@ -81,10 +81,10 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     }
-    if (!strcmp(arch, "gemma2")) {  // Gemma2Model.set_gguf_parameters (gemma2_exportable checked the rest)
+    if (!strcmp(arch, "gemma2") || !strcmp(arch, "gemma3")) {  // Gemma2Model / Gemma3Model (gemma_exportable)
         gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->layer_window[0]);
-        gguf_w_f32(w, KEY("attn_logit_softcapping"), (float)c->attn_softcap);
-        gguf_w_f32(w, KEY("final_logit_softcapping"), (float)c->final_softcap);
+        if (c->attn_softcap > 0) gguf_w_f32(w, KEY("attn_logit_softcapping"), (float)c->attn_softcap);
+        if (c->final_softcap > 0) gguf_w_f32(w, KEY("final_logit_softcapping"), (float)c->final_softcap);
     }
     if (!strcmp(arch, "phi3")) {  // Phi3MiniModel.set_gguf_parameters
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rotary_dim);
@@ -107,24 +107,32 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
 #undef KEY
 }
 
-// What llama.cpp's gemma2 stores and runs: the query scale 1/sqrt(head_dim), the even layers
-// sliding, both soft-caps, tied embeddings (the converter drops lm_head). Anything else would be
-// another model once loaded, so it is refused by name.
-static Status gemma2_exportable(const ModelConfig *c, Err *e) {
+// What llama.cpp's gemma2 / gemma3 store and run: the query scale 1/sqrt(head_dim); gemma2: the
+// even layers sliding with one window, both soft-caps; gemma3: five layers in six sliding
+// (sliding_window_pattern 6) on RoPE base 10000, no attention soft-cap; tied embeddings (the
+// converter drops lm_head). Anything else would be another model once loaded: refused by name.
+static Status gemma_exportable(const ModelConfig *c, Err *e) {
+    const char *mt = c->model_type;
+    int g3 = !strcmp(mt, "gemma3_text"), pattern = g3 ? 6 : 2;
     if (fabs(c->query_scale * sqrt((double)c->head_dim) - 1) > 1e-12)
         return err_set(e, ST_EUNSUPPORTED,
-                       "GGUF export of gemma2: query_pre_attn_scalar must be head_dim %d (llama.cpp scales queries by "
-                       "1/sqrt(head_dim) and the file has no field for it)", c->head_dim);
+                       "GGUF export of %s: query_pre_attn_scalar must be head_dim %d (llama.cpp scales queries by "
+                       "1/sqrt(head_dim) and the file has no field for it)", mt, c->head_dim);
     for (int l = 0; l < c->num_hidden_layers; l++)
-        if (c->layer_window[0] < 1 || c->layer_window[l] != (l % 2 == 0 ? c->layer_window[0] : 0))
+        if (c->layer_window[0] < 1 || c->layer_window[l] != ((l + 1) % pattern ? c->layer_window[0] : 0))
             return err_set(e, ST_EUNSUPPORTED,
-                           "GGUF export of gemma2: layer %d's attention differs from llama.cpp's gemma2 (the even layers "
-                           "sliding with one window, the odd ones global)", l);
-    if (!(c->attn_softcap > 0) || !(c->final_softcap > 0))
+                           "GGUF export of %s: layer %d's attention differs from llama.cpp's %s (every layer l with "
+                           "(l + 1) %% %d != 0 sliding with one window, the others global)", mt, l, g3 ? "gemma3" : "gemma2",
+                           pattern);
+    if (g3 && c->rope_local_theta != 10000.0)
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma3_text: rope_local_base_freq must be 10000 (llama.cpp's)");
+    if (g3 && c->attn_softcap > 0)
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma3_text: attn_logit_softcapping must be null");
+    if (!g3 && (!(c->attn_softcap > 0) || !(c->final_softcap > 0)))
         return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma2: a soft-cap of null is not supported (llama.cpp reads 50 "
                                            "and 30 for an absent one)");
     if (!c->tie_word_embeddings)
-        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma2: untied lm_head (llama.cpp's converter drops it)");
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of %s: untied lm_head (llama.cpp's converter drops it)", mt);
     return ST_OK;
 }
 
@@ -135,11 +143,12 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
                        m->dir ? m->dir : "the model");
     const char *mt = m->cfg.model_type;
     if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama") && strcmp(mt, "olmo2") && strcmp(mt, "phi3") &&
-        strcmp(mt, "gemma2") && strcmp(mt, "mistral"))
+        strcmp(mt, "gemma2") && strcmp(mt, "gemma3_text") && strcmp(mt, "mistral"))
         return err_set(e, ST_EUNSUPPORTED,
-                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, mistral, olmo2, phi3, gemma2)",
+                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, mistral, olmo2, phi3, gemma2, "
+                       "gemma3_text)",
                        mt);
-    if (!strcmp(mt, "gemma2")) TRY(gemma2_exportable(&m->cfg, e));
+    if (!strcmp(mt, "gemma2") || !strcmp(mt, "gemma3_text")) TRY(gemma_exportable(&m->cfg, e));
     if (!strcmp(mt, "mistral") && m->cfg.layer_window[0] > 0)
         return err_set(e, ST_EUNSUPPORTED,
                        "GGUF export of mistral with sliding_window %d: llama.cpp's converter writes Mistral as the llama "

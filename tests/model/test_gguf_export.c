@@ -227,6 +227,59 @@ static void test_gemma2(void) {
     backend_destroy(be);
 }
 
+// Gemma 3 as llama.cpp runs it (five sliding layers in six on RoPE base 10000, linear scaling
+// on the global ones): a random 6-layer model saved and exported; the fixture (every other layer
+// sliding) is refused by name.
+static void test_gemma3(void) {
+    static const char cfg_text[] =
+        "{\"model_type\": \"gemma3_text\", \"architectures\": [\"Gemma3ForCausalLM\"], \"vocab_size\": 384, "
+        "\"hidden_size\": 48, \"intermediate_size\": 96, \"num_hidden_layers\": 6, \"num_attention_heads\": 3, "
+        "\"num_key_value_heads\": 1, \"head_dim\": 16, \"query_pre_attn_scalar\": 16, \"sliding_window\": 4, "
+        "\"sliding_window_pattern\": 6, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, "
+        "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 4.0}, \"initializer_range\": 0.5, "
+        "\"torch_dtype\": \"float32\", \"max_position_embeddings\": 512}";
+    char dir[300], spec[320];
+    snprintf(dir, sizeof dir, "%s/gemma3_six", tmpdir);
+    Err e = {0};
+    ModelConfig c;
+    Backend *be;
+    CHECK(backend_create("cpu", 1, &be, &e) == ST_OK);
+    EXPECT_MSG(config_parse(cfg_text, strlen(cfg_text), "config.json", &c, &e) == ST_OK, "%s", e.msg);
+    Model *m = NULL;
+    if (!test_current_failed) EXPECT_MSG(model_create_random(&c, be, 7, &m, &e) == ST_OK, "%s", e.msg);
+    if (m) EXPECT_MSG(model_save(m, dir, DT_F32, &e) == ST_OK, "%s", e.msg);
+    model_free(m);  // (the model took the config's JSON)
+    if (!test_current_failed) {
+        snprintf(spec, sizeof spec, "gemma3_six=%s", dir);
+        check(spec, GGML_F32);
+        char path[600];
+        GgufFile g;
+        snprintf(path, sizeof path, "%s/gemma3_six_F32.gguf", tmpdir);
+        EXPECT_MSG(gguf_open(path, &g, &e) == ST_OK, "%s", e.msg);
+        if (!test_current_failed) {
+            char *arch = NULL;
+            EXPECT(gguf_get_str(&g, "general.architecture", 1, &arch, &e) == ST_OK && arch && !strcmp(arch, "gemma3"));
+            free(arch);
+            EXPECT(gguf_find_tensor(&g, "blk.5.attn_q_norm.weight") && gguf_find_tensor(&g, "blk.5.post_ffw_norm.weight"));
+            EXPECT(!gguf_find_tensor(&g, "gemma3.attn_logit_softcapping"));
+            gguf_close(&g);
+        }
+    }
+    m = NULL;
+    EXPECT_MSG(model_load_frozen("tests/data/models/gemma3_text", be, DT_F32, &m, &e) == ST_OK, "%s", e.msg);
+    if (m) {
+        GgufWriter w;
+        GgufExport x;
+        gguf_writer_init(&w, GGUF_DEFAULT_ALIGNMENT);
+        EXPECT(gguf_export_begin(&x, m, GGML_F32, "t", &w, &e) == ST_EUNSUPPORTED);
+        EXPECT_STR_CONTAINS(e.msg, "layer 1's attention differs from llama.cpp's gemma3");
+        gguf_export_end(&x);
+        gguf_writer_free(&w);
+        model_free(m);
+    }
+    backend_destroy(be);
+}
+
 // Mistral without a sliding window (Mistral 7B v0.2 and later): the llama architecture, Q/K rows
 // permuted; with one it is refused by name.
 static void test_mistral(void) {
@@ -372,6 +425,7 @@ int main(void) {
     RUN(test_family_layout);
     RUN(test_gemma2);
     RUN(test_mistral);
+    RUN(test_gemma3);
     RUN(test_matches_numpy_writer);
     dir_remove_tree(tmpdir, &e);
     TEST_MAIN_END();
