@@ -25,14 +25,20 @@ static const char *const layer_names[][2] = {
 // gguf-py/gguf/tensor_mapping.py resolves them by the architecture's tensor list): OLMo 2's
 // post-norms; Phi-3's fused projections.
 typedef struct ArchNames {
-    const char *arch;
-    const char *names[2][2];
+    const char *arch, *model_type;  // general.architecture, and the family's model_type when it differs
+    const char *names[3][2];        // unused entries NULL
 } ArchNames;
 
 static const ArchNames arch_names[] = {
-    {"olmo2", {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"olmo2", NULL, {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
                {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
-    {"phi3", {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}}},
+    {"phi3", NULL, {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}}},
+    {"gemma2", NULL, {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
+    {"gemma3", "gemma3_text", {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                               {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                               {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
 };
 
 static const char *const global_names[][2] = {
@@ -64,8 +70,9 @@ static int map_name(const char *arch, const char *in, char *out, size_t n, int f
     const char *rest;
     if (!split_layer(in, prefixes[from], &layer, &rest)) return 0;
     for (size_t a = 0; arch && a < ARRAY_LEN(arch_names); a++) {
-        if (strcmp(arch, arch_names[a].arch)) continue;
-        for (int i = 0; i < 2; i++)
+        const ArchNames *an = &arch_names[a];
+        if (strcmp(arch, an->arch) && (!an->model_type || strcmp(arch, an->model_type))) continue;
+        for (int i = 0; i < 3 && arch_names[a].names[i][0]; i++)
             if (!strcmp(rest, arch_names[a].names[i][from]))
                 return snprintf(out, n, "%s%d.%s", prefixes[to], layer, arch_names[a].names[i][to]), 1;
     }
@@ -270,17 +277,48 @@ static Status add_phi3(const GgufFile *g, cJSON *root, Err *e) {
     return st == ST_ENOTFOUND ? ST_OK : st;
 }
 
+// Gemma 2 and 3 as llama.cpp's converter (Gemma2Model, Gemma3Model) writes them and llama.cpp
+// runs them: the query scale 1/sqrt(key_length) (query_pre_attn_scalar = head_dim),
+// attention.sliding_window (gemma2: the even layers; gemma3: five layers in six, their RoPE base
+// 10000 unscaled, as llama.cpp fixes them), the soft-caps (absent: the config class's defaults,
+// which are llama.cpp's).
+static Status add_gemma(const GgufFile *g, const char *arch, cJSON *root, Err *e) {
+    const cJSON *kl = cJSON_GetObjectItem(root, "head_dim");
+    if (!kl) return err_set(e, ST_EINVAL, "%s: missing metadata \"%s.attention.key_length\"", g->path, arch);
+    cJSON_AddNumberToObject(root, "query_pre_attn_scalar", kl->valuedouble);
+    int64_t w;
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    TRY(gguf_get_int(g, key, 1, &w, e));
+    if (w < 1) return err_set(e, ST_EINVAL, "%s: %s is %lld, expected >= 1", g->path, key, (long long)w);
+    cJSON_AddNumberToObject(root, "sliding_window", (double)w);
+    if (!strcmp(arch, "gemma3")) {
+        cJSON_AddNumberToObject(root, "sliding_window_pattern", 6);
+        cJSON_AddNumberToObject(root, "rope_local_base_freq", 10000.0);
+    }
+    static const char *const caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (int i = 0; i < 2; i++) {
+        double v;
+        snprintf(key, sizeof key, "%s.%s", arch, caps[i]);
+        Status st = gguf_get_float(g, key, 0, &v, e);
+        if (st == ST_OK) cJSON_AddNumberToObject(root, caps[i], v);
+        else if (st != ST_ENOTFOUND) return st;
+    }
+    return ST_OK;
+}
+
 static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
     char *arch = NULL;
     TRY(gguf_get_str(g, "general.architecture", 1, &arch, e));
     Status st = ST_OK;
     if (strcmp(arch, "qwen3") && strcmp(arch, "qwen2") && strcmp(arch, "llama") && strcmp(arch, "olmo2") &&
-        strcmp(arch, "phi3")) {
+        strcmp(arch, "phi3") && strcmp(arch, "gemma2") && strcmp(arch, "gemma3")) {
         st = err_set(e, ST_EUNSUPPORTED,
-                     "%s: general.architecture \"%s\" is not supported (qwen3, qwen2, llama, olmo2, phi3)", g->path, arch);
+                     "%s: general.architecture \"%s\" is not supported (qwen3, qwen2, llama, olmo2, phi3, gemma2, gemma3)",
+                     g->path, arch);
         goto done;
     }
-    cJSON_AddStringToObject(root, "model_type", arch);
+    cJSON_AddStringToObject(root, "model_type", strcmp(arch, "gemma3") ? arch : "gemma3_text");
     for (size_t i = 0; i < ARRAY_LEN(key_map) && st == ST_OK; i++) {
         char key[128];
         snprintf(key, sizeof key, "%s.%s", arch, key_map[i].gguf);
@@ -324,6 +362,7 @@ static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
         if (st == ST_ENOTFOUND) st = ST_OK, cJSON_AddNullToObject(root, ids[i][1]);
     }
     if (st == ST_OK && !strcmp(arch, "phi3")) st = add_phi3(g, root, e);
+    if (st == ST_OK && (!strcmp(arch, "gemma2") || !strcmp(arch, "gemma3"))) st = add_gemma(g, arch, root, e);
     if (st == ST_OK) st = add_rope_scaling(g, arch, root, e);
     if (st == ST_OK && gguf_find_tensor(g, "rope_freqs.weight")) st = add_llama3_rope(g, root, e);
 done:
@@ -382,6 +421,15 @@ static Status convert_tensor(const GgufFile *g, const GgufTensor *gt, const Mode
         src = f;
     }
     t->data = src;
+    size_t nl = strlen(t->name);
+    if (cfg->norm_plus_one && nl > 11 && !strcmp(t->name + nl - 11, "norm.weight")) {
+        // Gemma's converter stores every norm weight plus one (Gemma2RMSNorm scales by 1 + w)
+        if (t->dtype != DT_F32)
+            return err_set(e, ST_EINVAL, "%s: norm tensor \"%s\" must be F32", g->path, gt->name);
+        float *w = own(set, t->nbytes);
+        for (size_t i = 0; i < t->numel; i++) w[i] = ((const float *)src)[i] - 1.0f;
+        t->data = w;
+    }
     int q = strstr(t->name, ".q_proj.") != NULL, k = strstr(t->name, ".k_proj.") != NULL;
     if (is_llama && (q || k)) {
         int heads = q ? cfg->num_attention_heads : cfg->num_key_value_heads;
