@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ref_model import rmsnorm, write_safetensors  # noqa: E402
-from ref_moe import IDS, MIN_GAP, load_balancing_loss, min_gap  # noqa: E402
+from ref_moe import IDS, write_case  # noqa: E402
 from ref_rope import yarn  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -211,30 +211,14 @@ def clamp_gap(cfg, clamp_inputs):
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models")
     cfg = CONFIG
-    d = os.path.join(out_root, "gpt_oss")
-    os.makedirs(d, exist_ok=True)
     w32 = make_weights(cfg, 2200)
     w = {n: t.to(torch.float64).requires_grad_(True) for n, t in w32.items()}
     clamps = []
     logits, router_logits = forward(cfg, w, IDS, clamps)
-    gap = min_gap(router_logits, cfg["num_experts_per_tok"])
-    assert gap > MIN_GAP, f"router logits within {gap:.2g} of a routing change; pick another seed"
     cgap, above, outside = clamp_gap(cfg, clamps)
     assert cgap > MIN_CLAMP_GAP and above > 0 and outside > 0, f"clamps: gap {cgap:.2g}, {above} gates, {outside} ups"
-    ce = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(IDS[1:]))
-    aux = load_balancing_loss(router_logits, n_experts(cfg), cfg["num_experts_per_tok"])
-    loss = ce + cfg["router_aux_loss_coef"] * aux
-    loss.backward()
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    write_safetensors(os.path.join(d, "model.safetensors"), {n: t.numpy() for n, t in w32.items()})
-    exp = {"logits": logits.detach().numpy(), "loss": np.array([loss.item()]), "ce_loss": np.array([ce.item()]),
-           "aux_loss": np.array([aux.item()]), "ids": np.array(IDS, dtype=np.float64)}
-    for n, t in w.items():
-        exp["grad." + n] = (t.grad if t.grad is not None else torch.zeros_like(t)).numpy()
-    write_safetensors(os.path.join(d, "expected.safetensors"), exp)
-    print(f"gpt_oss: ce {ce.item():.6f}, aux {aux.item():.6f}, min routing gap {gap:.3g}, clamp gap {cgap:.3g} "
+    ce, aux, gap = write_case(os.path.join(out_root, "gpt_oss"), cfg, w32, w, logits, router_logits)
+    print(f"gpt_oss: ce {ce:.6f}, aux {aux:.6f}, min routing gap {gap:.3g}, clamp gap {cgap:.3g} "
           f"({above} gates, {outside} ups clamped)")
 
 

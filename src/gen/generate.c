@@ -10,6 +10,7 @@
 #include "../core/rng.h"
 #include "../model/qwen3.h"
 #include "bans.h"
+#include "sample_shard.h"
 
 #include <math.h>
 #include <string.h>
@@ -522,6 +523,25 @@ static int batch_longest(const Batch *bt) {
     return longest;
 }
 
+// sample_logits on vocabulary shards (tensor parallel): the rank's columns of the logits and the
+// host's parameters, uniforms and bans through sample_shards; ids and log-probs back on the device.
+static void sample_on_shards(Batch *bt, float *lp, float *lpr, int K) {
+    Model *m = bt->m;
+    Backend *be = m->be;
+    Plan *dp = bt->dp;
+    int B = bt->B, Vp = m->cfg.vocab_part;
+    float *logits = xmalloc((size_t)B * Vp * sizeof(float)), *hlp = xmalloc((size_t)B * 2 * sizeof(float));
+    uint8_t *seen = bt->rep ? xmalloc((size_t)B * bt->V) : NULL;
+    be->download(be, logits, dp->logits_part, (size_t)B * Vp * sizeof(float));
+    if (seen) be->download(be, seen, dp->seen, (size_t)B * bt->V);
+    sample_shards(m, bt->h_next, lp ? hlp : NULL, lpr ? hlp + B : NULL, logits, bt->h_sp, bt->sampling ? bt->h_u : NULL,
+                  seen, K ? bt->h_ban : NULL, K, B);
+    be->upload(be, dp->ids, bt->h_next, (size_t)B * sizeof(int32_t));
+    if (lp) be->upload(be, lp, hlp, (size_t)B * sizeof(float));
+    if (lpr) be->upload(be, lpr, hlp + B, (size_t)B * sizeof(float));
+    free(logits), free(hlp), free(seen);
+}
+
 // Decode until every row is finished. dp->logits holds the logits after the prompt. A longrope
 // model whose longest sequence grows past original_max_position_embeddings runs the batch again
 // with the long table at that step (batch_reprefill; `first` is the prompt's first chunk).
@@ -538,8 +558,10 @@ static Status batch_decode(Batch *bt, int P, int first, GenStats *st, Err *e) {
         if (status != ST_OK) break;
         float *lp = bt->want_lp && bt->cfg->logprobs == GEN_LOGPROBS_PROCESSED ? dp->logprob : NULL;
         float *lpr = bt->want_lp && bt->cfg->logprobs == GEN_LOGPROBS_RAW ? dp->logprob_raw : NULL;
-        be->sample_logits(be, dp->ids, lp, lpr, dp->scores, dp->logits, dp->sparams, bt->sampling ? dp->u : NULL,
-                          bt->rep ? dp->seen : NULL, K ? dp->banned : NULL, K, B, bt->V);
+        if (dp->logits_part) sample_on_shards(bt, lp, lpr, K);
+        else
+            be->sample_logits(be, dp->ids, lp, lpr, dp->scores, dp->logits, dp->sparams, bt->sampling ? dp->u : NULL,
+                              bt->rep ? dp->seen : NULL, K ? dp->banned : NULL, K, B, bt->V);
         be->download(be, bt->h_next, dp->ids, (size_t)B * sizeof(int32_t));
         if (bt->want_lp) be->download(be, bt->h_lp, lp ? lp : lpr, (size_t)B * sizeof(float));
         int live = step_record(bt);

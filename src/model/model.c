@@ -51,6 +51,11 @@ void model_reduce(Model *m, float *buf, size_t n) {
     if (m->hooks && m->hooks->reduce) m->hooks->reduce(m->hooks->reduce_ctx, m, buf, n);
 }
 
+void model_gather(Model *m, void *recv, const void *send, size_t nbytes) {
+    if (m->hooks && m->hooks->gather) m->hooks->gather(m->hooks->reduce_ctx, m, recv, send, nbytes);
+    else memmove(recv, send, nbytes);
+}
+
 const TensorInfo *model_lm_head(const Model *m) {
     const TensorInfo *t = tensors_get(&m->tt, TK_LM_HEAD, -1);
     return t ? t : tensors_get(&m->tt, TK_EMBED, -1);
@@ -454,7 +459,9 @@ Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed,
         }
         int is_norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_QN ||
                       t->kind == TK_KN || t->kind == TK_LNA || t->kind == TK_LNF;
-        for (size_t j = 0; j < t->numel; j++) host[j] = t->is_matrix ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
+        // gpt_oss: the sinks and the router bias are drawn like the matrices (GptOssPreTrainedModel)
+        int drawn = t->is_matrix || t->kind == TK_SINKS || t->kind == TK_ROUTER_B;
+        for (size_t j = 0; j < t->numel; j++) host[j] = drawn ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
         be->upload(be, m->data[i], host, t->numel * sizeof(float));
         if (pr) progress_update(pr, i + 1, m->tt.n, t->name, 0);
     }

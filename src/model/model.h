@@ -19,6 +19,8 @@ typedef struct ModelHooks {
     void (*grads_done)(void *ctx, struct Model *m, int layer);   // the layer's gradients are final
     // tensor parallelism (src/train/tp.c): buf (n floats, device) summed over the group in place
     void (*reduce)(void *ctx, struct Model *m, float *buf, size_t n);
+    // host bytes: recv (group size * nbytes) = every rank's send, in rank order
+    void (*gather)(void *ctx, struct Model *m, void *recv, const void *send, size_t nbytes);
     void *reduce_ctx;
 } ModelHooks;
 
@@ -63,6 +65,8 @@ int model_rope_select(struct Model *m, int len);
 void model_materialize(struct Model *m, int layer);
 void model_grads_done(struct Model *m, int layer);
 void model_reduce(struct Model *m, float *buf, size_t n);
+// The gather hook (one process: recv = send).
+void model_gather(struct Model *m, void *recv, const void *send, size_t nbytes);
 // A model of cfg (its raw JSON copied) with uninitialised parameters in matrix_dtype.
 Model *model_alloc(const ModelConfig *cfg, Backend *be, DType matrix_dtype);
 // The gradient of a table entry of m->tt, NULL when the model has none.

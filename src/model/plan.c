@@ -152,9 +152,9 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->hlast = TAKE_F((size_t)B * C);
     p->lnlast = TAKE_F((size_t)B * C);
     p->rstdlast = TAKE_F(B);
-    p->logits = TAKE_F((size_t)B * V);
-    p->logits_part = cfg->vocab_part > 0 ? TAKE_F((size_t)B * cfg->vocab_part) : NULL;
-    p->scores = TAKE_F((size_t)B * V);
+    p->logits = TAKE_F((size_t)B * config_vocab_rows(cfg));  // a vocabulary shard: its columns only
+    p->logits_part = cfg->vocab_part > 0 ? p->logits : NULL;
+    p->scores = TAKE_F((size_t)B * config_vocab_rows(cfg));
     p->logprob = TAKE_F(B);
     p->logprob_raw = TAKE_F(B);
     p->sparams = (SampleParams *)arena_take(a, (size_t)B * sizeof(SampleParams));

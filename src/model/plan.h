@@ -93,8 +93,8 @@ typedef struct Plan {
     float *hlast;          // (B,C) residual at each row's last position (gathered)
     float *lnlast;         // (B,C) final norm of hlast
     float *rstdlast;       // (B)
-    float *logits;         // (B,V) raw last-position logits
-    float *logits_part;    // (B,vocab_part) this rank's shard of them (vocabulary-parallel), or NULL
+    float *logits;         // (B,V) raw last-position logits; a vocabulary shard's (B,vocab_part)
+    float *logits_part;    // logits when they are a vocabulary shard's (gen/sample_shard.h), else NULL
     float *scores;         // (B,V) processed scores (sample_logits)
     float *logprob;        // (B) chosen token under the processed distribution
     float *logprob_raw;    // (B) chosen token under log_softmax(logits / temperature)

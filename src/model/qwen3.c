@@ -414,10 +414,8 @@ static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     DType hdt;
     const void *head = head_weight(m, &hdt);
     int V = config_vocab_rows(&m->cfg);
-    float *out = dp->logits_part ? dp->logits_part : dp->logits;  // a shard: its columns, then gathered
-    be->matmul_forward(be, out, dp->lnlast, head, hdt, NULL, B, C, V);
-    cap_logits(m, out, (size_t)B * V);
-    if (dp->logits_part) vocab_gather_rows(m, dp->logits, dp->logits_part, B);
+    be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, V);  // a shard: its columns
+    cap_logits(m, dp->logits, (size_t)B * V);
 }
 
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
@@ -600,7 +598,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
         }
         if (cfg->norms & NORM_PRE_MLP) {
-            model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel (pre-norm families): every rank's share
+            // tensor parallel (pre-norm families): every rank's share; a sparse layer's experts are
+            // replicated, their input gradient whole on every rank
+            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
             norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));

@@ -1,6 +1,7 @@
 // vocab_head.c: the embedding, LM head and loss heads on vocabulary shards (vocab_head.h).
 #include "vocab_head.h"
 
+#include "../backend/sample_math.h"
 #include "../backend/vocab_math.h"
 #include "../core/alloc.h"
 #include "plan.h"
@@ -30,15 +31,6 @@ void vocab_embed(Model *m, float *out, const int32_t *ids, int N) {
 void vocab_embed_backward(Model *m, float *dwte, const float *dout, const int32_t *ids, int N) {
     Shard s = shard_of(m);
     m->be->embedding_backward_part(m->be, dwte, dout, ids, N, m->cfg.hidden_size, s.lo, s.V);
-}
-
-void vocab_gather_rows(Model *m, float *full, const float *part, int B) {
-    Backend *be = m->be;
-    Shard s = shard_of(m);
-    be->zero(be, full, (size_t)B * s.Vfull * sizeof(float));
-    for (int b = 0; b < B; b++)
-        be->copy(be, full + (size_t)b * s.Vfull + s.lo, part + (size_t)b * s.V, (size_t)s.V * sizeof(float));
-    model_reduce(m, full, (size_t)B * s.Vfull);  // the other ranks' columns are 0 here: a gather
 }
 
 // A whole row from the shards' statistics: st points at this row's set in rank 0's slot, the
@@ -263,15 +255,66 @@ static void jsd_sums(Head *h, const float *Zs, const float *Zt, float tau, float
     be->download(be, h->hpart, h->part, (size_t)M * 2 * sizeof(float));
 }
 
+// The teacher's top k of each of the chunk's M rows over the whole vocabulary (heads_topk_mask of
+// heads_math.h over the group): the radix select's digit counts summed over the shards, then the
+// ties at the threshold kept in index order (the lower ranks' first); every entry of Zs and Zt
+// (M,V) outside the support becomes -inf. Through the host.
+static void shard_topk_mask(Head *h, float *Zs, float *Zt, int M, int k) {
+    Backend *be = h->m->be;
+    int V = h->s.V, T = h->s.T;
+    size_t n = (size_t)M * V;
+    float *zs = host_floats(be, Zs, n), *zt = host_floats(be, Zt, n);
+    uint32_t *prefix = xcalloc((size_t)M, sizeof(uint32_t)), mask = 0;
+    uint64_t *need = xmalloc((size_t)M * sizeof(uint64_t)), *cnt = xmalloc((size_t)M * 256 * sizeof(uint64_t));
+    uint64_t *all = xmalloc((size_t)T * M * 256 * sizeof(uint64_t));
+    for (int i = 0; i < M; i++) need[i] = (uint64_t)k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        memset(cnt, 0, (size_t)M * 256 * sizeof(uint64_t));
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < V; j++) {
+                uint32_t key = sample_key(zt[(size_t)i * V + j]);
+                if ((key & mask) == prefix[i]) cnt[(size_t)i * 256 + ((key >> shift) & 255)]++;
+            }
+        model_gather(h->m, all, cnt, (size_t)M * 256 * sizeof(uint64_t));
+        for (int i = 0; i < M; i++) {
+            uint64_t c[256] = {0};
+            for (int r = 0; r < T; r++)
+                for (int d = 0; d < 256; d++) c[d] += all[((size_t)r * M + i) * 256 + d];
+            int d = 255;
+            for (; d > 0 && c[d] < need[i]; d--) need[i] -= c[d];
+            prefix[i] |= (uint32_t)d << shift;
+        }
+        mask |= 255u << shift;
+    }
+    for (int i = 0; i < M; i++) {  // this rank's ties at the threshold, then those of the lower ranks
+        cnt[i] = 0;
+        for (int j = 0; j < V; j++) cnt[i] += sample_key(zt[(size_t)i * V + j]) == prefix[i];
+    }
+    model_gather(h->m, all, cnt, (size_t)M * sizeof(uint64_t));
+    for (int i = 0; i < M; i++) {
+        uint64_t tie = 0;
+        for (int r = 0; r < h->s.t; r++) tie += all[(size_t)r * M + i];
+        for (int j = 0; j < V; j++) {
+            size_t at = (size_t)i * V + j;
+            uint32_t key = sample_key(zt[at]);
+            int keep = key > prefix[i] || (key == prefix[i] && tie++ < need[i]);
+            if (!keep) zs[at] = zt[at] = -INFINITY;
+        }
+    }
+    be->upload(be, Zs, zs, n * sizeof(float));
+    be->upload(be, Zt, zt, n * sizeof(float));
+    free(zs), free(zt), free(prefix), free(need), free(cnt), free(all);
+}
+
 void vocab_distill(Model *m, Plan *p, const void *W, DType wdt, float *dW, Model *mt, Plan *pt, const void *Wt,
                    DType wdt_t, float tau, float beta, int top_k, float grad_scale, int backward, float *row_kl) {
     Backend *be = m->be;
-    CHECK_MSG(top_k == 0, "vocabulary-parallel distillation: top_k %d (only the whole vocabulary)", top_k);
     CHECK_MSG(mt->cfg.vocab_part == m->cfg.vocab_part && mt->cfg.vocab_lo == m->cfg.vocab_lo,
               "vocabulary-parallel distillation: the teacher's shard differs from the student's");
     Head h;
     head_init(&h, m, p);
-    int N = h.N, kl1 = row_kl && tau != 1.0f;  // the metric at temperature 1 needs its own statistics
+    int N = h.N, masked = top_k > 0 && top_k < h.s.Vfull;
+    int kl1 = row_kl && (tau != 1.0f || masked);  // the metric (temperature 1, whole rows) needs its own statistics
     float *Zt = pt->head_scratch;
     float *w = host_floats(be, p->weights, (size_t)N);
     float *loss = xcalloc((size_t)N, sizeof(float)), *kl = xcalloc((size_t)N, sizeof(float));
@@ -284,8 +327,7 @@ void vocab_distill(Model *m, Plan *p, const void *W, DType wdt, float *dW, Model
         shard_logits(m, h.Z, p->lnf, W, wdt, r0, M);
         shard_logits(mt, Zt, pt->lnf, Wt, wdt_t, r0, M);
         zero_stats(&h);
-        shard_stats(&h, h.Z, 0, r0, M, tau, 0);
-        shard_stats(&h, Zt, 1, r0, M, tau, 0);
+        if (!masked) shard_stats(&h, h.Z, 0, r0, M, tau, 0), shard_stats(&h, Zt, 1, r0, M, tau, 0);
         if (kl1) shard_stats(&h, h.Z, 2, r0, M, 1.0f, 0), shard_stats(&h, Zt, 3, r0, M, 1.0f, 0);
         gather_stats(&h);
         if (row_kl) {  // KL(student || teacher) at temperature 1: the reverse divergence's sums
@@ -297,6 +339,12 @@ void vocab_distill(Model *m, Plan *p, const void *W, DType wdt, float *dW, Model
             jsd_sums(&h, h.Z, Zt, 1.0f, 1.0f, M);
             for (int i = 0; i < M; i++)
                 if (h.tg[r0 + i] != IGNORE_INDEX) kl[r0 + i] = h.hpart[2 * i];
+        }
+        if (masked) {  // the teacher's top k over the whole row, then the statistics of the support
+            shard_topk_mask(&h, h.Z, Zt, M, top_k);
+            zero_stats(&h);
+            shard_stats(&h, h.Z, 0, r0, M, tau, 0), shard_stats(&h, Zt, 1, r0, M, tau, 0);
+            gather_stats(&h);
         }
         for (int i = 0; i < M; i++) {
             float *row = h.hrows + (size_t)i * VOCAB_ROW;

@@ -24,15 +24,11 @@ void vocab_embed_backward(Model *m, float *dwte, const float *dout, const int32_
 void vocab_ce(Model *m, Plan *p, const void *W, DType wdt, float *dW, float grad_scale, int backward);
 void vocab_logprob(Model *m, Plan *p, const void *W, DType wdt, float *dW, float tau, const float *coef,
                    float *out_logp, float *out_stats);
-// top_k 0 only (the teacher's top-k support across shards is not implemented).
+// top_k > 0: the teacher's top k over the whole vocabulary, found over the group (through the host).
 void vocab_distill(Model *m, Plan *p, const void *W, DType wdt, float *dW, Model *mt, Plan *pt, const void *Wt,
                    DType wdt_t, float tau, float beta, int top_k, float grad_scale, int backward, float *row_kl);
 
 // Floats of a plan's vocab_scratch for chunks of `chunk` rows (0 without a vocabulary shard).
 size_t vocab_scratch_floats(const ModelConfig *cfg, int chunk);
-
-// Whole-vocabulary rows from the shards: full (B,V) = every rank's part (B,vocab_part) in its
-// columns (for the sampler of generation).
-void vocab_gather_rows(Model *m, float *full, const float *part, int B);
 
 #endif

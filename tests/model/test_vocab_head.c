@@ -3,7 +3,8 @@
 // (vocab_part = V) runs the shard path (shard logits, vocab_stats, the host combination,
 // vocab_grad / vocab_jsd / vocab_jsd_grad, the LM head's backward) and must give the fused heads'
 // per-row outputs and parameter gradients: cross-entropy, log-probs with coefficients and the
-// preference statistics, distillation at three betas with row_kl, with and without a final
+// preference statistics, distillation at three betas with row_kl and over the teacher's top k
+// (the radix select over the shards' digit counts), with and without a final
 // soft-cap, on ref, cpu and cuda (the emulator of make CUDA_EMU=1 builds). Combining several shards is what tests/e2e/dist_tp.sh holds to one
 // process. Bounds: the two paths sum the same terms in another order (double accumulators, fp32
 // logits), so per-row values agree to ~1e-6 relative; 1e-4 leaves room for another sgemm kernel
@@ -87,7 +88,7 @@ typedef struct Result {
     float *g;
 } Result;
 
-static void run(Side *s, int head, float tau, float beta, Result *r) {
+static void run(Side *s, int head, float tau, float beta, int top_k, Result *r) {
     Model *m = s->m;
     Backend *be = m->be;
     be->zero(be, m->grads, m->tt.n_params * sizeof(float));
@@ -103,7 +104,7 @@ static void run(Side *s, int head, float tau, float beta, Result *r) {
         be->download(be, r->rows[2], s->p->row_entropy, N * sizeof(float));
         be->download(be, r->stats, s->stats, sizeof r->stats);
     } else {
-        qwen3_distill_loss(m, s->p, s->mt, s->pt, tau, beta, 0, 0.4f, 1, s->kl);
+        qwen3_distill_loss(m, s->p, s->mt, s->pt, tau, beta, top_k, 0.4f, 1, s->kl);
         be->download(be, r->rows[0], s->p->row_loss, N * sizeof(float));
         be->download(be, r->rows[3], s->kl, N * sizeof(float));
     }
@@ -111,10 +112,10 @@ static void run(Side *s, int head, float tau, float beta, Result *r) {
     be->download(be, r->g, m->grads, m->tt.n_params * sizeof(float));
 }
 
-static void compare(const char *what, Side *a, Side *b, int head, float tau, float beta) {
+static void compare(const char *what, Side *a, Side *b, int head, float tau, float beta, int top_k) {
     Result *x = xcalloc(1, sizeof *x), *y = xcalloc(1, sizeof *y);
-    run(a, head, tau, beta, x);
-    run(b, head, tau, beta, y);
+    run(a, head, tau, beta, top_k, x);
+    run(b, head, tau, beta, top_k, y);
     double worst = 0;
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < N; i++) worst = fmax(worst, test_rel_err(x->rows[k][i], y->rows[k][i], 1.0));
@@ -150,14 +151,16 @@ static void on_backend(const char *name) {
         double softcap = cap ? 3.0 : 0.0;
         if (!side_init(&a, be, 0, softcap) || !side_init(&b, be, 1, softcap)) return;
         char what[96];
-#define CASE(head, tau, beta, label)                                                 \
+#define CASE(head, tau, beta, top_k, label)                                          \
     snprintf(what, sizeof what, "%s %s%s", name, label, cap ? " softcap 3" : ""); \
-    compare(what, &a, &b, head, tau, beta)
-        CASE(0, 1.0f, 0.0f, "ce");
-        CASE(1, 0.8f, 0.0f, "logprob tau 0.8");
-        CASE(2, 0.8f, 0.5f, "distill beta 0.5 tau 0.8");
-        CASE(2, 1.0f, 1.0f, "distill beta 1");
-        CASE(2, 1.2f, 0.0f, "distill beta 0 tau 1.2");
+    compare(what, &a, &b, head, tau, beta, top_k)
+        CASE(0, 1.0f, 0.0f, 0, "ce");
+        CASE(1, 0.8f, 0.0f, 0, "logprob tau 0.8");
+        CASE(2, 0.8f, 0.5f, 0, "distill beta 0.5 tau 0.8");
+        CASE(2, 1.0f, 1.0f, 0, "distill beta 1");
+        CASE(2, 1.2f, 0.0f, 0, "distill beta 0 tau 1.2");
+        CASE(2, 1.0f, 1.0f, 20, "distill beta 1 top-20");
+        CASE(2, 0.7f, 0.3f, 5, "distill beta 0.3 tau 0.7 top-5");
 #undef CASE
         side_free(&a, be), side_free(&b, be);
     }
