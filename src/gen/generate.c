@@ -816,9 +816,12 @@ Status gen_session_generate(Model *m, const GenConfig *cfg0, GenSession *s, cons
             return err_set(e, ST_EINVAL, "prompt 0: token id %d at position %d is outside the vocabulary [0, %d)",
                            prompt[t], t, V);
     int S = gen_cache_len(&cfg, m->be, &len, 1), plans_before = m->plans.n;
-    if (config_rope_long(&m->cfg, S)) {
-        // longrope past its original context: crossing it reruns the whole sequence
-        // (batch_reprefill), which a kept conversation cannot; no reuse, as above
+    int ring = 0;  // a sliding layer keeps a ring of its window: a new turn's padding slots would
+                   // overwrite the keys of the previous turn's last tokens in it
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) ring |= plan_cache_slots(&m->cfg, l, S) < S;
+    if (ring || config_rope_long(&m->cfg, S)) {
+        // (longrope past its original context: crossing it reruns the whole sequence,
+        // batch_reprefill, which a kept conversation cannot) no reuse, as above
         s->n = 0, s->next = 0, s->dp = NULL, s->reused = 0;
         return gen_generate(m, &cfg, &prompt, &len, 1, out, stats, e);
     }

@@ -104,7 +104,7 @@ static const FamilyDesc family_table[] = {
     {
         // Olmo2ForCausalLM: norms after attention and after the MLP (no pre-norms), q/k norm
         // over the whole projection.
-        .model_type = "olmo2", .architecture = "Olmo2ForCausalLM", .classifier = NULL,
+        .model_type = "olmo2", .architecture = "Olmo2ForCausalLM", .classifier = "Olmo2ForSequenceClassification",
         .vocab_size = 50304, .max_position_embeddings = 2048, .head_dim = 0, .bos_token_id = -1,
         .eos_token_id = 50279, .rms_norm_eps = 1e-5,
         .norms = POST_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_PROJ,
@@ -115,7 +115,7 @@ static const FamilyDesc family_table[] = {
     {
         // Phi3ForCausalLM: qkv_proj and gate_up_proj fused; longrope ("su") scaling with short and
         // long factors; partial rotary (Phi-4-mini).
-        .model_type = "phi3", .architecture = "Phi3ForCausalLM", .classifier = NULL,
+        .model_type = "phi3", .architecture = "Phi3ForCausalLM", .classifier = "Phi3ForSequenceClassification",
         .vocab_size = 32064, .max_position_embeddings = 4096, .head_dim = 0, .bos_token_id = 1,
         .eos_token_id = 32000, .rms_norm_eps = 1e-5,
         .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE, .fused_qkv = 1, .fused_gate_up = 1,

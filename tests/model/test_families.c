@@ -161,6 +161,52 @@ static void test_longrope_crossing(void) {
         }
         gen_seqs_free(out, 1);
     }
+    // A left-padded batch (prompts of 5 and 3): the table follows the longest row, so every step
+    // of both rows is the argmax of a recomputation of the whole batch, padding and all (the
+    // score path chooses by the largest position of the batch's real tokens).
+    {
+        GenConfig gc;
+        gen_config_default(&gc);
+        gc.max_new_tokens = n;
+        gc.ignore_eos = 1;
+        gc.batch_size = 2;
+        const int32_t *prompts[2] = {prompt, prompt + 2};
+        int lens[2] = {P, P - 2};
+        GenSeq *out = NULL;
+        GenStats st;
+        EXPECT_MSG(gen_generate(m, &gc, prompts, lens, 2, &out, &st, &e) == ST_OK, "%s", e.msg);
+        for (int i = 0; out && i < n; i++) {
+            int T = P + i;  // the longest row's length before step i
+            int32_t ids[64], pos[64], seg[64];
+            for (int r = 0; r < 2; r++) {
+                int pad = T - (lens[r] + i);
+                for (int t = 0; t < T; t++) {
+                    int k = t - pad, real = k >= 0;
+                    ids[r * T + t] = !real ? 0 : k < lens[r] ? prompts[r][k] : out[r].ids[k - lens[r]];
+                    pos[r * T + t] = real ? k : 0;
+                    seg[r * T + t] = real;
+                }
+            }
+            Plan *p;
+            EXPECT(plan_get(m, PLAN_SCORE, 2, T, &p, &e) == ST_OK);
+            qwen3_set_inputs(m, p, ids, pos, seg, NULL, NULL);
+            qwen3_forward(m, p);
+            float *dev = m->be->alloc(m->be, (size_t)2 * T * V * 4), *lg = xmalloc((size_t)2 * T * V * 4);
+            qwen3_logits(m, p, 0, 2 * T, dev);
+            m->be->download(m->be, lg, dev, (size_t)2 * T * V * 4);
+            for (int r = 0; r < 2; r++) {
+                const float *row = lg + ((size_t)r * T + T - 1) * V;
+                int am = 0;
+                for (int v = 1; v < V; v++)
+                    if (row[v] > row[am]) am = v;
+                EXPECT_MSG(am == out[r].ids[i] || row[am] - row[out[r].ids[i]] <= 1e-4,
+                           "batch row %d: token %d is %d, the batch recomputation's %d", r, i, out[r].ids[i], am);
+            }
+            m->be->free(m->be, dev);
+            free(lg);
+        }
+        if (out) gen_seqs_free(out, 2);
+    }
     // the switch is by the longest sequence of a call: 8 positions short, 9 long
     EXPECT(config_rope_long(&m->cfg, 8) == 0 && config_rope_long(&m->cfg, 9) == 1);
     st_close(&exp);
