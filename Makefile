@@ -307,7 +307,7 @@ fuzz:
 # bench/cuda_bench check end to end. CUEMU_SCHED=rev or shuffle[:seed] runs the threads and blocks
 # in another order.
 CUEMU_TESTS := tests/ops/test_backend_parity tests/ops/test_heads_parity tests/ops/test_kv tests/cuemu/test_cuemu \
-  tests/ops/test_moe_parity tests/ops/test_family_parity
+  tests/ops/test_moe_parity tests/ops/test_family_parity tests/model/test_vocab_head
 cuda-emu-build:
 	@$(MAKE) --no-print-directory CUDA_EMU=1 NO_DEPS=$(NO_DEPS) build-emu/still build-emu/bench/cuda_bench \
 	  $(CUEMU_TESTS:%=build-emu/%)

@@ -147,7 +147,7 @@ static void bench_elementwise(Backend *be, Rng *r) {
     int32_t *d_pos = be->alloc(be, (size_t)N * 4);
     be->upload(be, d_pos, pos, (size_t)N * 4);
     float *inv = dev_random(be, 64, 1, r), *x = be->alloc(be, (size_t)N * 16 * 128 * 4);
-    TIME_BEST(10, t, be->rope_forward(be, x, d_pos, inv, 1.0f, N, 16, 128));
+    TIME_BEST(10, t, be->rope_forward(be, x, d_pos, inv, 1.0f, N, 16, 128, 128));
     report("rope fwd 2048 rows x 16 heads x 128", t, 0, 8.0 * N * 16 * 128);
     TIME_BEST(10, t, be->adamw(be, o, ga, gb, a, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 1.0f));
     report("adamw 3.1M params", t, 0, 28.0 * n);

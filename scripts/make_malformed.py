@@ -164,7 +164,7 @@ cfg_case("cfg_hidden_not_dividing", "EINVAL", "hidden_size (30) is not a multipl
          patch={"model_type": "llama", "hidden_size": 30}, drop=["head_dim"])
 cfg_case("cfg_odd_head_dim", "EINVAL", "head_dim is 7", patch={"head_dim": 7})
 cfg_case("cfg_model_type_moe", "EUNSUPPORTED",
-         'model_type "gpt_oss" is not supported (supported: qwen3, qwen2, llama', patch={"model_type": "gpt_oss"})
+         'model_type "deepseek_v3" is not supported (supported: qwen3, qwen2, llama', patch={"model_type": "deepseek_v3"})
 cfg_case("cfg_moe_top_k", "EINVAL", "num_experts_per_tok is 6, expected at most num_experts = 4",
          patch={"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 6})
 cfg_case("cfg_model_type_other", "EUNSUPPORTED", 'model_type "falcon" is not supported',
@@ -177,7 +177,7 @@ cfg_case("cfg_layer_types_count", "EINVAL", 'field "layer_types" has 3 entries',
          patch={"layer_types": ["full_attention"] * 3})
 cfg_case("cfg_rope_dynamic", "EUNSUPPORTED", "rope_scaling", 'rope type "dynamic" is not supported',
          patch={"rope_scaling": {"type": "dynamic", "factor": 2.0}})
-cfg_case("cfg_rope_longrope", "EINVAL", "rope_parameters", 'field "short_factor" has 1 entries, expected 4 (head_dim / 2)',
+cfg_case("cfg_rope_longrope", "EINVAL", "rope_parameters", 'field "short_factor" has 1 entries, expected 4 (rotary dims / 2)',
          patch={"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0],
                                     "long_factor": [2.0]}})
 cfg_case("cfg_rope_llama3_missing", "EINVAL", "rope_scaling", 'missing field "low_freq_factor"',

@@ -16,10 +16,19 @@ Families:
          k_norm are RMSNorms over the whole q / k projection (NH*HD and NKV*HD wide), before the
          split into heads and RoPE.
   phi3   Phi3ForCausalLM: self_attn.qkv_proj (rows q, k, v) and mlp.gate_up_proj (rows gate, up;
-         up * silu(gate)) fused; longrope RoPE: inv_freq = 1 / (short_factor * base^(2i/d)) for
-         positions within original_max_position_embeddings (long_factor beyond, which still
-         refuses), cos and sin times sqrt(1 + ln(factor) / ln(original_max)), factor =
-         max_position_embeddings / original_max_position_embeddings.
+         up * silu(gate)) fused; longrope RoPE (modeling_rope_utils.py _compute_longrope_parameters
+         and dynamic_rope_update's longrope_frequency_update): inv_freq = 1 / (ext * base^(2i/d)),
+         ext the short_factor when the call's max position id + 1 is at most
+         original_max_position_embeddings, else the long_factor; cos and sin times
+         sqrt(1 + ln(factor) / ln(original_max)), factor = max_position_embeddings /
+         original_max_position_embeddings. partial_rotary_factor f: d = int(head_dim * f), only the
+         first d dims of q and k rotate (apply_rotary_pos_emb's q_rot / q_pass).
+  phi3_long  the same with original_max_position_embeddings 8 and partial_rotary_factor 0.75: the
+         20-token fixture runs on the long factors; its first 8 tokens ("prefix_logits") on the
+         short ones; and greedy tokens from a 5-token prompt across the switch, each step a full
+         recomputation with the factors of its length, which is what transformers' generate()
+         computes (Phi3ForCausalLM.prepare_inputs_for_generation drops the cache when the
+         sequence first exceeds original_max_position_embeddings and runs it all again).
 
 Run: /usr/bin/python3 scripts/ref_family.py [OUT_DIR] [--family NAME]
 """
@@ -55,7 +64,19 @@ CONFIGS = {
                  resid_pdrop=0.0, embd_pdrop=0.0, max_position_embeddings=131072,
                  original_max_position_embeddings=4096, sliding_window=262144, pad_token_id=0,
                  rope_scaling={"type": "longrope", "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG}),
+    # head_dim 48 / 2 = 24, * 0.75 = 18 rotary dims: 9 frequencies
+    "phi3_long": dict(BASE, model_type="phi3", num_attention_heads=2, num_key_value_heads=1, architectures=["Phi3ForCausalLM"],
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, attention_dropout=0.0,
+                      resid_pdrop=0.0, embd_pdrop=0.0, max_position_embeddings=64,
+                      original_max_position_embeddings=8, partial_rotary_factor=0.75, sliding_window=262144,
+                      pad_token_id=0,
+                      rope_scaling={"type": "longrope",
+                                    "short_factor": [1.0 + 0.05 * i for i in range(9)],
+                                    "long_factor": [1.0 + 0.9 * i for i in range(9)]}),
 }
+PHI3_LONG_OMAX = 8
+GREEDY_PROMPT = IDS[:5]
+GREEDY_STEPS = 10
 
 
 def head_dim(cfg):
@@ -109,25 +130,26 @@ def make_weights(cfg, seed):
     return w
 
 
-def rope_of(cfg):
-    """(inv_freq fp32 (HD/2), attention scaling) as modeling_rope_utils computes them at init
-    (default and longrope types; positions within original_max_position_embeddings)."""
-    d = head_dim(cfg)
+def rotary_dim(cfg):
+    return int(head_dim(cfg) * cfg.get("partial_rotary_factor", 1.0))
+
+
+def rope_of(cfg, seq_len):
+    """(inv_freq fp32 (d/2), attention scaling) as modeling_rope_utils computes them for a forward
+    call whose max position id + 1 is seq_len (default and longrope types)."""
+    d = rotary_dim(cfg)
     base = cfg["rope_theta"]
     shape = torch.arange(0, d, 2, dtype=torch.int64).to(torch.float32) / d
     rs = cfg.get("rope_scaling")
     if not rs:
         return (1.0 / (base ** shape)).to(torch.float32), 1.0
     assert rs.get("rope_type", rs.get("type")) in ("longrope", "su")
-    omax = cfg.get("original_max_position_embeddings")
-    if omax:
-        factor = cfg["max_position_embeddings"] / omax
-    else:
-        omax, factor = cfg["max_position_embeddings"], rs.get("factor")
+    omax = cfg.get("original_max_position_embeddings", 4096)  # Phi3Config's attribute
+    factor = rs.get("factor") or cfg["max_position_embeddings"] / omax
     att = rs.get("attention_factor")
     if att is None:
         att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(omax))
-    ext = torch.tensor(rs["short_factor"], dtype=torch.float32)
+    ext = torch.tensor(rs["long_factor"] if seq_len > omax else rs["short_factor"], dtype=torch.float32)
     inv = 1.0 / (ext * base ** shape)
     return inv.to(torch.float32), att
 
@@ -149,7 +171,8 @@ def forward(cfg, w, ids):
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
     c, ff, qd, kd = dims(cfg)
     eps = cfg["rms_norm_eps"]
-    inv, att_scale = rope_of(cfg)
+    inv, att_scale = rope_of(cfg, T)
+    rd = rotary_dim(cfg)
     pos = torch.arange(T)
     lin = torch.nn.functional.linear
     silu = torch.nn.functional.silu
@@ -175,7 +198,9 @@ def forward(cfg, w, ids):
             q = qkv[:, :qd].reshape(T, nh, hd)
             k = qkv[:, qd:qd + kd].reshape(T, nkv, hd)
             v = qkv[:, qd + kd:].reshape(T, nkv, hd)
-            q, k = rope(q, pos, inv) * att_scale, rope(k, pos, inv) * att_scale
+            # attention scaling multiplies cos and sin: the rotated dims only
+            q = torch.cat([rope(q[..., :rd], pos, inv) * att_scale, q[..., rd:]], -1)
+            k = torch.cat([rope(k[..., :rd], pos, inv) * att_scale, k[..., rd:]], -1)
             h = h + lin(attention(q, k, v, nh, nkv, hd), g("self_attn.o_proj.weight"))
             x = rmsnorm(h, g("post_attention_layernorm.weight"), eps)
             gate, up = lin(x, g("mlp.gate_up_proj.weight")).chunk(2, dim=-1)
@@ -222,7 +247,22 @@ def main():
                "ids": np.array(IDS, dtype=np.float64)}
         for n, t in w.items():
             exp["grad." + n] = t.grad.numpy()
+        if name == "phi3_long":
+            with torch.no_grad():
+                exp["prefix_logits"] = forward(cfg, w, IDS[:PHI3_LONG_OMAX]).numpy()
+                seq, toks, gaps = list(GREEDY_PROMPT), [], []
+                for _ in range(GREEDY_STEPS):
+                    last = forward(cfg, w, seq)[-1]
+                    top = torch.topk(last, 2).values
+                    toks.append(int(last.argmax()))
+                    gaps.append((top[0] - top[1]).item())
+                    seq.append(toks[-1])
+            exp["greedy_prompt"] = np.array(GREEDY_PROMPT, dtype=np.float64)
+            exp["greedy"] = np.array(toks, dtype=np.float64)
+            exp["greedy_gap"] = np.array(gaps, dtype=np.float64)
         write_safetensors(os.path.join(d, "expected.safetensors"), exp)
+        if name == "phi3_long":  # SFT parity is phi3's; this fixture is for the RoPE
+            continue
         sft = sft_step(cfg, w32)
         write_safetensors(os.path.join(d, "sft_pad_ga.safetensors"), sft)
         p = torch.softmax(logits, -1).max(-1).values

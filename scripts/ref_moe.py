@@ -218,30 +218,37 @@ def min_gap(router_logits, K):
     return g
 
 
+def write_case(d, cfg, w32, w, logits, router_logits):
+    """The fixture of a forward over IDS (logits, router logits of the float64 leaves w): ce, aux and
+    loss = ce + coef * aux, its gradient; config.json, model.safetensors (w32) and expected.safetensors
+    in d. Returns (ce, aux, min routing gap)."""
+    os.makedirs(d, exist_ok=True)
+    gap = min_gap(router_logits, cfg["num_experts_per_tok"])
+    assert gap > MIN_GAP, f"{d}: router logits within {gap:.2g} of a routing change; pick another seed"
+    ce = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(IDS[1:]))
+    aux = load_balancing_loss(router_logits, len(router_logits[0][0]), cfg["num_experts_per_tok"])
+    loss = ce + cfg["router_aux_loss_coef"] * aux
+    loss.backward()
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    write_safetensors(os.path.join(d, "model.safetensors"), {n: t.numpy() for n, t in w32.items()})
+    exp = {"logits": logits.detach().numpy(), "loss": np.array([loss.item()]), "ce_loss": np.array([ce.item()]),
+           "aux_loss": np.array([aux.item()]), "ids": np.array(IDS, dtype=np.float64)}
+    for n, t in w.items():
+        exp["grad." + n] = (t.grad if t.grad is not None else torch.zeros_like(t)).numpy()  # unrouted experts: 0
+    write_safetensors(os.path.join(d, "expected.safetensors"), exp)
+    return ce.item(), aux.item(), gap
+
+
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models")
     for k, (name, cfg) in enumerate(sorted(CONFIGS.items())):
-        d = os.path.join(out_root, name)
-        os.makedirs(d, exist_ok=True)
         w32 = make_weights(cfg, 2100 + k)
         w = {n: t.to(torch.float64).requires_grad_(True) for n, t in w32.items()}
         logits, router_logits = forward(cfg, w, IDS)
-        gap = min_gap(router_logits, cfg["num_experts_per_tok"])
-        assert gap > MIN_GAP, f"{name}: router logits within {gap:.2g} of a routing change; pick another seed"
-        ce = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(IDS[1:]))
-        aux = load_balancing_loss(router_logits, n_experts(cfg), cfg["num_experts_per_tok"])
-        loss = ce + cfg["router_aux_loss_coef"] * aux
-        loss.backward()
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2)
-            f.write("\n")
-        write_safetensors(os.path.join(d, "model.safetensors"), {n: t.numpy() for n, t in w32.items()})
-        exp = {"logits": logits.detach().numpy(), "loss": np.array([loss.item()]), "ce_loss": np.array([ce.item()]),
-               "aux_loss": np.array([aux.item()]), "ids": np.array(IDS, dtype=np.float64)}
-        for n, t in w.items():
-            exp["grad." + n] = (t.grad if t.grad is not None else torch.zeros_like(t)).numpy()  # unrouted experts: 0
-        write_safetensors(os.path.join(d, "expected.safetensors"), exp)
-        print(f"{name}: ce {ce.item():.6f}, aux {aux.item():.6f}, min routing gap {gap:.3g}")
+        ce, aux, gap = write_case(os.path.join(out_root, name), cfg, w32, w, logits, router_logits)
+        print(f"{name}: ce {ce:.6f}, aux {aux:.6f}, min routing gap {gap:.3g}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ Writes into tests/data/reward/:
   pairs.jsonl         5 pre-tokenised pairs (chosen_ids / rejected_ids), with the pad id 0 inside
                       and at the end of sequences and one sequence made of pad ids only
   pairs_margin.jsonl  4 pairs with a "margin" column
+  rm_olmo2/, rm_phi3/  the same for Olmo2ForSequenceClassification and Phi3ForSequenceClassification
+      (the tiny olmo2 / phi3 bases of scripts/ref_family.py, through its port of their forward):
+      {config.json, model.safetensors, expected.safetensors} with the rewards and the "ga" case
   expected.safetensors
       rewards            (10) the reward of every sequence of pairs.jsonl (chosen, rejected per row)
       <case>.<metric>.<step>  the metrics `still reward` logs at steps 1 and 2 of each case, and
@@ -227,6 +230,44 @@ def check(rm_dir, pairs_path, scores_path):
     print(f"ok: {want_class}, {num_labels} label(s), pad_token_id {PAD}, {len(w)} tensors, {len(ref)} rewards")
 
 
+FAMILY_CLASS.update(olmo2="Olmo2ForSequenceClassification", phi3="Phi3ForSequenceClassification")
+
+
+def family_rm(out_dir, root, fam, files):
+    """rm_<fam>/: the tiny family checkpoint of scripts/ref_family.py as a one-label classifier
+    (score.weight drawn here, no lm_head, pad_token_id 0), its rewards of pairs.jsonl and the
+    "ga" case, through ref_family's port of the family's forward."""
+    import ref_family  # noqa: E402
+    d = os.path.join(out_dir, "rm_" + fam)
+    os.makedirs(d, exist_ok=True)
+    cfg = dict(ref_family.CONFIGS[fam])
+    cfg.update(architectures=[FAMILY_CLASS[fam]], num_labels=1, id2label={"0": "LABEL_0"},
+               label2id={"LABEL_0": 0}, pad_token_id=PAD, tie_word_embeddings=False)
+    k = sorted(ref_family.CONFIGS).index(fam)
+    w32 = {n: t.float() for n, t in ref_family.make_weights(cfg, 4321 + k).items() if n != "lm_head.weight"}
+    g = torch.Generator().manual_seed(101 + k)
+    w32["score.weight"] = 0.25 * torch.randn((1, cfg["hidden_size"]), generator=g, dtype=torch.float32)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    ref_model.write_safetensors(os.path.join(d, "model.safetensors"), {n: t.numpy() for n, t in w32.items()})
+    saved = ref_model.forward
+    ref_model.forward = lambda c, w, ids, adapter=None: ref_family.forward(c, w, ids)
+    try:
+        exp = {}
+        w64 = {n: t.to(torch.float64) for n, t in w32.items()}
+        seqs = [s for p in files["pairs.jsonl"] for s in (p["chosen_ids"], p["rejected_ids"])]
+        with torch.no_grad():
+            exp["rewards"] = rewards_of(cfg, w64, seqs, 8).numpy()
+        res = run_case(cfg, w32, files[CASES["ga"]["file"]], CASES["ga"], files)
+        for key, v in res.items():
+            exp["ga." + key] = v
+        print(fam, {key: round(float(v[0]), 6) for key, v in res.items()})
+    finally:
+        ref_model.forward = saved
+    ref_model.write_safetensors(os.path.join(d, "expected.safetensors"), exp)
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "check":
         check(*sys.argv[2:5])
@@ -262,6 +303,8 @@ def main():
             exp[f"{name}.{k}"] = v
         print(name, {k: round(float(v[0]), 6) for k, v in res.items()})
     ref_model.write_safetensors(os.path.join(out_dir, "expected.safetensors"), exp)
+    for fam in ("olmo2", "phi3"):
+        family_rm(out_dir, root, fam, files)
     with open(os.path.join(out_dir, "cases.json"), "w") as f:
         json.dump({"adam_beta1": B1, "adam_beta2": B2, "adam_epsilon": EPS, "max_grad_norm": MAX_NORM,
                    "cases": CASES}, f, indent=1)

@@ -4,3 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 /usr/bin/python3 scripts/ref_lora.py tests/data/lora
+/usr/bin/python3 scripts/ref_lora_moe.py tests/data/lora

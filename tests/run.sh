@@ -74,7 +74,8 @@ cuda_emu_tests() {  # the build directory of `make CUDA_EMU=1`
   local dir=$1
   # the emulator runs kernels on one thread: idle OpenMP threads of the cpu backend must not spin
   local env=(env "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}" "STILL_BUILD=$dir" "STILL_BIN=$dir/still")
-  for t in ops/test_backend_parity ops/test_heads_parity ops/test_kv cuemu/test_cuemu ops/test_moe_parity ops/test_family_parity; do
+  for t in ops/test_backend_parity ops/test_heads_parity ops/test_kv cuemu/test_cuemu ops/test_moe_parity ops/test_family_parity \
+      model/test_vocab_head; do
     run_one "cuda-emu/$(basename "$t")" "${env[@]}" "$dir/tests/$t"
   done
   run_one cuda-emu/cli "${env[@]}" bash tests/cuemu/cli.sh

@@ -25,7 +25,8 @@ static int default_threads(int threads) {
     X(attention_forward_opt) X(attention_backward_opt) X(attention_cached_opt) X(kv_ring_write)                    \
     X(attention_ring) X(rmsnorm_forward_off) X(rmsnorm_backward_off) X(geglu_forward) X(geglu_backward)            \
     X(softcap_forward) X(softcap_backward) X(ce_head_cap) X(logprob_head_cap) X(distill_head_cap)          \
-    X(attention_sinks_backward)
+    X(attention_sinks_backward) X(swiglu_clamp_forward) X(swiglu_clamp_backward) X(embedding_forward_part)         \
+    X(embedding_backward_part) X(vocab_stats) X(vocab_grad) X(vocab_jsd) X(vocab_jsd_grad)
 
 // The first required op the table lacks, or NULL when it is complete.
 static const char *missing_op(const Backend *be) {

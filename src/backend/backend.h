@@ -126,14 +126,15 @@ struct Backend {
                             const void *w, DType wdt, int N, int C, int OC);
 
     // ---- rotary position embedding, half-split (NeoX) layout, in place ----------------------
-    // x (N,NH,HD), pos (N), inv_freq (HD/2): for i < HD/2, angle = pos*inv_freq[i],
-    // c = cos(angle)*mscale, s = sin(angle)*mscale;
-    // x[i] <- x[i] c - x[i+HD/2] s ; x[i+HD/2] <- x[i+HD/2] c + x[i] s
+    // x (N,NH,HD), pos (N), inv_freq (RD/2): the first RD dims of every head rotate (RD even,
+    // <= HD; RD < HD is partial rotary, Phi-3's partial_rotary_factor), dims [RD, HD) pass
+    // through. For i < RD/2, angle = pos*inv_freq[i], c = cos(angle)*mscale, s = sin(angle)*mscale;
+    // x[i] <- x[i] c - x[i+RD/2] s ; x[i+RD/2] <- x[i+RD/2] c + x[i] s
     void (*rope_forward)(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                         int HD);
+                         int HD, int RD);
     // dx (N,NH,HD) in place: the transpose rotation (dx is overwritten, not accumulated)
     void (*rope_backward)(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                          int HD);
+                          int HD, int RD);
 
     // ---- causal self-attention with GQA and segment masks --------------------------------
     // q (B,T,NH,HD), k v (B,T,NKV,HD), seg (B,T) -> out (B,T,NH,HD), lse (B,NH,T)
@@ -440,7 +441,41 @@ struct Backend {
     // dlogits[n,j] += coef p_j (g_j - p . g). Nothing when M = 0.
     void (*moe_aux_backward)(Backend *be, float *dlogits, const float *logits, const int32_t *seg, const float *stats,
                              float coef, int N, int E);
+    // GPT-OSS's clamped SwiGLU over interleaved gate / up columns (GptOssExperts): gu (n, 2) holds
+    // gate = gu[2i], up = gu[2i+1]; with g = min(gate, limit), u = clamp(up, -limit, limit),
+    //   out (n) = (u + 1) * g * sigmoid(alpha * g)
+    void (*swiglu_clamp_forward)(Backend *be, float *out, const float *gu, float alpha, float limit, size_t n);
+    // dgu (n, 2) += the gradient through it; 0 where a clamp holds the value (gate > limit,
+    // |up| > limit), as torch.clamp's backward
+    void (*swiglu_clamp_backward)(Backend *be, float *dgu, const float *dout, const float *gu, float alpha, float limit,
+                                  size_t n);
     // ---- end of mixture of experts -------------------------------------------------------------
+
+    // ---- vocabulary shards (tensor parallelism: src/model/vocab_head.c, docs/distributed.md) ----
+    // A rank holds rows [lo, lo + V) of the embedding and the LM head. Logits of a shard come from
+    // matmul_forward with its rows; these ops compute what the shards' statistics combine from and
+    // the gradient once they are combined (vocab_math.h, shared by every backend).
+    // out (N,C) = wte[ids - lo] for ids in [lo, lo + V), 0 for the others; wte (V,C) as wdt
+    void (*embedding_forward_part)(Backend *be, float *out, const int32_t *ids, const void *wte, DType wdt, int N,
+                                   int C, int lo, int V);
+    // dwte (V,C) += scatter of dout (N,C) at ids - lo, the ids in [lo, lo + V) only
+    void (*embedding_backward_part)(Backend *be, float *dwte, const float *dout, const int32_t *ids, int N, int C,
+                                    int lo, int V);
+    // stats (M, VOCAB_STATS) of every row of z (M,V) at temperature tau (vocab_row_stats), the
+    // target of row r targets[r] - lo in the shard (targets NULL: none).
+    void (*vocab_stats)(Backend *be, float *stats, const float *z, const int32_t *targets, float tau, int lo, int M,
+                        int V);
+    // z (M,V) -> dz in place (vocab_row_grad) from rows (M, VOCAB_ROW): [VR_LSE], [VR_COEF].
+    void (*vocab_grad)(Backend *be, float *z, const int32_t *targets, const float *rows, float tau, float softcap,
+                       int lo, int M, int V);
+    // part (M,2) = the shard's [L, K] of the generalized JSD of zs, zt (M,V) (vocab_row_jsd) with
+    // rows (M, VOCAB_ROW): [VR_LSE], [VR_LSE_T].
+    void (*vocab_jsd)(Backend *be, float *part, const float *zs, const float *zt, const float *rows, float tau,
+                      float beta, int M, int V);
+    // zs (M,V) -> dz in place (vocab_row_jsd_grad) from rows: every VR_* field.
+    void (*vocab_jsd_grad)(Backend *be, float *zs, const float *zt, const float *rows, float tau, float beta,
+                           float softcap, int M, int V);
+    // ---- end of vocabulary shards --------------------------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all
@@ -466,6 +501,9 @@ void backend_cpu_install_family(Backend *be);
 // Install the mixture-of-experts ops (backend/ref/ref_moe.c, backend/cpu/cpu_moe.c).
 void backend_ref_install_moe(Backend *be);
 void backend_cpu_install_moe(Backend *be);
+// Install the vocabulary-shard ops (backend/ref/ref_vocab.c, backend/cpu/cpu_vocab.c).
+void backend_ref_install_vocab(Backend *be);
+void backend_cpu_install_vocab(Backend *be);
 #ifdef STILL_CUDA
 Status backend_cuda_create(int threads, Backend **out, Err *e);
 #endif

@@ -49,9 +49,41 @@ static void layer_attention_text(const ModelConfig *cfg, int l, char *buf, size_
     else
         k += (size_t)snprintf(buf + k, n - k, ", rope theta %g (%s)", cfg->rope_theta,
                               rope_name(cfg->rope_scaling.type));
+    if (cfg->rope_scaling.type == ROPE_LONGROPE && !cfg->layer_rope[l])
+        k += (size_t)snprintf(buf + k, n - k, " long_factor beyond %g positions, attention factor %g",
+                              cfg->rope_scaling.original_max_position_embeddings, cfg->rope_scaling.attention_factor);
+    if (cfg->rotary_dim < cfg->head_dim)
+        k += (size_t)snprintf(buf + k, n - k, ", rotary dims %d of %d", cfg->rotary_dim, cfg->head_dim);
     if (cfg->query_scale != 0) k += (size_t)snprintf(buf + k, n - k, ", query scale %g", cfg->query_scale);
     else k += (size_t)snprintf(buf + k, n - k, ", query scale 1/sqrt(%d)", cfg->head_dim);
-    if (cfg->attn_softcap != 0) snprintf(buf + k, n - k, ", soft-cap %g", cfg->attn_softcap);
+    if (cfg->attn_softcap != 0) k += (size_t)snprintf(buf + k, n - k, ", soft-cap %g", cfg->attn_softcap);
+    if (cfg->attn_sinks) snprintf(buf + k, n - k, ", a sink logit per head");
+}
+
+// The mixture of experts and YaRN as resolved (nothing for a dense model with another rope).
+static void print_moe_rope(const ModelConfig *cfg) {
+    const RopeScaling *rs = &cfg->rope_scaling;
+    if (rs->type == ROPE_YARN) {
+        float inv[ROPE_MAX_FACTORS], ms;
+        config_rope_inv_freq(cfg, inv, &ms);
+        printf("rope            yarn: factor %g, beta_fast %g, beta_slow %g, original_max_position_embeddings %g, "
+               "truncate %s, attention factor %.6g\n",
+               rs->factor, rs->beta_fast, rs->beta_slow, rs->original_max_position_embeddings,
+               rs->truncate ? "yes" : "no", (double)ms);
+    }
+    if (cfg->num_experts <= 0) return;
+    int sparse = 0;
+    for (int l = 0; l < cfg->num_hidden_layers; l++) sparse += cfg->layer_moe[l];
+    printf("experts         %d of %d layers sparse: %d experts of mlp %d, top %d weighted by %s, router bias %s\n",
+           sparse, cfg->num_hidden_layers, cfg->num_experts, cfg->moe_intermediate_size, cfg->num_experts_per_tok,
+           cfg->norm_topk_prob ? "a softmax over their logits" : "their softmax probabilities",
+           cfg->router_bias ? "yes" : "no");
+    if (cfg->moe_fused)
+        printf("experts         one gate_up_proj (gate / up interleaved) and down_proj per layer, with biases; "
+               "(clamp(up, +-%g) + 1) * g * sigmoid(%g g), g = min(gate, %g)\n",
+               cfg->swiglu_limit, cfg->swiglu_alpha, cfg->swiglu_limit);
+    printf("aux loss        router_aux_loss_coef %g, %s (output_router_logits)\n", cfg->router_aux_loss_coef,
+           cfg->output_router_logits ? "added in training" : "off");
 }
 
 // What the family table resolved: the layer structure and each run of layers' attention.
@@ -67,6 +99,7 @@ static void print_family(const ModelConfig *cfg) {
            (double)cfg->embed_scale, cfg->fused_qkv ? ", fused qkv_proj" : "",
            cfg->fused_gate_up ? ", fused gate_up_proj" : "", cfg->final_softcap != 0 ? ", final soft-cap" : "");
     if (cfg->final_softcap != 0) printf("final soft-cap  %g\n", cfg->final_softcap);
+    print_moe_rope(cfg);
     char cur[256], next[256];
     int start = 0;
     layer_attention_text(cfg, 0, cur, sizeof cur);
@@ -88,11 +121,12 @@ static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T) {
     memset(&lo, 0, sizeof lo);
     lo.cfg.r = r;
     lo.cfg.dropout = 0.05;
+    lo.slot_rows = 1;
     int C = c->hidden_size, FF = c->intermediate_size, QD = c->num_attention_heads * c->head_dim;
     int KD = c->num_key_value_heads * c->head_dim;
-    int ins[LORA_N_MODULES] = {C, C, C, QD, C, C, FF}, outs[LORA_N_MODULES] = {QD, KD, KD, C, FF, FF, C};
+    int ins[LORA_N_DENSE] = {C, C, C, QD, C, C, FF}, outs[LORA_N_DENSE] = {QD, KD, KD, C, FF, FF, C};
     size_t n = 0;
-    for (int i = 0; i < LORA_N_MODULES; i++) {
+    for (int i = 0; i < LORA_N_DENSE; i++) {
         n += (size_t)r * (ins[i] + outs[i]) * c->num_hidden_layers;
         lo.max_in = MAX(lo.max_in, ins[i]);
         lo.max_out = MAX(lo.max_out, outs[i]);
@@ -124,7 +158,7 @@ static Status mesh_arg(const Args *a, const char *flag, const char *env, int *ou
 }
 
 // Per-rank training memory on a tp x fsdp mesh (src/train/tp.c, fsdp.c): the rank's part of the
-// model (heads, kv-heads and MLP columns / tp; norms, embedding and LM head whole), its parameters,
+// model (heads, kv-heads, MLP columns and vocabulary rows / tp; norms whole), its parameters,
 // gradients and AdamW moments / fsdp, the working buffers of FSDP (the largest layer and the rest
 // with their gradients), and the train plan of the local shapes.
 static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err *e) {
@@ -140,6 +174,7 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d is not divisible by it", tp, dims[i].what, dims[i].n);
     ModelConfig lc = *c;
     lc.num_attention_heads /= tp, lc.num_key_value_heads /= tp, lc.intermediate_size /= tp;
+    if (tp > 1) lc.vocab_part = c->vocab_size / tp, lc.vocab_lo = 0;  // the embedding and LM head's rows
     TensorTable tt;
     tensors_build(&tt, &lc, DT_F32);
     size_t layer = 0, rest = 0;
@@ -154,7 +189,7 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
     size_t plan_ck = plan_bytes_opts(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size), 1, NULL);
     printf("mesh            tp %d x fsdp %d, per rank: weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB%s + working "
            "buffers %.1f MiB + plan train B=%d T=%d %.1f MiB = %.1f MiB (the rank's part of the model: %zu parameters, "
-           "embedding and LM head whole)\n",
+           "1/tp of the vocabulary)\n",
            tp, fsdp, mib(shard), mib(shard), mib(2 * shard), fsdp > 1 ? " (1/fsdp each)" : "", mib(work), B, T,
            mib(plan), mib(4 * shard + work + plan), tt.n_params);
     printf("mesh ckpt       the same with --gradient_checkpointing: plan train %.1f MiB = %.1f MiB\n", mib(plan_ck),

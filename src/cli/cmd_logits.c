@@ -111,9 +111,16 @@ static Status write_grads(const Model *m, const char *path, Err *e) {
     m->be->download(m->be, host, tr.grads, tr.tt->n_params * sizeof(float));
     for (int i = 0; i < n; i++) {
         const TensorInfo *t = &tr.tt->t[i];
-        wt[i] = (StWriteTensor){.name = t->name, .dtype = DT_F32, .ndim = t->ndim, .data = host + t->goffset};
-        wt[i].shape[0] = t->shape[0];
-        wt[i].shape[1] = t->shape[1];
+        wt[i] = (StWriteTensor){.name = t->name, .dtype = DT_F32, .data = host + t->goffset};
+        int64_t hs[3];
+        tensors_hf_shape(t, &wt[i].ndim, hs);  // the checkpoint's layout (gpt_oss experts)
+        for (int d = 0; d < wt[i].ndim; d++) wt[i].shape[d] = hs[d];
+        if (t->hf_xpose) {
+            float *own = xmalloc(t->numel * sizeof(float));
+            memcpy(own, host + t->goffset, t->numel * sizeof(float));
+            tensors_to_hf(t, host + t->goffset, own);
+            free(own);
+        }
     }
     Status st = st_write(path, wt, n, NULL, 0, e);
     free(host);

@@ -33,6 +33,8 @@ static const ArgSpec specs[] = {
     {"shuffle", ARG_BOOL, "true", "reshuffle rows every epoch (seeded, as the HF dataloader)"},
     {"per_device_eval_batch_size", ARG_INT, "8", "rows per eval batch", "[1,inf)"},
     CLI_MOE_FLAG,
+    {"ep_size", ARG_INT, "1", "expert parallel: the experts of every sparse layer split over this many ranks, each "
+                              "rank its own batches (mpirun -np EP_SIZE)", "[1,4096]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -51,6 +53,7 @@ static Status build(const Args *a, SftConfig *c, char **model_dir, Err *e) {
     if (!c->dataset) return err_set(e, ST_EINVAL, "--dataset FILE.jsonl is required (also --dataset_name, --train_file)");
     c->eval_dataset = args_str(a, "eval_dataset");
     c->moe_capacity_factor = args_float(a, "moe_capacity_factor");
+    c->ep_size = (int)args_int(a, "ep_size");
     CliTrain r;
     TRY(cli_train_config(a, CLI_TRAIN_EVAL, &c->train, &r, e));
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;

@@ -332,6 +332,42 @@ Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t 
 #endif
 }
 
+Status dist_alltoallv_host_f(Dist *d, float *recv, const size_t *rcounts, const float *send, const size_t *scounts,
+                             Err *e) {
+    if (d->world == 1) {
+        if (recv != send && scounts[0]) memcpy(recv, send, scounts[0] * sizeof(float));
+        return ST_OK;
+    }
+#ifdef STILL_MPI
+    int *sc = xmalloc(4 * (size_t)d->world * sizeof(int)), *sd = sc + d->world, *rc = sd + d->world, *rd = rc + d->world;
+    Status st = mpi_blocks(d, scounts, sc, sd, "all-to-all", e);
+    if (st == ST_OK) st = mpi_blocks(d, rcounts, rc, rd, "all-to-all", e);
+    if (st == ST_OK) {
+        MPI_Request req;
+        MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, COMM(d), &req);
+        st = wait_req(d, &req, "all-to-all", sum_counts(d, scounts), e);
+    }
+    free(sc);
+    return st;
+#else
+    return ST_OK;
+#endif
+}
+
+Status dist_alltoall_host_i(Dist *d, int32_t *recv, const int32_t *send, size_t n, Err *e) {
+    if (d->world == 1) {
+        if (recv != send && n) memcpy(recv, send, n * sizeof(int32_t));
+        return ST_OK;
+    }
+#ifdef STILL_MPI
+    MPI_Request req;
+    MPI_Ialltoall(send, (int)n, MPI_INT32_T, recv, (int)n, MPI_INT32_T, COMM(d), &req);
+    return wait_req(d, &req, "all-to-all", n * (size_t)d->world, e);
+#else
+    return ST_OK;
+#endif
+}
+
 Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes, Err *e) {
     if (d->world == 1) {
         if (recv != send) memcpy(recv, send, nbytes);

@@ -75,6 +75,12 @@ Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Er
 // Host floats: rank 0's recv (sum of counts) = the blocks send (counts[rank]) of every rank in
 // rank order; other ranks may pass recv NULL.
 Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t *counts, Err *e);
+// Host floats, all to all: rank r's block scounts[q] (blocks of send back to back, in rank order)
+// goes to rank q, which receives rcounts[r] floats from rank r into recv (blocks in rank order).
+Status dist_alltoallv_host_f(Dist *d, float *recv, const size_t *rcounts, const float *send, const size_t *scounts,
+                             Err *e);
+// Host int32s, all to all: n of send for each rank in rank order; n from each into recv.
+Status dist_alltoall_host_i(Dist *d, int32_t *recv, const int32_t *send, size_t n, Err *e);
 // Host bytes gathered on every rank: recv (world*nbytes); send may be this rank's slot of recv.
 Status dist_allgather_host(Dist *d, void *recv, const void *send, size_t nbytes, Err *e);
 // Broadcast host bytes from rank 0 (any size).

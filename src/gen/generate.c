@@ -10,6 +10,7 @@
 #include "../core/rng.h"
 #include "../model/qwen3.h"
 #include "bans.h"
+#include "sample_shard.h"
 
 #include <math.h>
 #include <string.h>
@@ -453,8 +454,98 @@ static Status batch_prefill(Batch *bt, int P, int first, GenStats *st, Err *e) {
     return status;
 }
 
-// Decode until every row is finished. dp->logits holds the logits after the prompt.
-static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
+// The token row b fed at cache slot s (a batch laid out by batch_prefill, then decoded to step
+// `step`): the padded prompt in slots [0, P), then generated token j in slot P + j (pad once the
+// row had finished: batch_decode feeds finished rows pad).
+static void slot_token(const Batch *bt, int b, int P, int s, int32_t *id, int32_t *pos) {
+    const Row *r = &bt->rows[b];
+    if (s < P) {
+        *id = bt->h_ids[(size_t)b * P + s];
+        *pos = bt->h_pos[(size_t)b * P + s];
+        return;
+    }
+    int j = s - P, fed = r->out->n - (r->live ? 0 : 1);  // generated tokens fed back
+    *id = j < fed ? r->hist[r->len + j] : bt->pad;
+    *pos = r->len + j;
+}
+
+// Longrope crossed original_max_position_embeddings at decode step `step` (the batch's longest
+// sequence now holds more positions, and model_rope_select switched to the long table): every
+// key in the cache was made with the short one. transformers' Phi3ForCausalLM
+// (prepare_inputs_for_generation) drops its cache then and runs the whole sequence again, so this
+// runs slots [0, P + step] again from the start with the long table: the prompt chunks as
+// batch_prefill ran them, then chunks of generated tokens while they fill one, then single
+// decode steps; the last leaves the logits of this step in dp->logits. Repetition-penalty counts
+// are not touched (they already hold every token).
+static Status batch_reprefill(Batch *bt, int P, int first, int step, GenStats *st, Err *e) {
+    Model *m = bt->m;
+    Backend *be = m->be;
+    const GenConfig *c = bt->cfg;
+    Plan *dp = bt->dp;
+    int B = bt->B, L = P + step + 1, chunk = MAX(c->prefill_chunk_size, first);
+    int32_t *cids = xmalloc((size_t)B * chunk * 2 * sizeof(int32_t)), *cpos = cids + (size_t)B * chunk;
+    Status status = ST_OK;
+    int c0 = 0;
+    for (; status == ST_OK;) {
+        int Tc = c0 ? c->prefill_chunk_size : first;
+        if (c0 + Tc > L || (c0 < P && c0 + Tc > P)) break;
+        Plan *p;
+        status = plan_get_shape(m, PLAN_PREFILL, B, Tc, 0, &p, e);
+        if (status != ST_OK) break;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tc; t++)
+                slot_token(bt, b, P, c0 + t, cids + (size_t)b * Tc + t, cpos + (size_t)b * Tc + t);
+        be->upload(be, p->ids, cids, (size_t)B * Tc * sizeof(int32_t));
+        be->upload(be, p->pos, cpos, (size_t)B * Tc * sizeof(int32_t));
+        qwen3_cache_seek(m, dp, c0, Tc);
+        qwen3_forward_cached(m, p, dp);
+        if (c0 + Tc == L) qwen3_last_logits(m, p, dp);
+        st->prefill_slots += (long)B * Tc;
+        c0 += Tc;
+    }
+    for (; status == ST_OK && c0 < L; c0++) {  // the rest one slot at a time
+        for (int b = 0; b < B; b++) slot_token(bt, b, P, c0, cids + b, cpos + b);
+        be->upload(be, dp->ids, cids, (size_t)B * sizeof(int32_t));
+        be->upload(be, dp->pos, cpos, (size_t)B * sizeof(int32_t));
+        qwen3_cache_seek(m, dp, c0, 1);
+        qwen3_decode_step(m, dp);
+        st->prefill_slots += B;
+    }
+    free(cids);
+    return status;
+}
+
+// The longest real row of a batch (its prompt tokens).
+static int batch_longest(const Batch *bt) {
+    int longest = 0;
+    for (int b = 0; b < bt->B; b++)
+        if (bt->rows[b].prompt_index >= 0) longest = MAX(longest, bt->rows[b].len);
+    return longest;
+}
+
+// sample_logits on vocabulary shards (tensor parallel): the rank's columns of the logits and the
+// host's parameters, uniforms and bans through sample_shards; ids and log-probs back on the device.
+static void sample_on_shards(Batch *bt, float *lp, float *lpr, int K) {
+    Model *m = bt->m;
+    Backend *be = m->be;
+    Plan *dp = bt->dp;
+    int B = bt->B, Vp = m->cfg.vocab_part;
+    float *logits = xmalloc((size_t)B * Vp * sizeof(float)), *hlp = xmalloc((size_t)B * 2 * sizeof(float));
+    uint8_t *seen = bt->rep ? xmalloc((size_t)B * bt->V) : NULL;
+    be->download(be, logits, dp->logits_part, (size_t)B * Vp * sizeof(float));
+    if (seen) be->download(be, seen, dp->seen, (size_t)B * bt->V);
+    sample_shards(m, bt->h_next, lp ? hlp : NULL, lpr ? hlp + B : NULL, logits, bt->h_sp, bt->sampling ? bt->h_u : NULL,
+                  seen, K ? bt->h_ban : NULL, K, B);
+    be->upload(be, dp->ids, bt->h_next, (size_t)B * sizeof(int32_t));
+    if (lp) be->upload(be, lp, hlp, (size_t)B * sizeof(float));
+    if (lpr) be->upload(be, lpr, hlp + B, (size_t)B * sizeof(float));
+    free(logits), free(hlp), free(seen);
+}
+
+// Decode until every row is finished. dp->logits holds the logits after the prompt. A longrope
+// model whose longest sequence grows past original_max_position_embeddings runs the batch again
+// with the long table at that step (batch_reprefill; `first` is the prompt's first chunk).
+static Status batch_decode(Batch *bt, int P, int first, GenStats *st, Err *e) {
     Model *m = bt->m;
     Backend *be = m->be;
     Plan *dp = bt->dp;
@@ -467,8 +558,10 @@ static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
         if (status != ST_OK) break;
         float *lp = bt->want_lp && bt->cfg->logprobs == GEN_LOGPROBS_PROCESSED ? dp->logprob : NULL;
         float *lpr = bt->want_lp && bt->cfg->logprobs == GEN_LOGPROBS_RAW ? dp->logprob_raw : NULL;
-        be->sample_logits(be, dp->ids, lp, lpr, dp->scores, dp->logits, dp->sparams, bt->sampling ? dp->u : NULL,
-                          bt->rep ? dp->seen : NULL, K ? dp->banned : NULL, K, B, bt->V);
+        if (dp->logits_part) sample_on_shards(bt, lp, lpr, K);
+        else
+            be->sample_logits(be, dp->ids, lp, lpr, dp->scores, dp->logits, dp->sparams, bt->sampling ? dp->u : NULL,
+                              bt->rep ? dp->seen : NULL, K ? dp->banned : NULL, K, B, bt->V);
         be->download(be, bt->h_next, dp->ids, (size_t)B * sizeof(int32_t));
         if (bt->want_lp) be->download(be, bt->h_lp, lp ? lp : lpr, (size_t)B * sizeof(float));
         int live = step_record(bt);
@@ -482,8 +575,13 @@ static Status batch_decode(Batch *bt, int P, GenStats *st, Err *e) {
         be->upload(be, dp->ids, feed, (size_t)B * sizeof(int32_t));
         be->upload(be, dp->pos, pos, (size_t)B * sizeof(int32_t));
         if (bt->rep) be->sample_seen_update(be, dp->seen, dp->ids, B, 1, bt->V);
-        qwen3_cache_seek(m, dp, P + step, 1);
-        qwen3_decode_step(m, dp);
+        if (model_rope_select(m, batch_longest(bt) + step + 1)) {  // the cache's keys are stale
+            status = batch_reprefill(bt, P, first, step, st, e);
+            if (status != ST_OK) break;
+        } else {
+            qwen3_cache_seek(m, dp, P + step, 1);
+            qwen3_decode_step(m, dp);
+        }
         st->decode_steps++;
         st->decode_rows += B;
     }
@@ -524,11 +622,12 @@ static Status run_batch(Batch *bt, GenStats *st, Err *e) {
     bt->h_pos = bt->h_ids + n;
     bt->h_seen = bt->h_pos + n;
     batch_params(bt);
+    model_rope_select(bt->m, batch_longest(bt));  // longrope: the table of the prompt call
     double t0 = now_s();
     Status status = batch_prefill(bt, P, first, st, e);
     double t1 = now_s();
     st->prefill_seconds += t1 - t0;
-    if (status == ST_OK) status = batch_decode(bt, P, st, e);
+    if (status == ST_OK) status = batch_decode(bt, P, first, st, e);
     st->decode_seconds += now_s() - t1;
     free(bt->h_ids);
     bt->h_ids = bt->h_pos = bt->h_seen = NULL;
@@ -717,6 +816,16 @@ Status gen_session_generate(Model *m, const GenConfig *cfg0, GenSession *s, cons
             return err_set(e, ST_EINVAL, "prompt 0: token id %d at position %d is outside the vocabulary [0, %d)",
                            prompt[t], t, V);
     int S = gen_cache_len(&cfg, m->be, &len, 1), plans_before = m->plans.n;
+    int ring = 0;  // a sliding layer keeps a ring of its window: a new turn's padding slots would
+                   // overwrite the keys of the previous turn's last tokens in it
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) ring |= plan_cache_slots(&m->cfg, l, S) < S;
+    if (ring || config_rope_long(&m->cfg, S)) {
+        // (longrope past its original context: crossing it reruns the whole sequence,
+        // batch_reprefill, which a kept conversation cannot) no reuse, as above
+        s->n = 0, s->next = 0, s->dp = NULL, s->reused = 0;
+        return gen_generate(m, &cfg, &prompt, &len, 1, out, stats, e);
+    }
+    model_rope_select(m, 1);  // the whole cache is within the original context: the short table
     Plan *dp;
     TRY(plan_get_shape(m, PLAN_DECODE, 1, 1, S, &dp, e));
     // What of the conversation is in the cache: the longest common prefix (at least one token is
@@ -763,7 +872,7 @@ Status gen_session_generate(Model *m, const GenConfig *cfg0, GenSession *s, cons
     Status status = session_prefill(&bt, s, prompt, len, common, base, P, first, st, e);
     double t1 = now_s();
     st->prefill_seconds = t1 - t0;
-    if (status == ST_OK) status = batch_decode(&bt, base + P, st, e);
+    if (status == ST_OK) status = batch_decode(&bt, base + P, first, st, e);
     st->decode_seconds = now_s() - t1;
     st->batches = 1, st->batch_size = 1, st->max_cache_len = S;
     st->plans_built = m->plans.n - plans_before, st->plans_total = m->plans.n;

@@ -173,7 +173,9 @@ void gen_seqs_free(GenSeq *s, int n);
 // row. The cache length is cfg->max_cache_len (fixed by the caller: another length is another
 // plan, and the conversation is prefilled again); when the new turn does not fit behind what is
 // cached, the whole prompt is laid out afresh. A repetition penalty turns the reuse off (its
-// counts are built during prefill). Sampling draws as gen_generate's prompt 0.
+// counts are built during prefill), and so do a sliding layer's ring cache (the new turn's
+// padding would overwrite the window) and a cache past longrope's original context (the switch
+// to long_factor reruns the sequence). Sampling draws as gen_generate's prompt 0.
 typedef struct GenSession {
     int32_t *ids;     // (n) tokens whose keys and values are in the cache, in order
     int *slot;        // (n) the cache slot of each

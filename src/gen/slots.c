@@ -44,6 +44,14 @@ struct GenSlots {
 Status gen_slots_open(Model *m, int B, int S, GenSlots **out, Err *e) {
     *out = NULL;
     if (B < 1 || S < 2) return err_set(e, ST_EINVAL, "slots: %d slots of %d cache slots: need at least 1 and 2", B, S);
+    if (config_rope_long(&m->cfg, S))
+        return err_set(e, ST_EUNSUPPORTED,
+                       "a cache of %d slots is longer than this %s model's longrope original_max_position_embeddings "
+                       "%g: beyond it transformers reruns the batch with long_factor, which continuous batching "
+                       "cannot (use --max_cache_len %g or less; still generate follows it)",
+                       S, m->cfg.model_type, m->cfg.rope_scaling.original_max_position_embeddings,
+                       m->cfg.rope_scaling.original_max_position_embeddings);
+    model_rope_select(m, 1);  // every call within the original context: the short table
     Plan *dp;
     TRY(plan_get_shape(m, PLAN_DECODE, B, 1, S, &dp, e));
     GenSlots *g = xcalloc(1, sizeof *g);

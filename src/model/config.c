@@ -199,15 +199,11 @@ Status family_parse_qwen_window(const cJSON *root, const char *path, ModelConfig
     return ST_OK;
 }
 
-// Phi-3: dropouts (only 0), partial_rotary_factor at the top level, sliding_window on every
-// layer (transformers' Phi3 masks with it when it is not null).
+// Phi-3: dropouts (only 0), sliding_window on every layer (transformers' Phi3 masks with it when
+// it is not null); partial_rotary_factor is read with the rope fields (parse_rope).
 Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
     TRY(check_zero_dropout(root, path, "resid_pdrop", e));
     TRY(check_zero_dropout(root, path, "embd_pdrop", e));
-    double prf;
-    TRY(get_double_field(root, "partial_rotary_factor", path, 1.0, &prf, e));
-    if (prf != 1.0)
-        return err_set(e, ST_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported (only 1.0)", path, prf);
     int w;
     TRY(get_int_field(root, "sliding_window", path, 0, 0, 1, &w, e));
     for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_window[l] = w;
@@ -386,6 +382,47 @@ Status family_parse_gemma3(const cJSON *root, const char *path, ModelConfig *cfg
     return ST_OK;
 }
 
+static const cJSON *rope_dict(const cJSON *root, const char **name);
+
+// GptOssConfig (docs/models.md): layer_types (by default the even layers slide) with sliding_window
+// (128); a sink logit per head; every layer sparse over num_local_experts (128), num_experts_per_tok
+// (4) chosen by the biased router and weighted by a softmax over their logits; experts of
+// intermediate_size with the clamped SwiGLU (swiglu_alpha 1.702, swiglu_limit 7). Without a rope
+// dict, GptOssConfig's YaRN (factor 32, beta_fast 32, beta_slow 1, truncate false, original
+// context 4096); rope_theta 150000 when absent.
+Status family_parse_gpt_oss(const cJSON *root, const char *path, ModelConfig *cfg, Err *e) {
+    int w;
+    TRY(get_nullable_int(root, "sliding_window", path, 128, 0, 1, &w, e));
+    TRY(gemma_layers(root, path, 2, w, cfg, e));
+    TRY(parse_moe_common(root, path, "num_local_experts", 128, 4, cfg, e));
+    if (cfg->num_experts < 1)
+        return err_set(e, ST_EINVAL, "%s: field \"num_local_experts\" is 0, expected a positive integer", path);
+    int v;
+    TRY(get_int_field(root, "experts_per_token", path, 0, cfg->num_experts_per_tok, 1, &v, e));
+    if (v != cfg->num_experts_per_tok)
+        return err_set(e, ST_EINVAL, "%s: experts_per_token is %d but num_experts_per_tok is %d (transformers reads "
+                       "num_experts_per_tok; make them agree)", path, v, cfg->num_experts_per_tok);
+    TRY(get_int_field(root, "initial_context_length", path, 0, 1, 1, &v, e));  // inert, but an integer
+    TRY(get_positive_double(root, "swiglu_alpha", path, 1.702, &cfg->swiglu_alpha, e));
+    TRY(get_positive_double(root, "swiglu_limit", path, 7.0, &cfg->swiglu_limit, e));
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->norm_topk_prob = 1;
+    cfg->router_bias = cfg->moe_fused = cfg->attn_sinks = 1;
+    for (int l = 0; l < cfg->num_hidden_layers; l++) cfg->layer_moe[l] = 1;
+    const char *name;
+    const cJSON *rd = rope_dict(root, &name);
+    if (!json_has(root, "rope_theta") && !(rd && cJSON_IsObject(rd) && json_has(rd, "rope_theta")))
+        cfg->rope_theta = 150000.0;
+    if (!rd || cJSON_IsNull(rd)) {
+        RopeScaling *rs = &cfg->rope_scaling;
+        rs->type = ROPE_YARN;
+        rs->factor = 32.0, rs->beta_fast = 32.0, rs->beta_slow = 1.0, rs->truncate = 0;
+        rs->original_max_position_embeddings = 4096;
+        rs->attention_factor = -1.0, rs->mscale = rs->mscale_all_dim = 0;
+    }
+    return ST_OK;
+}
+
 // The rope dict: v5 "rope_parameters" (possibly keyed per layer type) or legacy "rope_scaling".
 static const cJSON *rope_dict(const cJSON *root, const char **name) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -402,11 +439,11 @@ static const cJSON *rope_dict(const cJSON *root, const char **name) {
     return cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
 }
 
-// longrope's per-frequency factors: a list of head_dim / 2 positive numbers.
+// longrope's per-frequency factors: a list of rotary_dim / 2 positive numbers.
 static Status read_factors(const cJSON *rd, const char *key, const char *what, int n, float *out, Err *e) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(rd, key);
     if (!a || !cJSON_IsArray(a))
-        return err_set(e, ST_EINVAL, "%s: field \"%s\" must be a list of %d numbers (head_dim / 2)", what, key, n);
+        return err_set(e, ST_EINVAL, "%s: field \"%s\" must be a list of %d numbers (rotary dims / 2)", what, key, n);
     int k = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, a) {
@@ -415,33 +452,68 @@ static Status read_factors(const cJSON *rd, const char *key, const char *what, i
         if (k < n) out[k] = (float)it->valuedouble;
         k++;
     }
-    if (k != n) return err_set(e, ST_EINVAL, "%s: field \"%s\" has %d entries, expected %d (head_dim / 2)", what, key, k, n);
+    if (k != n) return err_set(e, ST_EINVAL, "%s: field \"%s\" has %d entries, expected %d (rotary dims / 2)", what, key, k, n);
     return ST_OK;
 }
 
-// longrope (modeling_rope_utils.py): factor and the default attention factor come from the two
-// context lengths when config.json has original_max_position_embeddings at the top level
-// (Phi-3), else from the rope dict.
+// longrope (modeling_rope_utils.py _compute_longrope_parameters, transformers v5):
+// original_max_position_embeddings from the top level (Phi3Config's attribute, 4096 when
+// config.json has none), else the rope dict, else max_position_embeddings; factor from the rope
+// dict, else max_position_embeddings / original (v4.4x-4.5x took that ratio even over an
+// explicit factor when the top-level field existed); attention_factor from the rope dict, else
+// 1 for factor <= 1, else sqrt(1 + ln(factor) / ln(original)). short_factor applies to a forward
+// call whose longest sequence fits the original context, long_factor beyond it
+// (config_rope_long).
 static Status parse_longrope(const cJSON *root, const cJSON *rd, const char *path, const char *what, ModelConfig *cfg,
                              Err *e) {
     RopeScaling *rs = &cfg->rope_scaling;
+    const FamilyDesc *fd = cfg->family;
     rs->type = ROPE_LONGROPE;
-    TRY(read_factors(rd, "short_factor", what, cfg->head_dim / 2, rs->short_factor, e));
-    TRY(read_factors(rd, "long_factor", what, cfg->head_dim / 2, rs->long_factor, e));
+    TRY(read_factors(rd, "short_factor", what, cfg->rotary_dim / 2, rs->short_factor, e));
+    TRY(read_factors(rd, "long_factor", what, cfg->rotary_dim / 2, rs->long_factor, e));
     TRY(get_double_field(rd, "attention_factor", what, -1.0, &rs->attention_factor, e));
     if (json_has(root, "original_max_position_embeddings")) {
         int omax;
         TRY(get_int_field(root, "original_max_position_embeddings", path, 1, 0, 1, &omax, e));
         rs->original_max_position_embeddings = omax;
-        rs->factor = (double)cfg->max_position_embeddings / omax;
     } else {
-        TRY(get_positive_double(rd, "original_max_position_embeddings", what, cfg->max_position_embeddings,
+        double dflt = fd->original_max_default > 0 ? fd->original_max_default : cfg->max_position_embeddings;
+        TRY(get_positive_double(rd, "original_max_position_embeddings", what, dflt,
                                 &rs->original_max_position_embeddings, e));
-        TRY(json_get_double(rd, "factor", what, rs->attention_factor < 0, &rs->factor, e));
     }
+    TRY(get_double_field(rd, "factor", what, cfg->max_position_embeddings / rs->original_max_position_embeddings,
+                         &rs->factor, e));
     if (rs->attention_factor < 0)
         rs->attention_factor =
             rs->factor <= 1 ? 1.0 : sqrt(1 + log(rs->factor) / log(rs->original_max_position_embeddings));
+    return ST_OK;
+}
+
+// partial_rotary_factor f (the rope dict's, else the top level's): RoPE on the first
+// int(HD * f) dims, as transformers' rope init functions size `dim`. Only families that slice
+// q and k for it (FamilyDesc.partial_rotary) accept f != 1.
+static Status parse_partial_rotary(const cJSON *root, const cJSON *rd, const char *path, const char *what,
+                                   ModelConfig *cfg, Err *e) {
+    double prf = 1.0;
+    const char *where = path;
+    if (rd && cJSON_IsObject(rd) && json_has(rd, "partial_rotary_factor")) {
+        TRY(get_double_field(rd, "partial_rotary_factor", what, 1.0, &prf, e));
+        where = what;
+    } else if (cfg->family->partial_rotary) {
+        TRY(get_double_field(root, "partial_rotary_factor", path, 1.0, &prf, e));
+    }
+    cfg->rotary_dim = cfg->head_dim;
+    if (prf == 1.0) return ST_OK;
+    if (!cfg->family->partial_rotary)
+        return err_set(e, ST_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (only 1.0)", where, prf,
+                       cfg->model_type);
+    int rd_dims = (int)((double)cfg->head_dim * prf);
+    if (!(prf > 0 && prf <= 1) || rd_dims < 2 || rd_dims % 2)
+        return err_set(e, ST_EINVAL,
+                       "%s: partial_rotary_factor %g gives %d rotary dims of head_dim %d, expected an even number >= 2 "
+                       "(a factor in (0, 1])",
+                       where, prf, rd_dims, cfg->head_dim);
+    cfg->rotary_dim = rd_dims;
     return ST_OK;
 }
 
@@ -458,22 +530,18 @@ static Status parse_rope(const cJSON *root, const char *path, ModelConfig *cfg, 
 
     const char *name;
     const cJSON *rd = rope_dict(root, &name);
+    char what[1200];
+    snprintf(what, sizeof what, "%s: %s", path, name);
+    TRY(parse_partial_rotary(root, rd, path, what, cfg, e));
     if (json_has(root, "rope_theta")) {
         TRY(get_positive_double(root, "rope_theta", path, DEFAULT_ROPE_THETA, &cfg->rope_theta, e));
     } else {
         cfg->rope_theta = DEFAULT_ROPE_THETA;
     }
     if (!rd || cJSON_IsNull(rd)) return ST_OK;
-    char what[1200];
-    snprintf(what, sizeof what, "%s: %s", path, name);
     if (!cJSON_IsObject(rd)) return err_set(e, ST_EINVAL, "%s: field \"%s\" must be an object or null", path, name);
     if (!json_has(root, "rope_theta") && json_has(rd, "rope_theta"))
         TRY(get_positive_double(rd, "rope_theta", what, DEFAULT_ROPE_THETA, &cfg->rope_theta, e));
-
-    double prf;
-    TRY(get_double_field(rd, "partial_rotary_factor", what, 1.0, &prf, e));
-    if (prf != 1.0)
-        return err_set(e, ST_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported (only 1.0)", what, prf);
 
     const char *type = NULL;
     const char *type_key = json_has(rd, "rope_type") ? "rope_type" : "type";
@@ -583,8 +651,16 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     cfg->family = fd;
     TRY(check_fields(root, path, fd, e));
 
-    if (json_has(root, "quantization_config"))
+    if (json_has(root, "quantization_config")) {
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+        const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
+        if (cJSON_IsString(qm) && !strcmp(qm->valuestring, "mxfp4"))
+            return err_set(e, ST_EUNSUPPORTED,
+                           "%s: quantization_config.quant_method \"mxfp4\": MXFP4 expert weights (*_blocks, *_scales) "
+                           "are not supported; use a bf16 checkpoint (transformers dequantizes one with "
+                           "Mxfp4Config(dequantize=True) and save_pretrained)", path);
         return err_set(e, ST_EUNSUPPORTED, "%s: quantized checkpoints (quantization_config) are not supported", path);
+    }
     const char *act;
     Status st = json_get_string(root, "hidden_act", path, 0, &act, e);
     if (st != ST_OK && st != ST_ENOTFOUND) return st;
@@ -633,7 +709,8 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     TRY(get_positive_double(root, "initializer_range", path, DEFAULT_INITIALIZER_RANGE, &cfg->initializer_range, e));
 
     int attention_bias = 0, mlp_bias = 0;
-    if (reads_attention_bias(fd)) TRY(get_bool_field(root, "attention_bias", path, 0, &attention_bias, e));
+    if (reads_attention_bias(fd))
+        TRY(get_bool_field(root, "attention_bias", path, fd->attention_bias_default, &attention_bias, e));
     if (fd->mlp_bias == BIAS_MLP_KEY) TRY(get_bool_field(root, "mlp_bias", path, 0, &mlp_bias, e));
     BiasRule rules[3] = {fd->qkv_bias, fd->o_bias, fd->mlp_bias};
     int *bias[3] = {&cfg->qkv_bias, &cfg->o_bias, &cfg->mlp_bias};
@@ -662,16 +739,9 @@ static Status parse_fields(const cJSON *root, const char *path, ModelConfig *cfg
     return ST_OK;
 }
 
-Status config_check_window(const ModelConfig *cfg, int len, Err *e) {
+int config_rope_long(const ModelConfig *cfg, int len) {
     const RopeScaling *rs = &cfg->rope_scaling;
-    if (rs->type == ROPE_LONGROPE && len > rs->original_max_position_embeddings)
-        return err_set(e, ST_EUNSUPPORTED,
-                       "this %s model's longrope scaling switches to long_factor beyond "
-                       "original_max_position_embeddings %g, and this plan holds %d positions: long_factor is not "
-                       "supported yet (use sequences and cache lengths of at most %g)",
-                       cfg->model_type, rs->original_max_position_embeddings, len,
-                       rs->original_max_position_embeddings);
-    return ST_OK;
+    return rs->type == ROPE_LONGROPE && len > rs->original_max_position_embeddings;
 }
 
 Status config_parse(const char *text, size_t len, const char *path, ModelConfig *cfg, Err *e) {
@@ -776,14 +846,30 @@ char *config_to_json(const ModelConfig *cfg) {
 // inv_freq as transformers computes it in fp32 (modeling_rope_utils.py). Each step rounds to
 // float where torch does; `a / tensor` in torch is `reciprocal(tensor) * a`.
 void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq) {
-    const int dim = cfg->head_dim, half = dim / 2;
+    const int dim = cfg->rotary_dim, half = dim / 2;
     const float base = (float)cfg->rope_local_theta;
     for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / (float)pow((double)base, (double)((float)(2 * i) / (float)dim));
 }
 
+// longrope: 1 / (ext[i] * base^(2i/d)), ext the short or the long factors.
+static void longrope_inv_freq(const ModelConfig *cfg, const float *ext, float *inv_freq) {
+    const int dim = cfg->rotary_dim, half = dim / 2;
+    const float base = (float)cfg->rope_theta;
+    for (int i = 0; i < half; i++) {
+        float ex = (float)(2 * i) / (float)dim;
+        float pos_freq = (float)pow((double)base, (double)ex);
+        inv_freq[i] = 1.0f / (ext[i] * pos_freq);
+    }
+}
+
+void config_rope_long_inv_freq(const ModelConfig *cfg, float *inv_freq) {
+    CHECK(cfg->rope_scaling.type == ROPE_LONGROPE);
+    longrope_inv_freq(cfg, cfg->rope_scaling.long_factor, inv_freq);
+}
+
 void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale) {
     const RopeScaling *rs = &cfg->rope_scaling;
-    const int dim = cfg->head_dim, half = dim / 2;
+    const int dim = cfg->rotary_dim, half = dim / 2;
     const float base = (float)cfg->rope_theta;
     *mscale = 1.0f;
     for (int i = 0; i < half; i++) {
@@ -792,12 +878,8 @@ void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale
         inv_freq[i] = 1.0f / pos_freq;
     }
     if (rs->type == ROPE_DEFAULT) return;
-    if (rs->type == ROPE_LONGROPE) {  // 1 / (short_factor * base^(2i/d)), positions within the original context
-        for (int i = 0; i < half; i++) {
-            float ex = (float)(2 * i) / (float)dim;
-            float pos_freq = (float)pow((double)base, (double)ex);
-            inv_freq[i] = 1.0f / (rs->short_factor[i] * pos_freq);
-        }
+    if (rs->type == ROPE_LONGROPE) {  // short factors: calls within the original context
+        longrope_inv_freq(cfg, rs->short_factor, inv_freq);
         *mscale = (float)rs->attention_factor;
         return;
     }

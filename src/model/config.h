@@ -52,20 +52,25 @@ typedef struct RopeScaling {
     double attention_factor;                  // yarn; < 0 = derived from factor (and mscale)
     double mscale, mscale_all_dim;            // yarn variant; 0 = absent
     int truncate;                             // yarn [1]
-    float short_factor[ROPE_MAX_FACTORS];     // longrope: per-frequency divisors (HD/2)
-    float long_factor[ROPE_MAX_FACTORS];      // longrope: beyond original_max_position_embeddings
+    float short_factor[ROPE_MAX_FACTORS];     // longrope: per-frequency divisors (RD/2)
+    float long_factor[ROPE_MAX_FACTORS];      // longrope: for a call whose longest sequence is
+                                              // longer than original_max_position_embeddings
 } RopeScaling;
 
 typedef struct ModelConfig {
     char model_type[32];         // "qwen3", "qwen2", "llama", ... (family.h)
     const struct FamilyDesc *family;  // the family table's entry (static storage)
     int vocab_size;              // V
+    int vocab_lo, vocab_part;    // tensor parallel: this model holds rows [vocab_lo, vocab_lo + vocab_part) of the
+                                 // embedding and the LM head (src/train/tp.c); vocab_part 0: all V
     int hidden_size;             // C
     int intermediate_size;       // FF
     int num_hidden_layers;       // L
     int num_attention_heads;     // NH
     int num_key_value_heads;     // NKV
     int head_dim;                // HD (explicit in Qwen3; else hidden_size / num_attention_heads)
+    int rotary_dim;              // RD: RoPE rotates the first RD dims of each head (HD, or
+                                 // int(HD * partial_rotary_factor) for Phi-3; even)
     double rms_norm_eps;
     double rope_theta;
     RopeScaling rope_scaling;
@@ -91,12 +96,20 @@ typedef struct ModelConfig {
     unsigned char layer_rope[CONFIG_MAX_LAYERS];  // 0 = rope_theta + rope_scaling; 1 = local
     // mixture of experts (qwen3_moe, mixtral; docs/models.md "Routing"); num_experts 0 = dense
     int num_experts;             // E (qwen3_moe num_experts, mixtral num_local_experts)
+    int ep_size, ep_lo, ep_part; // expert parallel (src/train/ep.c): ep_size ranks share the experts; this
+                                 // model holds experts [ep_lo, ep_lo + ep_part) of every sparse layer (ep_part
+                                 // 0: all E, ep_size 0 or 1: no exchange)
     int num_experts_per_tok;     // K
     int moe_intermediate_size;   // expert FF (mixtral: intermediate_size)
     int norm_topk_prob;          // routing weights: softmax over the K selected logits
     int output_router_logits;    // training adds router_aux_loss_coef * the load-balancing loss
     double router_aux_loss_coef;
     unsigned char layer_moe[CONFIG_MAX_LAYERS];   // 1 = layer l's MLP is the sparse MoE block
+    int router_bias;             // the router has a bias (gpt_oss: mlp.router.bias)
+    int moe_fused;               // experts stored as GptOssExperts: one gate_up_proj (E, C, 2 FF) with
+                                 // gate / up interleaved, down_proj (E, FF, C), each with a bias
+    double swiglu_alpha, swiglu_limit;  // moe_fused experts' clamped SwiGLU (backend.h swiglu_clamp_forward)
+    int attn_sinks;              // a learned sink logit per query head (self_attn.sinks; AttnOpts.sinks)
     int num_labels;              // > 0: a *ForSequenceClassification model (architectures[0]): a score
                                  // head (num_labels, C) and no LM head; 0: a causal LM
     double initializer_range;    // for `still init`
@@ -123,15 +136,23 @@ void config_set_classifier(ModelConfig *cfg, int num_labels, int pad_token_id);
 // The architecture name config_to_json writes when config.json has none.
 const char *config_architecture(const ModelConfig *cfg);
 
-// Refuse a plan of `len` positions (T of a batch, S of a KV cache) longer than longrope's
-// original_max_position_embeddings (beyond it transformers uses long_factor).
-Status config_check_window(const ModelConfig *cfg, int len, Err *e);
+// Longrope (transformers' longrope_frequency_update): whether a forward call whose longest
+// sequence holds `len` positions (max position id + 1) uses long_factor. 0 for other rope types.
+int config_rope_long(const ModelConfig *cfg, int len);
 
-// RoPE inverse frequencies (HD/2) for the configured rope type, and the attention scaling that
-// multiplies cos and sin (1 except for yarn).
+// RoPE inverse frequencies (RD/2) for the configured rope type (longrope: short_factor), and the
+// attention scaling that multiplies cos and sin (1 except for yarn and longrope).
 void config_rope_inv_freq(const ModelConfig *cfg, float *inv_freq, float *mscale);
-// The local layers' RoPE inverse frequencies (HD/2): base rope_local_theta, no scaling (Gemma 3's
+// Longrope's inverse frequencies (RD/2) with long_factor (the same attention scaling).
+void config_rope_long_inv_freq(const ModelConfig *cfg, float *inv_freq);
+// The local layers' RoPE inverse frequencies (RD/2): base rope_local_theta, no scaling (Gemma 3's
 // rotary_emb_local).
 void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
+
+// The rows of the embedding and the LM head this model holds (vocab_part, or the whole V).
+static inline int config_vocab_rows(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_part : c->vocab_size; }
+// The experts of each sparse layer this model holds (ep_part, or all E), and the ranks that share them.
+static inline int config_local_experts(const ModelConfig *c) { return c->ep_part > 0 ? c->ep_part : c->num_experts; }
+static inline int config_ep_size(const ModelConfig *c) { return c->ep_size > 1 ? c->ep_size : 1; }
 
 #endif

@@ -40,6 +40,12 @@ static const char *const mixtral_fields[] = {"sliding_window", "num_experts_per_
                                              "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
                                              NULL};
 static const char *const mistral_fields[] = {"sliding_window", NULL};
+// GptOssConfig: experts_per_token and initial_context_length are the original release's names that
+// its config.json carries beside num_experts_per_tok and rope_scaling (transformers reads neither).
+static const char *const gpt_oss_fields[] = {"attention_bias", "sliding_window", "num_local_experts",
+                                             "num_experts_per_tok", "output_router_logits", "router_aux_loss_coef",
+                                             "swiglu_alpha", "swiglu_limit", "experts_per_token",
+                                             "initial_context_length", NULL};
 // Gemma 2 / 3 (gemma3_text): the fields their parse hook reads (config.c), and the cache choice
 // of generate(), which is inert here.
 static const char *const gemma2_fields[] = {"attention_bias", "hidden_activation", "query_pre_attn_scalar",
@@ -57,6 +63,7 @@ Status family_parse_phi3(const cJSON *root, const char *path, ModelConfig *cfg, 
 Status family_parse_qwen3_moe(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_mixtral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_mistral(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
+Status family_parse_gpt_oss(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_gemma2(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 Status family_parse_gemma3(const cJSON *root, const char *path, ModelConfig *cfg, Err *e);
 
@@ -97,7 +104,7 @@ static const FamilyDesc family_table[] = {
     {
         // Olmo2ForCausalLM: norms after attention and after the MLP (no pre-norms), q/k norm
         // over the whole projection.
-        .model_type = "olmo2", .architecture = "Olmo2ForCausalLM", .classifier = NULL,
+        .model_type = "olmo2", .architecture = "Olmo2ForCausalLM", .classifier = "Olmo2ForSequenceClassification",
         .vocab_size = 50304, .max_position_embeddings = 2048, .head_dim = 0, .bos_token_id = -1,
         .eos_token_id = 50279, .rms_norm_eps = 1e-5,
         .norms = POST_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_PROJ,
@@ -106,13 +113,14 @@ static const FamilyDesc family_table[] = {
         .fields = olmo2_fields,
     },
     {
-        // Phi3ForCausalLM: qkv_proj and gate_up_proj fused; longrope ("su") scaling.
-        .model_type = "phi3", .architecture = "Phi3ForCausalLM", .classifier = NULL,
+        // Phi3ForCausalLM: qkv_proj and gate_up_proj fused; longrope ("su") scaling with short and
+        // long factors; partial rotary (Phi-4-mini).
+        .model_type = "phi3", .architecture = "Phi3ForCausalLM", .classifier = "Phi3ForSequenceClassification",
         .vocab_size = 32064, .max_position_embeddings = 4096, .head_dim = 0, .bos_token_id = 1,
         .eos_token_id = 32000, .rms_norm_eps = 1e-5,
         .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE, .fused_qkv = 1, .fused_gate_up = 1,
         .qkv_bias = BIAS_NEVER, .o_bias = BIAS_NEVER, .mlp_bias = BIAS_NEVER, .rope_longrope_aliases = 1,
-        .fields = phi3_fields, .parse = family_parse_phi3,
+        .partial_rotary = 1, .original_max_default = 4096, .fields = phi3_fields, .parse = family_parse_phi3,
     },
     {
         // Qwen3MoeForCausalLM: Qwen3 attention; sparse layers route to num_experts SwiGLU experts
@@ -135,6 +143,18 @@ static const FamilyDesc family_table[] = {
                   [TK_EXP_U] = "block_sparse_moe.experts.%d.w3.weight",
                   [TK_EXP_D] = "block_sparse_moe.experts.%d.w2.weight"},
         .fields = mixtral_fields, .parse = family_parse_mixtral,
+    },
+    {
+        // GptOssForCausalLM: biased q/k/v/o, a sink logit per head, layer_types alternating sliding and
+        // full attention, YaRN RoPE; every layer sparse: a biased router (softmax over the top-k
+        // logits) and experts with biases and the clamped SwiGLU, stored as one tensor per kind.
+        .model_type = "gpt_oss", .architecture = "GptOssForCausalLM", .classifier = NULL,
+        .vocab_size = 201088, .max_position_embeddings = 131072, .head_dim = 64, .bos_token_id = -1,
+        .eos_token_id = -1, .rms_norm_eps = 1e-5,
+        .norms = PRE_NORMS, .act = ACT_SILU, .qk_norm = QKNORM_NONE,
+        .qkv_bias = BIAS_ATTN_KEY, .o_bias = BIAS_ATTN_KEY, .mlp_bias = BIAS_NEVER, .attention_bias_default = 1,
+        .reads_layer_types = 1, .names = {[TK_ROUTER] = "mlp.router.weight"}, .fields = gpt_oss_fields,
+        .parse = family_parse_gpt_oss,
     },
     {
         // MistralForCausalLM: Llama's layer with sliding_window on every layer (docs/models.md).
@@ -216,6 +236,12 @@ static const char *default_suffix[TK_COUNT] = {
     [TK_EXP_G] = "mlp.experts.%d.gate_proj.weight",  // %d: the expert
     [TK_EXP_U] = "mlp.experts.%d.up_proj.weight",
     [TK_EXP_D] = "mlp.experts.%d.down_proj.weight",
+    [TK_ROUTER_B] = "mlp.router.bias",
+    [TK_XGU] = "mlp.experts.gate_up_proj",
+    [TK_XGU_B] = "mlp.experts.gate_up_proj_bias",
+    [TK_XD] = "mlp.experts.down_proj",
+    [TK_XD_B] = "mlp.experts.down_proj_bias",
+    [TK_SINKS] = "self_attn.sinks",
 };
 
 const char *family_tensor_suffix(const FamilyDesc *fd, TensorKind kind) {

@@ -58,7 +58,13 @@ typedef struct FamilyDesc {
     int fused_gate_up;         // mlp.gate_up_proj (2 FF, C): rows gate, then up
     BiasRule qkv_bias, o_bias, mlp_bias;
     int rope_longrope_aliases;    // rope types "su" and "yarn" mean "longrope" (Phi3Config)
+    int partial_rotary;        // reads partial_rotary_factor (top level, or in the rope dict) and
+                               // rotates the first int(HD * factor) dims (Phi-3 / Phi-4-mini);
+                               // elsewhere a factor other than 1 is refused
+    int original_max_default;  // original_max_position_embeddings when config.json has none at the
+                               // top level (Phi3Config: 4096); 0 = the class has no such attribute
     int tie_default;           // tie_word_embeddings when config.json has none (Gemma: true)
+    int attention_bias_default;  // attention_bias when config.json has none (GptOssConfig: true)
     int reads_layer_types;     // the parse hook reads layer_types (sliding layers) itself
     const char *names[TK_COUNT];  // per-layer HF suffixes that differ from tensors.c's defaults
     const char *const *fields;    // NULL-terminated config.json keys beyond family_common_fields

@@ -2,6 +2,7 @@
 #include "gguf_export.h"
 
 #include "../core/dtype.h"
+#include "family.h"
 #include "gguf_model.h"
 
 #include <math.h>
@@ -50,9 +51,15 @@ static float *llama3_factors(const ModelConfig *c) {
     return f;
 }
 
+// The GGUF architecture of a model: its model_type, except Mistral, which llama.cpp's converter
+// writes as llama (LlamaModel registers MistralForCausalLM).
+static const char *gguf_arch(const ModelConfig *c) {
+    return !strcmp(c->model_type, "mistral") ? "llama" : !strcmp(c->model_type, "gemma3_text") ? "gemma3" : c->model_type;
+}
+
 static void add_metadata(const Model *m, uint32_t outtype, const char *name, GgufWriter *w) {
     const ModelConfig *c = &m->cfg;
-    const char *arch = c->model_type;
+    const char *arch = gguf_arch(c);
     char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
     gguf_w_str(w, "general.architecture", arch);
@@ -66,13 +73,27 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
     gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->num_key_value_heads);
     gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_theta);
     gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_norm_eps);
-    if (c->head_dim * c->num_attention_heads != c->hidden_size || !strcmp(arch, "qwen3")) {
+    if (c->head_dim * c->num_attention_heads != c->hidden_size || !strcmp(arch, "qwen3") || !strncmp(arch, "gemma", 5)) {
         gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
         gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
     }
     if (!strcmp(arch, "llama")) {
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    }
+    if (!strcmp(arch, "gemma2") || !strcmp(arch, "gemma3")) {  // Gemma2Model / Gemma3Model (gemma_exportable)
+        gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->layer_window[0]);
+        if (c->attn_softcap > 0) gguf_w_f32(w, KEY("attn_logit_softcapping"), (float)c->attn_softcap);
+        if (c->final_softcap > 0) gguf_w_f32(w, KEY("final_logit_softcapping"), (float)c->final_softcap);
+    }
+    if (!strcmp(arch, "phi3")) {  // Phi3MiniModel.set_gguf_parameters
+        gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rotary_dim);
+        double omax = c->rope_scaling.type == ROPE_LONGROPE ? c->rope_scaling.original_max_position_embeddings
+                                                             : (double)c->family->original_max_default;
+        gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)omax);
+        gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->layer_window[0]);
+        if (c->rope_scaling.type == ROPE_LONGROPE)
+            gguf_w_f32(w, KEY("rope.scaling.attn_factor"), (float)c->rope_scaling.attention_factor);
     }
     const RopeScaling *rs = &c->rope_scaling;
     if (rs->type == ROPE_LINEAR || rs->type == ROPE_YARN) {
@@ -86,22 +107,62 @@ static void add_metadata(const Model *m, uint32_t outtype, const char *name, Ggu
 #undef KEY
 }
 
+// What llama.cpp's gemma2 / gemma3 store and run: the query scale 1/sqrt(head_dim); gemma2: the
+// even layers sliding with one window, both soft-caps; gemma3: five layers in six sliding
+// (sliding_window_pattern 6) on RoPE base 10000, no attention soft-cap; tied embeddings (the
+// converter drops lm_head). Anything else would be another model once loaded: refused by name.
+static Status gemma_exportable(const ModelConfig *c, Err *e) {
+    const char *mt = c->model_type;
+    int g3 = !strcmp(mt, "gemma3_text"), pattern = g3 ? 6 : 2;
+    if (fabs(c->query_scale * sqrt((double)c->head_dim) - 1) > 1e-12)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "GGUF export of %s: query_pre_attn_scalar must be head_dim %d (llama.cpp scales queries by "
+                       "1/sqrt(head_dim) and the file has no field for it)", mt, c->head_dim);
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if (c->layer_window[0] < 1 || c->layer_window[l] != ((l + 1) % pattern ? c->layer_window[0] : 0))
+            return err_set(e, ST_EUNSUPPORTED,
+                           "GGUF export of %s: layer %d's attention differs from llama.cpp's %s (every layer l with "
+                           "(l + 1) %% %d != 0 sliding with one window, the others global)", mt, l, g3 ? "gemma3" : "gemma2",
+                           pattern);
+    if (g3 && c->rope_local_theta != 10000.0)
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma3_text: rope_local_base_freq must be 10000 (llama.cpp's)");
+    if (g3 && c->attn_softcap > 0)
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma3_text: attn_logit_softcapping must be null");
+    if (!g3 && (!(c->attn_softcap > 0) || !(c->final_softcap > 0)))
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of gemma2: a soft-cap of null is not supported (llama.cpp reads 50 "
+                                           "and 30 for an absent one)");
+    if (!c->tie_word_embeddings)
+        return err_set(e, ST_EUNSUPPORTED, "GGUF export of %s: untied lm_head (llama.cpp's converter drops it)", mt);
+    return ST_OK;
+}
+
 Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const char *name, GgufWriter *w, Err *e) {
     memset(x, 0, sizeof *x);
     if (m->cfg.num_labels > 0)
         return err_set(e, ST_EUNSUPPORTED, "%s is a sequence classifier (a score head): GGUF export writes causal LMs only",
                        m->dir ? m->dir : "the model");
     const char *mt = m->cfg.model_type;
-    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama"))
-        return err_set(e, ST_EUNSUPPORTED, "GGUF export of model_type %s is not supported (qwen3, qwen2, llama)", mt);
+    if (strcmp(mt, "qwen3") && strcmp(mt, "qwen2") && strcmp(mt, "llama") && strcmp(mt, "olmo2") && strcmp(mt, "phi3") &&
+        strcmp(mt, "gemma2") && strcmp(mt, "gemma3_text") && strcmp(mt, "mistral"))
+        return err_set(e, ST_EUNSUPPORTED,
+                       "GGUF export of model_type %s is not supported (qwen3, qwen2, llama, mistral, olmo2, phi3, gemma2, "
+                       "gemma3_text)",
+                       mt);
+    if (!strcmp(mt, "gemma2") || !strcmp(mt, "gemma3_text")) TRY(gemma_exportable(&m->cfg, e));
+    if (!strcmp(mt, "mistral") && m->cfg.layer_window[0] > 0)
+        return err_set(e, ST_EUNSUPPORTED,
+                       "GGUF export of mistral with sliding_window %d: llama.cpp's converter writes Mistral as the llama "
+                       "architecture, which has no sliding window (only sliding_window null exports)",
+                       m->cfg.layer_window[0]);
+    mt = gguf_arch(&m->cfg);
     for (int i = 0; i < m->tt.n; i++) {
         char gname[160];
-        if (!gguf_name_from_hf(m->tt.t[i].name, gname, sizeof gname))
+        if (!gguf_name_from_hf(mt, m->tt.t[i].name, gname, sizeof gname))
             return err_set(e, ST_EUNSUPPORTED, "tensor \"%s\" has no GGUF name", m->tt.t[i].name);
     }
     x->m = m;
     x->outtype = outtype;
-    x->src = xmalloc((size_t)(m->tt.n + 1) * sizeof(int));
+    x->src = xmalloc((size_t)(m->tt.n + 3) * sizeof(int));  // + rope_freqs, or the two longrope factor tensors
     add_metadata(m, outtype, name, w);
     const ModelConfig *c = &m->cfg;
     if (c->rope_scaling.type == ROPE_LLAMA3) {
@@ -110,10 +171,17 @@ Status gguf_export_begin(GgufExport *x, const Model *m, uint32_t outtype, const 
         gguf_w_tensor(w, "rope_freqs.weight", 1, ne, GGML_F32, x->rope_freqs);
         x->src[x->n++] = -1;
     }
+    if (c->rope_scaling.type == ROPE_LONGROPE) {  // Phi3MiniModel.generate_extra_tensors
+        int64_t ne[1] = {c->rotary_dim / 2};
+        gguf_w_tensor(w, "rope_factors_long.weight", 1, ne, GGML_F32, c->rope_scaling.long_factor);
+        x->src[x->n++] = -1;
+        gguf_w_tensor(w, "rope_factors_short.weight", 1, ne, GGML_F32, c->rope_scaling.short_factor);
+        x->src[x->n++] = -1;
+    }
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *t = &m->tt.t[i];
         char gname[160];
-        gguf_name_from_hf(t->name, gname, sizeof gname);
+        gguf_name_from_hf(mt, t->name, gname, sizeof gname);
         int64_t ne[2] = {t->ndim == 2 ? t->shape[1] : t->shape[0], t->ndim == 2 ? t->shape[0] : 1};
         uint32_t type = t->ndim == 1 ? GGML_F32 : outtype;
         if (type == GGML_Q8_0 && ne[0] % 32) type = GGML_F16;
@@ -141,12 +209,16 @@ Status gguf_export_fill(void *ctx, int i, void *dst, Err *e) {
     }
     float *src = x->stage;
     int q = t->kind == TK_WQ || t->kind == TK_BQ, k = t->kind == TK_WK || t->kind == TK_BK;
-    if (!strcmp(m->cfg.model_type, "llama") && (q || k)) {
+    if (!strcmp(gguf_arch(&m->cfg), "llama") && (q || k)) {
         int heads = q ? m->cfg.num_attention_heads : m->cfg.num_key_value_heads;
         size_t row = t->ndim == 2 ? (size_t)t->shape[1] : 1;
         gguf_llama_permute(x->stage2, x->stage, heads, m->cfg.head_dim, row * sizeof(float));
         src = x->stage2;
     }
+    int norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_LNA || t->kind == TK_LNF ||
+               t->kind == TK_QN || t->kind == TK_KN;
+    if (m->cfg.norm_plus_one && norm)  // Gemma's converter: every norm weight plus one
+        for (size_t k = 0; k < t->numel; k++) src[k] += 1.0f;
     uint32_t type = t->ndim == 1 ? GGML_F32 : x->outtype;
     if (type == GGML_Q8_0 && t->shape[1] % 32) type = GGML_F16;
     switch (type) {

@@ -21,6 +21,26 @@ static const char *const layer_names[][2] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},      {"ffn_down.bias", "mlp.down_proj.bias"},
 };
 
+// Per-layer names of one architecture that differ from layer_names (llama.cpp's
+// gguf-py/gguf/tensor_mapping.py resolves them by the architecture's tensor list): OLMo 2's
+// post-norms; Phi-3's fused projections.
+typedef struct ArchNames {
+    const char *arch, *model_type;  // general.architecture, and the family's model_type when it differs
+    const char *names[3][2];        // unused entries NULL
+} ArchNames;
+
+static const ArchNames arch_names[] = {
+    {"olmo2", NULL, {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+               {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
+    {"phi3", NULL, {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}}},
+    {"gemma2", NULL, {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
+    {"gemma3", "gemma3_text", {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                               {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                               {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}}},
+};
+
 static const char *const global_names[][2] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
     {"output_norm.weight", "model.norm.weight"},
@@ -41,7 +61,7 @@ static int split_layer(const char *s, const char *prefix, int *layer, const char
     return 1;
 }
 
-static int map_name(const char *in, char *out, size_t n, int from) {
+static int map_name(const char *arch, const char *in, char *out, size_t n, int from) {
     int to = 1 - from;
     for (size_t i = 0; i < ARRAY_LEN(global_names); i++)
         if (!strcmp(in, global_names[i][from])) return snprintf(out, n, "%s", global_names[i][to]), 1;
@@ -49,13 +69,24 @@ static int map_name(const char *in, char *out, size_t n, int from) {
     int layer;
     const char *rest;
     if (!split_layer(in, prefixes[from], &layer, &rest)) return 0;
+    for (size_t a = 0; arch && a < ARRAY_LEN(arch_names); a++) {
+        const ArchNames *an = &arch_names[a];
+        if (strcmp(arch, an->arch) && (!an->model_type || strcmp(arch, an->model_type))) continue;
+        for (int i = 0; i < 3 && arch_names[a].names[i][0]; i++)
+            if (!strcmp(rest, arch_names[a].names[i][from]))
+                return snprintf(out, n, "%s%d.%s", prefixes[to], layer, arch_names[a].names[i][to]), 1;
+    }
     for (size_t i = 0; i < ARRAY_LEN(layer_names); i++)
         if (!strcmp(rest, layer_names[i][from])) return snprintf(out, n, "%s%d.%s", prefixes[to], layer, layer_names[i][to]), 1;
     return 0;
 }
 
-int gguf_name_to_hf(const char *gguf_name, char *hf, size_t n) { return map_name(gguf_name, hf, n, 0); }
-int gguf_name_from_hf(const char *hf_name, char *gguf_name, size_t n) { return map_name(hf_name, gguf_name, n, 1); }
+int gguf_name_to_hf(const char *arch, const char *gguf_name, char *hf, size_t n) {
+    return map_name(arch, gguf_name, hf, n, 0);
+}
+int gguf_name_from_hf(const char *arch, const char *hf_name, char *gguf_name, size_t n) {
+    return map_name(arch, hf_name, gguf_name, n, 1);
+}
 
 void gguf_llama_unpermute(void *dst, const void *src, int n_heads, int hd, size_t row_bytes) {
     int half = hd / 2;
@@ -196,15 +227,98 @@ static Status add_llama3_rope(const GgufFile *g, cJSON *root, Err *e) {
     return ST_OK;
 }
 
+// A F32 vector tensor of n elements as a JSON list, or NULL (error set) when it is not one.
+static cJSON *factor_list(const GgufFile *g, const char *name, int n, Err *e) {
+    const GgufTensor *t = gguf_find_tensor(g, name);
+    if (!t || t->type != GGML_F32 || t->n_dims != 1 || t->ne[0] != n) {
+        err_set(e, ST_EINVAL, "%s: tensor \"%s\" must be F32 of %d elements (rope.dimension_count / 2)", g->path, name, n);
+        return NULL;
+    }
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)((const float *)t->data)[i]));
+    return a;
+}
+
+// Phi-3 as llama.cpp's converter (Phi3MiniModel) writes it: rope.dimension_count (partial
+// rotary), rope.scaling.original_context_length, attention.sliding_window (0: none), and for
+// longrope rope.scaling.attn_factor with the tensors rope_factors_long / rope_factors_short.
+static Status add_phi3(const GgufFile *g, cJSON *root, Err *e) {
+    const cJSON *nh = cJSON_GetObjectItem(root, "num_attention_heads"), *c = cJSON_GetObjectItem(root, "hidden_size");
+    const cJSON *kl = cJSON_GetObjectItem(root, "head_dim");
+    int hd = kl ? kl->valueint : c->valueint / nh->valueint;
+    int64_t v;
+    Status st = gguf_get_int(g, "phi3.rope.dimension_count", 0, &v, e);
+    if (st == ST_OK && (v < 2 || v > hd || v % 2))
+        return err_set(e, ST_EINVAL, "%s: phi3.rope.dimension_count is %lld, expected an even number in [2, %d]", g->path,
+                       (long long)v, hd);
+    int rd = st == ST_OK ? (int)v : hd;
+    if (st != ST_OK && st != ST_ENOTFOUND) return st;
+    if (rd != hd) cJSON_AddNumberToObject(root, "partial_rotary_factor", (double)rd / hd);
+    st = gguf_get_int(g, "phi3.rope.scaling.original_context_length", 0, &v, e);
+    if (st == ST_OK) cJSON_AddNumberToObject(root, "original_max_position_embeddings", (double)v);
+    else if (st != ST_ENOTFOUND) return st;
+    st = gguf_get_int(g, "phi3.attention.sliding_window", 0, &v, e);
+    if (st == ST_OK && v > 0) cJSON_AddNumberToObject(root, "sliding_window", (double)v);
+    else if (st == ST_OK || st == ST_ENOTFOUND) cJSON_AddNullToObject(root, "sliding_window");
+    else return st;
+    if (!gguf_find_tensor(g, "rope_factors_long.weight") && !gguf_find_tensor(g, "rope_factors_short.weight"))
+        return ST_OK;
+    cJSON *rs = cJSON_AddObjectToObject(root, "rope_scaling");
+    cJSON_AddStringToObject(rs, "type", "longrope");
+    cJSON *sf = factor_list(g, "rope_factors_short.weight", rd / 2, e);
+    if (!sf) return e->code;
+    cJSON_AddItemToObject(rs, "short_factor", sf);
+    cJSON *lf = factor_list(g, "rope_factors_long.weight", rd / 2, e);
+    if (!lf) return e->code;
+    cJSON_AddItemToObject(rs, "long_factor", lf);
+    double af;
+    st = gguf_get_float(g, "phi3.rope.scaling.attn_factor", 0, &af, e);
+    if (st == ST_OK) cJSON_AddNumberToObject(rs, "attention_factor", af);
+    return st == ST_ENOTFOUND ? ST_OK : st;
+}
+
+// Gemma 2 and 3 as llama.cpp's converter (Gemma2Model, Gemma3Model) writes them and llama.cpp
+// runs them: the query scale 1/sqrt(key_length) (query_pre_attn_scalar = head_dim),
+// attention.sliding_window (gemma2: the even layers; gemma3: five layers in six, their RoPE base
+// 10000 unscaled, as llama.cpp fixes them), the soft-caps (absent: the config class's defaults,
+// which are llama.cpp's).
+static Status add_gemma(const GgufFile *g, const char *arch, cJSON *root, Err *e) {
+    const cJSON *kl = cJSON_GetObjectItem(root, "head_dim");
+    if (!kl) return err_set(e, ST_EINVAL, "%s: missing metadata \"%s.attention.key_length\"", g->path, arch);
+    cJSON_AddNumberToObject(root, "query_pre_attn_scalar", kl->valuedouble);
+    int64_t w;
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    TRY(gguf_get_int(g, key, 1, &w, e));
+    if (w < 1) return err_set(e, ST_EINVAL, "%s: %s is %lld, expected >= 1", g->path, key, (long long)w);
+    cJSON_AddNumberToObject(root, "sliding_window", (double)w);
+    if (!strcmp(arch, "gemma3")) {
+        cJSON_AddNumberToObject(root, "sliding_window_pattern", 6);
+        cJSON_AddNumberToObject(root, "rope_local_base_freq", 10000.0);
+    }
+    static const char *const caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (int i = 0; i < 2; i++) {
+        double v;
+        snprintf(key, sizeof key, "%s.%s", arch, caps[i]);
+        Status st = gguf_get_float(g, key, 0, &v, e);
+        if (st == ST_OK) cJSON_AddNumberToObject(root, caps[i], v);
+        else if (st != ST_ENOTFOUND) return st;
+    }
+    return ST_OK;
+}
+
 static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
     char *arch = NULL;
     TRY(gguf_get_str(g, "general.architecture", 1, &arch, e));
     Status st = ST_OK;
-    if (strcmp(arch, "qwen3") && strcmp(arch, "qwen2") && strcmp(arch, "llama")) {
-        st = err_set(e, ST_EUNSUPPORTED, "%s: general.architecture \"%s\" is not supported (qwen3, qwen2, llama)", g->path, arch);
+    if (strcmp(arch, "qwen3") && strcmp(arch, "qwen2") && strcmp(arch, "llama") && strcmp(arch, "olmo2") &&
+        strcmp(arch, "phi3") && strcmp(arch, "gemma2") && strcmp(arch, "gemma3")) {
+        st = err_set(e, ST_EUNSUPPORTED,
+                     "%s: general.architecture \"%s\" is not supported (qwen3, qwen2, llama, olmo2, phi3, gemma2, gemma3)",
+                     g->path, arch);
         goto done;
     }
-    cJSON_AddStringToObject(root, "model_type", arch);
+    cJSON_AddStringToObject(root, "model_type", strcmp(arch, "gemma3") ? arch : "gemma3_text");
     for (size_t i = 0; i < ARRAY_LEN(key_map) && st == ST_OK; i++) {
         char key[128];
         snprintf(key, sizeof key, "%s.%s", arch, key_map[i].gguf);
@@ -231,7 +345,8 @@ static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
     }
     cJSON_AddNumberToObject(root, "vocab_size", (double)emb->ne[1]);
     cJSON_AddBoolToObject(root, "tie_word_embeddings", !gguf_find_tensor(g, "output.weight"));
-    if (strcmp(arch, "qwen2")) cJSON_AddBoolToObject(root, "attention_bias", gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL);
+    if (strcmp(arch, "qwen2") && strcmp(arch, "phi3"))
+        cJSON_AddBoolToObject(root, "attention_bias", gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL);
     if (!strcmp(arch, "llama")) cJSON_AddBoolToObject(root, "mlp_bias", gguf_find_tensor(g, "blk.0.ffn_gate.bias") != NULL);
     cJSON_AddStringToObject(root, "torch_dtype", dtype_of_type(emb->type));
     static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
@@ -246,6 +361,8 @@ static Status build_config_json(const GgufFile *g, cJSON *root, Err *e) {
         if (st == ST_OK) cJSON_AddNumberToObject(root, ids[i][1], (double)v);
         if (st == ST_ENOTFOUND) st = ST_OK, cJSON_AddNullToObject(root, ids[i][1]);
     }
+    if (st == ST_OK && !strcmp(arch, "phi3")) st = add_phi3(g, root, e);
+    if (st == ST_OK && (!strcmp(arch, "gemma2") || !strcmp(arch, "gemma3"))) st = add_gemma(g, arch, root, e);
     if (st == ST_OK) st = add_rope_scaling(g, arch, root, e);
     if (st == ST_OK && gguf_find_tensor(g, "rope_freqs.weight")) st = add_llama3_rope(g, root, e);
 done:
@@ -304,6 +421,15 @@ static Status convert_tensor(const GgufFile *g, const GgufTensor *gt, const Mode
         src = f;
     }
     t->data = src;
+    size_t nl = strlen(t->name);
+    if (cfg->norm_plus_one && nl > 11 && !strcmp(t->name + nl - 11, "norm.weight")) {
+        // Gemma's converter stores every norm weight plus one (Gemma2RMSNorm scales by 1 + w)
+        if (t->dtype != DT_F32)
+            return err_set(e, ST_EINVAL, "%s: norm tensor \"%s\" must be F32", g->path, gt->name);
+        float *w = own(set, t->nbytes);
+        for (size_t i = 0; i < t->numel; i++) w[i] = ((const float *)src)[i] - 1.0f;
+        t->data = w;
+    }
     int q = strstr(t->name, ".q_proj.") != NULL, k = strstr(t->name, ".k_proj.") != NULL;
     if (is_llama && (q || k)) {
         int heads = q ? cfg->num_attention_heads : cfg->num_key_value_heads;
@@ -334,8 +460,10 @@ Status gguf_model_open(const char *path, int quant_dtype, ModelConfig *cfg, StSe
     for (int i = 0; i < g.n_tensors && st == ST_OK; i++) {
         const GgufTensor *gt = &g.tensors[i];
         char hf[160];
-        if (!strcmp(gt->name, "rope_freqs.weight")) continue;  // now in the config's rope_scaling
-        if (!gguf_name_to_hf(gt->name, hf, sizeof hf)) {
+        if (!strcmp(gt->name, "rope_freqs.weight") || !strcmp(gt->name, "rope_factors_long.weight") ||
+            !strcmp(gt->name, "rope_factors_short.weight"))
+            continue;  // now in the config's rope_scaling
+        if (!gguf_name_to_hf(cfg->model_type, gt->name, hf, sizeof hf)) {
             st = err_set(e, ST_EINVAL, "%s: unexpected tensor \"%s\" (not part of a %s model)", path, gt->name, cfg->model_type);
             break;
         }
@@ -345,6 +473,12 @@ Status gguf_model_open(const char *path, int quant_dtype, ModelConfig *cfg, StSe
     }
     if (st == ST_OK) {
         qsort(set->tensors, (size_t)set->n_tensors, sizeof(StTensor), cmp_name);
+        for (int i = 1; i < set->n_tensors && st == ST_OK; i++)  // two GGUF names for one tensor
+            if (!strcmp(set->tensors[i - 1].name, set->tensors[i].name))
+                st = err_set(e, ST_EINVAL, "%s: two tensors map to \"%s\" (not a %s model's layout)", path,
+                             set->tensors[i].name, cfg->model_type);
+    }
+    if (st == ST_OK) {
         // The set owns the mapping from here on.
         set->files = xmalloc(sizeof(MappedFile));
         set->file_paths = xmalloc(sizeof(char *));

@@ -1,7 +1,7 @@
 // gguf_model.h: a GGUF file as a model: the Hugging Face config its metadata describes and its
 // tensors under Hugging Face names and shapes (docs/gguf.md).
 //
-// Architectures qwen3, qwen2 and llama. F32, F16 and BF16 tensors are used from the file's
+// Architectures qwen3, qwen2, llama, olmo2, phi3, gemma2 and gemma3 (their norms stored plus one). F32, F16 and BF16 tensors are used from the file's
 // mapping as they are; quantized ones (Q8_0, Q4_0, Q4_K, Q6_K) are dequantized at load into
 // float32 (or bfloat16 when asked). For llama, the rows of attn_q / attn_k that llama.cpp's
 // converter interleaves per head for its RoPE are put back in Hugging Face order.
@@ -13,9 +13,12 @@
 #include "safetensors.h"
 
 // GGUF tensor name <-> Hugging Face name ("blk.3.attn_q.weight" <->
-// "model.layers.3.self_attn.q_proj.weight"). 0 when the name is not one of a model's tensors.
-int gguf_name_to_hf(const char *gguf_name, char *hf, size_t n);
-int gguf_name_from_hf(const char *hf_name, char *gguf_name, size_t n);
+// "model.layers.3.self_attn.q_proj.weight") in architecture arch (general.architecture or the
+// model_type: olmo2's and Gemma's post-norms and phi3's fused projections have names of their
+// own; NULL = the common ones). 0
+// when the name is not one of a model's tensors.
+int gguf_name_to_hf(const char *arch, const char *gguf_name, char *hf, size_t n);
+int gguf_name_from_hf(const char *arch, const char *hf_name, char *gguf_name, size_t n);
 
 // The config.json a GGUF's metadata stands for (errors name the file and the key).
 Status gguf_model_config(const GgufFile *g, ModelConfig *cfg, Err *e);

@@ -4,22 +4,51 @@
 #include "lora.h"
 
 #include "../core/alloc.h"
+#include "../core/log.h"
 #include "../core/rng.h"
+#include "family.h"
+#include "moe.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <string.h>
 
-static const char *module_names[LORA_N_MODULES] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                   "gate_proj", "up_proj", "down_proj"};
+// The experts' and router's entries hold Qwen3-MoE's names; lora_module_leaf / lora_module_path_of
+// give the family's.
+static const char *module_names[LORA_N_MODULES] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                   "down_proj", "gate_proj", "up_proj", "down_proj", "gate"};
 static const char *module_paths[LORA_N_MODULES] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                                                   "mlp.down_proj"};
-static const TensorKind module_kinds[LORA_N_MODULES] = {TK_WQ, TK_WK, TK_WV, TK_WO, TK_WG, TK_WU, TK_WD};
+                                                   "mlp.down_proj", "mlp.experts.%d.gate_proj", "mlp.experts.%d.up_proj",
+                                                   "mlp.experts.%d.down_proj", "mlp.gate"};
+static const TensorKind module_kinds[LORA_N_MODULES] = {TK_WQ, TK_WK, TK_WV, TK_WO, TK_WG, TK_WU,
+                                                        TK_WD, TK_EXP_G, TK_EXP_U, TK_EXP_D, TK_ROUTER};
 
 const char *lora_module_name(LoraModule mod) { return module_names[mod]; }
 TensorKind lora_module_kind(LoraModule mod) { return module_kinds[mod]; }
 const char *lora_module_path(LoraModule mod) { return module_paths[mod]; }
+
+static int is_expert_module(int mod) { return mod >= LORA_EXP_GATE && mod <= LORA_EXP_DOWN; }
+
+void lora_module_path_of(const ModelConfig *cfg, LoraModule mod, int expert, char *buf, size_t cap) {
+    if (mod < LORA_N_DENSE) {
+        snprintf(buf, cap, "%s", module_paths[mod]);
+        return;
+    }
+    char fmt[96];
+    snprintf(fmt, sizeof fmt, "%s", family_tensor_suffix(cfg->family, module_kinds[mod]));
+    char *w = strstr(fmt, ".weight");
+    if (w) *w = 0;
+    if (is_expert_module(mod)) snprintf(buf, cap, fmt, expert);
+    else snprintf(buf, cap, "%s", fmt);
+}
+
+void lora_module_leaf(const ModelConfig *cfg, LoraModule mod, char *buf, size_t cap) {
+    char path[96];
+    lora_module_path_of(cfg, mod, 0, path, sizeof path);
+    const char *dot = strrchr(path, '.');
+    snprintf(buf, cap, "%s", dot ? dot + 1 : path);
+}
 
 static int module_of_kind(TensorKind k) {
     for (int i = 0; i < LORA_N_MODULES; i++)
@@ -45,27 +74,38 @@ static Status each_word(const char *text, Status (*fn)(const char *w, LoraConfig
     return ST_OK;
 }
 
+// Names of the experts' and routers' linear layers in the families that have them (matched
+// against the model's own once it is known: build_table).
+static const char *const moe_names[] = {"gate", "w1", "w2", "w3"};
+
 static Status add_target(const char *w, LoraConfig *c, Err *e) {
     if (!strcmp(w, "all-linear")) {
-        c->targets = (1u << LORA_N_MODULES) - 1;
+        c->targets = (1u << LORA_N_DENSE) - 1;
         c->all_linear = 1;
         return ST_OK;
     }
-    for (int i = 0; i < LORA_N_MODULES; i++)
-        if (!strcmp(w, module_names[i]) || !strcmp(w, module_paths[i])) {
-            c->targets |= 1u << i;
-            return ST_OK;
-        }
-    return err_set(e, ST_EINVAL, "--lora_target_modules: '%s' is no linear layer of this model family (expected "
-                                 "all-linear or names of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj)", w);
+    int known = 0;
+    for (int i = 0; i < LORA_N_DENSE; i++)
+        if (!strcmp(w, module_names[i]) || !strcmp(w, module_paths[i])) c->targets |= 1u << i, known = 1;
+    for (size_t i = 0; i < ARRAY_LEN(moe_names); i++) known |= !strcmp(w, moe_names[i]);
+    if (!known)
+        return err_set(e, ST_EINVAL, "--lora_target_modules: '%s' is no linear layer of the supported families "
+                                     "(expected all-linear or names of q_proj k_proj v_proj o_proj gate_proj up_proj "
+                                     "down_proj, and for mixtures of experts gate (the router), w1 w2 w3 (Mixtral))", w);
+    if (c->n_words >= LORA_MAX_WORDS) return err_set(e, ST_EINVAL, "--lora_target_modules: more than %d names", LORA_MAX_WORDS);
+    if (strlen(w) >= sizeof c->words[0]) return err_set(e, ST_EINVAL, "--lora_target_modules: '%s' is too long", w);
+    strcpy(c->words[c->n_words++], w);
+    return ST_OK;
 }
 
 Status lora_parse_targets(const char *text, LoraConfig *c, Err *e) {
     c->targets = 0;
     c->all_linear = 0;
+    c->n_words = 0;
     TRY(each_word(text, add_target, c, e));
-    // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for qwen2, qwen3 and llama
-    if (!c->targets) c->targets = (1u << LORA_Q) | (1u << LORA_V);
+    // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for qwen2, qwen3 and llama (and
+    // its q_proj, v_proj for qwen3_moe and mixtral)
+    if (!c->targets && !c->n_words) c->targets = (1u << LORA_Q) | (1u << LORA_V);
     return ST_OK;
 }
 
@@ -106,33 +146,81 @@ static void add_entry(TensorTable *tt, const char *name, TensorKind kind, int la
 // says yes (NULL: every one), then the saved copies.
 typedef int (*PairFilter)(void *ctx, int layer, int mod);
 
+// Whether the adapter targets mod: its bit (a dense name, or the file's pairs), or for the experts
+// and the router all-linear or a target name equal to the module's last name part (PEFT's match).
+static int targeted(const Lora *lo, const ModelConfig *cfg, int mod) {
+    if (lo->cfg.targets & (1u << mod)) return 1;
+    if (mod < LORA_N_DENSE) return 0;
+    // GPT-OSS keeps its experts as parameters of one module (no nn.Linear per expert) and routes
+    // through a router module that is no nn.Linear either: PEFT's LoRA layers (and all-linear)
+    // never reach them (its target_parameters is not implemented here)
+    if (cfg->moe_fused) return 0;
+    if (lo->cfg.all_linear) return 1;
+    char leaf[64];
+    lora_module_leaf(cfg, (LoraModule)mod, leaf, sizeof leaf);
+    for (int i = 0; i < lo->cfg.n_words; i++)
+        if (!strcmp(lo->cfg.words[i], leaf)) return 1;
+    return 0;
+}
+
+// The pair(s) of (layer l, module mod): lora_A (r, in) and lora_B (out, r); for the experts a run
+// of E lora_A then a run of E lora_B, each run contiguous (packed).
+static void add_pairs(Lora *lo, const ModelConfig *cfg, const TensorInfo *w, int l, int mod) {
+    TensorTable *tt = &lo->tt;
+    int r = lo->cfg.r, E = is_expert_module(mod) ? cfg->num_experts : 1;
+    lo->ab[l * LORA_N_MODULES + mod] = tt->n;
+    for (int ab = 0; ab < 2; ab++) {
+        for (int x = 0; x < E; x++) {
+            char path[96], name[160];
+            lora_module_path_of(cfg, (LoraModule)mod, x, path, sizeof path);
+            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_%c.weight", l, path, ab ? 'B' : 'A');
+            if (ab == 0) add_entry(tt, name, module_kinds[mod], l, r, w->shape[1], 1);
+            else add_entry(tt, name, module_kinds[mod], l, w->shape[0], r, 1);
+            tt->packing = E > 1;
+        }
+        tt->packing = 0;
+    }
+    lo->max_in = MAX(lo->max_in, (int)w->shape[1]);
+    lo->max_out = MAX(lo->max_out, (int)w->shape[0]);
+    if (is_expert_module(mod)) lo->slot_rows = MAX(lo->slot_rows, cfg->num_experts_per_tok);
+}
+
 static Status build_table(Lora *lo, const Model *m, PairFilter has_pair, void *ctx, Err *e) {
     const ModelConfig *cfg = &m->cfg;
-    if (cfg->num_experts > 0)
-        return err_set(e, ST_EUNSUPPORTED, "LoRA on a mixture-of-experts model (model_type %s) is not supported yet",
-                       cfg->model_type);
-    int L = cfg->num_hidden_layers, r = lo->cfg.r;
+    int L = cfg->num_hidden_layers;
     TensorTable *tt = &lo->tt;
     memset(tt, 0, sizeof *tt);
     tt->n_layers = L;
-    tt->t = xcalloc((size_t)(2 * L * LORA_N_MODULES + m->tt.n + 1), sizeof(TensorInfo));
+    size_t per_layer = 2 * (LORA_N_MODULES + 3 * (size_t)cfg->num_experts);
+    tt->t = xcalloc((size_t)L * per_layer + (size_t)m->tt.n + 1, sizeof(TensorInfo));
     tt->index = xmalloc((size_t)(L + 1) * TK_COUNT * sizeof(int));
     for (int i = 0; i < (L + 1) * TK_COUNT; i++) tt->index[i] = -1;
     lo->ab = xmalloc((size_t)L * LORA_N_MODULES * sizeof(int));
+    lo->n_experts = cfg->num_experts;
+    lo->slot_rows = 1;
+    unsigned found = 0;  // modules present in the model and targeted
     for (int l = 0; l < L; l++)
         for (int mod = 0; mod < LORA_N_MODULES; mod++) {
             lo->ab[l * LORA_N_MODULES + mod] = -1;
-            if (!(lo->cfg.targets & (1u << mod)) || (has_pair && !has_pair(ctx, l, mod))) continue;
             const TensorInfo *w = tensors_get(&m->tt, module_kinds[mod], l);
-            char name[96];
-            lo->ab[l * LORA_N_MODULES + mod] = tt->n;
-            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_A.weight", l, module_paths[mod]);
-            add_entry(tt, name, module_kinds[mod], l, r, w->shape[1], 1);
-            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_B.weight", l, module_paths[mod]);
-            add_entry(tt, name, module_kinds[mod], l, w->shape[0], r, 1);
-            lo->max_in = MAX(lo->max_in, (int)w->shape[1]);
-            lo->max_out = MAX(lo->max_out, (int)w->shape[0]);
+            if (!w || !targeted(lo, cfg, mod)) continue;
+            found |= 1u << mod;
+            if (has_pair && !has_pair(ctx, l, mod)) continue;
+            add_pairs(lo, cfg, w, l, mod);
         }
+    // PEFT adapts what matches and fails only when nothing does (the caller's "no tensors"); a name
+    // that matches nothing here is worth a warning
+    for (int i = 0; i < lo->cfg.n_words; i++) {
+        int hit = 0;
+        for (int mod = 0; mod < LORA_N_MODULES && !hit; mod++) {
+            char leaf[64];
+            lora_module_leaf(cfg, (LoraModule)mod, leaf, sizeof leaf);
+            hit = (found & (1u << mod)) && (!strcmp(lo->cfg.words[i], leaf) || !strcmp(lo->cfg.words[i], module_paths[mod]));
+        }
+        if (!hit) log_warn("lora: target module '%s' matches no linear layer of this %s model", lo->cfg.words[i],
+                           cfg->model_type);
+    }
+    lo->cfg.targets = found;
     // modules to save: every base tensor of a matching module (the LM head by that name even when
     // tied to the embedding, as transformers' lm_head module is)
     int used[LORA_MAX_SAVE] = {0};
@@ -280,7 +368,7 @@ float *lora_saved_grad(const Model *m, TensorKind kind, int layer) {
 // Inner activations of (layer, module): TRAIN plans keep one (N, r) block per pair (one layer's
 // worth with gradient checkpointing, recomputed), other plans one block.
 static float *inner(const Lora *lo, const Plan *p, int l, int mod) {
-    size_t N = (size_t)p->B * p->T, r = (size_t)lo->cfg.r;
+    size_t N = (size_t)p->B * p->T * lo->slot_rows, r = (size_t)lo->cfg.r;  // experts: a row per routed slot
     size_t slot = p->mode == PLAN_TRAIN && !p->ckpt ? (size_t)l * LORA_N_MODULES + mod : (size_t)mod;
     return p->lora_u + slot * N * r;
 }
@@ -339,11 +427,41 @@ void lora_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp, const f
     }
 }
 
+const struct MoeLora *lora_moe(Model *m, Plan *p, int l, struct MoeLora *out) {
+    Lora *lo = m->lora;
+    if (!lora_active(m)) return NULL;
+    static const int mods[MOE_LORA_N] = {LORA_EXP_GATE, LORA_EXP_UP, LORA_EXP_DOWN, LORA_ROUTER};
+    memset(out, 0, sizeof *out);
+    int any = 0;
+    for (int i = 0; i < MOE_LORA_N; i++) {
+        int k = lo->ab[l * LORA_N_MODULES + mods[i]];
+        if (k < 0) continue;
+        int kb = k + (i == MOE_LORA_ROUTER ? 1 : lo->n_experts);  // the lora_B (run)
+        out->A[i] = (const float *)((char *)lo->params + lo->tt.t[k].offset);
+        out->B[i] = (const float *)((char *)lo->params + lo->tt.t[kb].offset);
+        out->dA[i] = lo->grads ? lo->grads + lo->tt.t[k].goffset : NULL;
+        out->dB[i] = lo->grads ? lo->grads + lo->tt.t[kb].goffset : NULL;
+        out->u[i] = inner(lo, p, l, mods[i]);
+        out->salt[i] = salt(l, mods[i]);
+        any = 1;
+    }
+    if (!any) return NULL;
+    out->r = lo->cfg.r;
+    out->scale = lo->scale;
+    out->t = p->lora_t;
+    out->du = p->lora_du;
+    out->dropout = dropping(lo, p) ? (float)lo->cfg.dropout : 0.0f;
+    out->key = p->lora_key;
+    out->xd = p->lora_x;
+    out->dxd = p->lora_dx;
+    return out;
+}
+
 // ---- plan buffers --------------------------------------------------------------------------
 
 void lora_plan_layout(const Lora *lo, int L, Plan *p, Arena *a) {
     if (!lo) return;
-    size_t N = (size_t)p->B * p->T, r = (size_t)lo->cfg.r;
+    size_t N = (size_t)p->B * p->T * lo->slot_rows, r = (size_t)lo->cfg.r;  // rows: tokens, or routed slots
     size_t slots = p->mode == PLAN_TRAIN && !p->ckpt ? (size_t)L * LORA_N_MODULES : LORA_N_MODULES;
     p->lora_u = arena_take(a, slots * N * r * sizeof(float));
     p->lora_t = arena_take(a, N * (size_t)lo->max_out * sizeof(float));

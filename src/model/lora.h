@@ -17,21 +17,32 @@
 #include "../core/alloc.h"
 #include "model.h"
 
-// The linear layers an adapter can target, in PEFT's module names.
+// The linear layers an adapter can target, in PEFT's module names. In a mixture-of-experts layer
+// every expert's gate / up / down projection is a linear layer of its own (PEFT wraps each
+// nn.Linear of the experts' ModuleList: ...mlp.experts.3.gate_proj, Mixtral's
+// ...block_sparse_moe.experts.3.w1), and so is the router (mlp.gate, block_sparse_moe.gate): a
+// target name matches them by the last part of the module name, as PEFT matches it. The experts'
+// pairs of a layer sit in the table as a run of E lora_A then a run of E lora_B, so the grouped
+// GEMMs of the MoE block take them as (E, r, in) and (E, out, r).
 typedef enum {
     LORA_Q = 0, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN,
+    LORA_EXP_GATE, LORA_EXP_UP, LORA_EXP_DOWN, LORA_ROUTER,
     LORA_N_MODULES
 } LoraModule;
 
+#define LORA_N_DENSE 7  // LORA_Q .. LORA_DOWN: the modules whose names do not depend on the family
 #define LORA_MAX_SAVE 16
+#define LORA_MAX_WORDS 16
 
 typedef struct LoraConfig {
     int r;                   // rank (> 0)
     double alpha;            // lora_alpha
     double dropout;          // lora_dropout in [0, 1)
     int use_rslora;          // scale alpha / sqrt(r) instead of alpha / r
-    unsigned targets;        // bit LoraModule: the module has an adapter in every layer
+    unsigned targets;        // bit LoraModule: the module has an adapter in every layer (that has the module)
     int all_linear;          // targets came from "all-linear" (recorded in adapter_config.json as the names)
+    int n_words;             // the target names as given (matched against the experts' and router's
+    char words[LORA_MAX_WORDS][32];  // module names once the model is known)
     int n_save;              // modules_to_save: module names matched as PEFT does (name or ".name" suffix)
     char save[LORA_MAX_SAVE][64];
 } LoraConfig;
@@ -42,7 +53,10 @@ typedef struct Lora {
     TensorTable tt;          // PEFT-named fp32 tensors: lora_A / lora_B pairs, then modules to save
     float *params;           // device (tt.n_params)
     float *grads;            // device (tt.n_params) while training, else NULL
-    int *ab;                 // (L, LORA_N_MODULES) entry of lora_A (lora_B follows) or -1
+    int *ab;                 // (L, LORA_N_MODULES) entry of lora_A (lora_B follows) or -1; experts:
+                             // expert 0's lora_A, its lora_B E entries later
+    int n_experts;           // E of the model (0: dense)
+    int slot_rows;           // input rows of a targeted layer per token: K when experts are targeted, else 1
     int enabled;             // 1: forward adds the adapter and uses the saved copies; 0: the base model
     int max_in, max_out;     // widest input / output of a targeted layer (plan scratch)
     // dropout during training: masks are a pure function of (seed, step, call, layer, module, element)
@@ -50,9 +64,14 @@ typedef struct Lora {
     int step, calls;         // set by the trainer loop: the optimizer step; forward calls this step
 } Lora;
 
-// PEFT module names ("q_proj", ...) and the base weight kind of each module.
+// PEFT module names ("q_proj", ...) and the base weight kind of each module; the experts' and the
+// router's names are the family's (lora_module_leaf).
 const char *lora_module_name(LoraModule mod);
 TensorKind lora_module_kind(LoraModule mod);
+// The module path of mod in layer l's checkpoint names ("self_attn.q_proj",
+// "mlp.experts.3.gate_proj" for expert 3, "block_sparse_moe.gate") and its last part.
+void lora_module_path_of(const ModelConfig *cfg, LoraModule mod, int expert, char *buf, size_t cap);
+void lora_module_leaf(const ModelConfig *cfg, LoraModule mod, char *buf, size_t cap);
 // Parse --lora_target_modules (names separated by spaces or commas, or "all-linear" = every
 // linear layer but the LM head, as PEFT resolves it for a causal LM). NULL or "" gives PEFT's
 // default for the architecture (q_proj, v_proj for qwen2, qwen3, llama).
@@ -102,6 +121,9 @@ void lora_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const flo
 // and the lora_A / lora_B gradients accumulate (when the adapter trains).
 void lora_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp, const float *dout, const float *inp, int N,
                    int C, int OC);
+// The adapter of layer l's mixture-of-experts block for plan p (moe.h), or NULL when it has none.
+struct MoeLora;
+const struct MoeLora *lora_moe(Model *m, Plan *p, int l, struct MoeLora *out);
 // Carve the adapter's plan buffers out of the plan's arena (plan.c; p->mode, B, T, ckpt set;
 // a NULL arena base only measures).
 void lora_plan_layout(const Lora *lo, int L, Plan *p, Arena *a);

@@ -8,6 +8,7 @@
 #include "safetensors.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CONFIG_FILE "adapter_config.json"
@@ -75,8 +76,18 @@ Status lora_save(const Model *m, const char *dir, const char *base_model, Err *e
     cJSON_AddItemToObject(j, "rank_pattern", cJSON_CreateObject());
     cJSON_AddNullToObject(j, "revision");
     cJSON *tm = cJSON_AddArrayToObject(j, "target_modules");
-    for (int i = 0; i < LORA_N_MODULES; i++)
-        if (c->targets & (1u << i)) cJSON_AddItemToArray(tm, cJSON_CreateString(lora_module_name((LoraModule)i)));
+    char written[LORA_N_MODULES][64];
+    int nw = 0;
+    for (int i = 0; i < LORA_N_MODULES; i++) {
+        if (!(c->targets & (1u << i))) continue;
+        char leaf[64];
+        lora_module_leaf(&m->cfg, (LoraModule)i, leaf, sizeof leaf);  // gate_proj names dense and expert layers
+        int dup = 0;
+        for (int k = 0; k < nw; k++) dup |= !strcmp(written[k], leaf);
+        if (dup) continue;
+        strcpy(written[nw++], leaf);
+        cJSON_AddItemToArray(tm, cJSON_CreateString(leaf));
+    }
     cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
     cJSON_AddNullToObject(j, "trainable_token_indices");
     cJSON_AddBoolToObject(j, "use_dora", 0);
@@ -150,13 +161,37 @@ static Status read_config(const char *path, LoraConfig *c, Err *e) {
 
 typedef struct PairProbe {
     const StSet *set;
+    const ModelConfig *cfg;
 } PairProbe;
 
+// The file holds (layer, mod)'s pair (for the experts: expert 0's; lora_load then wants them all).
 static int file_has_pair(void *ctx, int layer, int mod) {
     const PairProbe *pp = ctx;
-    char name[128];
-    snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_A.weight", layer, lora_module_path(mod));
+    char name[160], path[96];
+    lora_module_path_of(pp->cfg, (LoraModule)mod, 0, path, sizeof path);
+    snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_A.weight", layer, path);
     return st_find(pp->set, name) != NULL;
+}
+
+// Whether tensor name n is a LoRA pair tensor of module mod (any layer, any expert).
+static int names_module(const ModelConfig *cfg, const char *n, int mod) {
+    char path[96], key[112];
+    lora_module_path_of(cfg, (LoraModule)mod, 0, path, sizeof path);
+    if (mod < LORA_EXP_GATE || mod > LORA_EXP_DOWN) {
+        snprintf(key, sizeof key, ".%s.lora_", path);
+        return strstr(n, key) != NULL;
+    }
+    // experts: "<prefix>.experts.<e>.<leaf>.lora_" with any e
+    char *ex = strstr(path, ".0.");
+    if (!ex) return 0;
+    *ex = 0;
+    const char *leaf = ex + 3, *p = strstr(n, path);
+    if (!p) return 0;
+    p += strlen(path);
+    if (*p++ != '.') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    snprintf(key, sizeof key, ".%s.lora_", leaf);
+    return !strncmp(p, key, strlen(key));
 }
 
 Status lora_load(Model *m, const char *dir, Err *e) {
@@ -171,15 +206,10 @@ Status lora_load(Model *m, const char *dir, Err *e) {
     // the targets: every module with a lora_A in the file
     if (st == ST_OK) {
         c.targets = 0;
-        for (int i = 0; i < set.n_tensors; i++) {
-            const char *n = set.tensors[i].name;
-            for (int mod = 0; mod < LORA_N_MODULES; mod++) {
-                char key[64];
-                snprintf(key, sizeof key, ".%s.lora_", lora_module_path(mod));
-                if (strstr(n, key)) c.targets |= 1u << mod;
-            }
-        }
-        PairProbe pp = {&set};
+        for (int i = 0; i < set.n_tensors; i++)
+            for (int mod = 0; mod < LORA_N_MODULES; mod++)
+                if (names_module(&m->cfg, set.tensors[i].name, mod)) c.targets |= 1u << mod;
+        PairProbe pp = {&set, &m->cfg};
         st = lora_new(m, &c, file_has_pair, &pp, &lo, e);
     }
     // every tensor of the table from the file, converted to fp32; nothing left over
@@ -250,7 +280,11 @@ Status lora_merge(Model *m, Err *e) {
             continue;
         }
         if (!strstr(t->name, ".lora_A.")) continue;
-        const TensorInfo *tb = &lo->tt.t[i + 1];
+        char bname[sizeof t->name];
+        snprintf(bname, sizeof bname, "%s", t->name);
+        memcpy(strstr(bname, ".lora_A."), ".lora_B.", 8);
+        const TensorInfo *tb = tensors_find(&lo->tt, bname);
+        CHECK(tb);
         int r = (int)t->shape[0], in = (int)t->shape[1], out = (int)tb->shape[0];
         // W (out, in) += scale * B (out, r) A (r, in): A^T (in, r) is the matmul's weight
         float *ah = xmalloc(t->numel * sizeof(float)), *at = xmalloc(t->numel * sizeof(float));
@@ -261,7 +295,11 @@ Status lora_merge(Model *m, Err *e) {
         be->upload(be, dat, at, t->numel * sizeof(float));
         be->matmul_forward(be, delta, (const float *)((char *)lo->params + tb->offset), dat, DT_F32, NULL, out, r, in);
         be->scale(be, delta, lo->scale, (size_t)out * in);
-        float *w = model_data(m, tensors_get(&m->tt, t->kind, t->layer));
+        // the base weight: for an expert, its entry in the layer's run (expert 0 first)
+        const TensorInfo *bw = tensors_get(&m->tt, t->kind, t->layer);
+        const char *ex = strstr(t->name, ".experts.");
+        if (ex) bw += atoi(ex + strlen(".experts."));
+        float *w = model_data(m, bw);
         be->add(be, w, w, delta, (size_t)out * in);
         be->free(be, dat);
         be->free(be, delta);

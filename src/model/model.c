@@ -37,8 +37,23 @@ void model_grads_done(Model *m, int layer) {
     if (m->hooks && m->hooks->grads_done) m->hooks->grads_done(m->hooks->ctx, m, layer);
 }
 
+int model_rope_select(Model *m, int len) {
+    if (!m->rope_host) return 0;
+    int want = config_rope_long(&m->cfg, len);
+    if (want == m->rope_long) return 0;
+    size_t half = (size_t)m->cfg.rotary_dim / 2;
+    m->be->upload(m->be, m->inv_freq, m->rope_host + (want ? half : 0), half * sizeof(float));
+    m->rope_long = want;
+    return 1;
+}
+
 void model_reduce(Model *m, float *buf, size_t n) {
     if (m->hooks && m->hooks->reduce) m->hooks->reduce(m->hooks->reduce_ctx, m, buf, n);
+}
+
+void model_gather(Model *m, void *recv, const void *send, size_t nbytes) {
+    if (m->hooks && m->hooks->gather) m->hooks->gather(m->hooks->reduce_ctx, m, recv, send, nbytes);
+    else memmove(recv, send, nbytes);
 }
 
 const TensorInfo *model_lm_head(const Model *m) {
@@ -78,11 +93,16 @@ static Model *model_new_mapped(const ModelConfig *cfg, Backend *be, DType matrix
                 bytes += dtype_bytes(m->tt.t[i].dtype, m->tt.t[i].numel);
             }
     }
-    int half = cfg->head_dim / 2;
+    int half = cfg->rotary_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof(float));
     config_rope_inv_freq(cfg, inv, &m->rope_mscale);
     m->inv_freq = be->alloc(be, (size_t)half * sizeof(float));
     be->upload(be, m->inv_freq, inv, (size_t)half * sizeof(float));
+    if (cfg->rope_scaling.type == ROPE_LONGROPE) {  // both tables on the host for model_rope_select
+        m->rope_host = xmalloc((size_t)2 * half * sizeof(float));
+        memcpy(m->rope_host, inv, (size_t)half * sizeof(float));
+        config_rope_long_inv_freq(cfg, m->rope_host + half);
+    }
     if (cfg->rope_local_theta > 0) {  // the sliding layers' RoPE (layer_rope)
         config_rope_local_inv_freq(cfg, inv);
         m->inv_freq_local = be->alloc(be, (size_t)half * sizeof(float));
@@ -130,6 +150,14 @@ Model *model_share(const Model *m) {
     s->params = m->params;
     s->inv_freq = m->inv_freq;
     s->rope_mscale = m->rope_mscale;
+    if (m->rope_host) {  // its own table in use: the two models select theirs independently
+        size_t half = (size_t)m->cfg.rotary_dim / 2;
+        s->rope_host = xmalloc(2 * half * sizeof(float));
+        memcpy(s->rope_host, m->rope_host, 2 * half * sizeof(float));
+        s->inv_freq = m->be->alloc(m->be, half * sizeof(float));
+        s->rope_long = m->rope_long;
+        m->be->upload(m->be, s->inv_freq, s->rope_host + (s->rope_long ? half : 0), half * sizeof(float));
+    }
     s->inv_freq_local = m->inv_freq_local;
     s->plans.max_plans = m->plans.max_plans;
     s->frozen = 1;
@@ -148,7 +176,8 @@ void model_free(Model *m) {
     }
     free(m->data);
     if (m->grads) m->be->free(m->be, m->grads);
-    if (!m->shared) m->be->free(m->be, m->inv_freq);
+    if (!m->shared || m->rope_host) m->be->free(m->be, m->inv_freq);
+    free(m->rope_host);
     if (!m->shared && m->inv_freq_local) m->be->free(m->be, m->inv_freq_local);
     tensors_free(&m->tt);
     config_free(&m->cfg);
@@ -174,13 +203,17 @@ static Status check_tensors(const Model *m, const TensorTable *tt, const StSet *
         if (!s)
             return err_set(e, ST_EINVAL, "%s: missing tensor \"%s\" (expected by config.json: %s)", dir, t->name,
                            cfg->model_type);
-        int shape_ok = s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim == 1 || s->shape[1] == t->shape[1]);
+        int nd;
+        int64_t hs[3];
+        tensors_hf_shape(t, &nd, hs);
+        int shape_ok = s->ndim == nd;
+        for (int d = 0; d < nd && shape_ok; d++) shape_ok = s->shape[d] == hs[d];
         if (!shape_ok) {
-            char got[128] = "", want[128];
+            char got[128] = "", want[128] = "";
             for (int d = 0; d < s->ndim; d++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)s->shape[d]);
-            if (t->ndim == 1) snprintf(want, sizeof want, "%lld", (long long)t->shape[0]);
-            else snprintf(want, sizeof want, "%lld, %lld", (long long)t->shape[0], (long long)t->shape[1]);
+            for (int d = 0; d < nd; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)hs[d]);
             return err_set(e, ST_EINVAL, "%s: tensor \"%s\" has shape [%s], expected [%s]", dir, t->name, got, want);
         }
     }
@@ -213,6 +246,33 @@ static Status check_q8_0(const TensorTable *tt, const char *dir, int frozen, Err
 // at a time through one stage buffer, each piece's pages of the mapping released once copied
 // (peak: the copies plus about 12 MiB, not the largest tensor twice or the file beside its copy).
 #define UPLOAD_CHUNK (8u << 20)
+
+// dst (cols, rows) = the transpose of src (rows, cols), elements of es bytes.
+static void transpose_bytes(void *dst, const void *src, size_t rows, size_t cols, size_t es) {
+    char *d = dst;
+    const char *sp = src;
+    for (size_t r0 = 0; r0 < rows; r0 += 32)
+        for (size_t c0 = 0; c0 < cols; c0 += 32)
+            for (size_t r = r0; r < MIN(rows, r0 + 32); r++)
+                for (size_t c = c0; c < MIN(cols, c0 + 32); c++) memcpy(d + (c * rows + r) * es, sp + (r * cols + c) * es, es);
+}
+
+// A tensor whose checkpoint blocks (E, A, B) are stored transposed (tensors.h hf_xpose): one block
+// at a time, transposed in the checkpoint's dtype, then converted.
+static void upload_transposed(Model *m, int i, const StTensor *s) {
+    const TensorInfo *t = &m->tt.t[i];
+    size_t E = (size_t)t->hf_shape[0], A = (size_t)t->hf_shape[1], B = (size_t)t->hf_shape[2], blk = A * B;
+    size_t ss = dtype_size(s->dtype);
+    void *tr = xmalloc(blk * ss), *conv = xmalloc(dtype_bytes(t->dtype, blk) + 64);
+    for (size_t e = 0; e < E; e++) {
+        transpose_bytes(tr, (const char *)s->data + e * blk * ss, A, B, ss);
+        dtype_convert(conv, t->dtype, tr, s->dtype, blk);
+        m->be->upload(m->be, (char *)m->data[i] + dtype_bytes(t->dtype, e * blk), conv, dtype_bytes(t->dtype, blk));
+    }
+    free(tr);
+    free(conv);
+}
+
 static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
     void *stage = xmalloc(UPLOAD_CHUNK);
     for (int i = 0; i < m->tt.n; i++) {
@@ -220,6 +280,10 @@ static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
         if (!s) continue;  // a new score head (check_tensors allowed it)
+        if (t->hf_xpose) {
+            upload_transposed(m, i, s);
+            continue;
+        }
         // pieces of step elements (a multiple of a Q8_0 block); Q8_0 takes less than 2 bytes an element
         size_t ss = dtype_size(s->dtype), step = UPLOAD_CHUNK / MAX(dtype_size(t->dtype), ss);
         for (size_t j = 0; j < t->numel; j += step) {
@@ -323,6 +387,7 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
             size_t bytes = dtype_bytes(t->dtype, t->numel);
             const StTensor *s = st_find(set, t->name);
             int run = t->kind == TK_EXP_G || t->kind == TK_EXP_U || t->kind == TK_EXP_D;  // contiguous copies
+            run |= t->hf_xpose;  // stored transposed
             mapped[i] = s && s->dtype == t->dtype && !run;
             if (mapped[i]) in_place += bytes;
             else copied += bytes;
@@ -394,7 +459,9 @@ Status model_create_random_p(const ModelConfig *cfg, Backend *be, uint64_t seed,
         }
         int is_norm = t->kind == TK_NORM || t->kind == TK_LN1 || t->kind == TK_LN2 || t->kind == TK_QN ||
                       t->kind == TK_KN || t->kind == TK_LNA || t->kind == TK_LNF;
-        for (size_t j = 0; j < t->numel; j++) host[j] = t->is_matrix ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
+        // gpt_oss: the sinks and the router bias are drawn like the matrices (GptOssPreTrainedModel)
+        int drawn = t->is_matrix || t->kind == TK_SINKS || t->kind == TK_ROUTER_B;
+        for (size_t j = 0; j < t->numel; j++) host[j] = drawn ? std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
         be->upload(be, m->data[i], host, t->numel * sizeof(float));
         if (pr) progress_update(pr, i + 1, m->tt.n, t->name, 0);
     }
@@ -414,7 +481,39 @@ typedef struct SaveFill {
     size_t stage_cap;
     Progress *pr;             // may be NULL
     double done, total;       // bytes written, to write
+    void *xblk;               // one block of a transposed tensor (hf_xpose), its stored layout
+    size_t xblk_cap, xblk_index;
+    int xblk_tensor;          // the tensor and block xblk holds (-1: none)
 } SaveFill;
+
+// A range of a transposed tensor (hf_xpose) in the checkpoint's order: each block (A, B) read once
+// into xblk (its stored (B, A) layout), elements gathered into the stage, then converted.
+static Status save_fill_transposed(SaveFill *f, const TensorInfo *t, int i, size_t begin, size_t count, void *dst) {
+    size_t A = (size_t)t->hf_shape[1], B = (size_t)t->hf_shape[2], blk = A * B, es = dtype_size(t->dtype);
+    if (f->xblk_cap < blk * es) {
+        free(f->xblk);
+        f->xblk = xmalloc(f->xblk_cap = blk * es);
+        f->xblk_tensor = -1;
+    }
+    if (f->stage_cap < SAVE_STAGE) {
+        free(f->stage);
+        f->stage = xmalloc(f->stage_cap = SAVE_STAGE);
+    }
+    size_t per = SAVE_STAGE / es, ds = dtype_size(f->save_dtype);
+    for (size_t j0 = 0; j0 < count; j0 += per) {
+        size_t n = MIN(per, count - j0);
+        for (size_t j = 0; j < n; j++) {
+            size_t hf = begin + j0 + j, x = hf / blk, own = tensors_hf_index(t, hf) - x * blk;
+            if (f->xblk_tensor != i || f->xblk_index != x) {
+                f->m->be->download(f->m->be, f->xblk, (const char *)f->m->data[i] + x * blk * es, blk * es);
+                f->xblk_tensor = i, f->xblk_index = x;
+            }
+            memcpy((char *)f->stage + j * es, (const char *)f->xblk + own * es, es);
+        }
+        dtype_convert((char *)dst + j0 * ds, f->save_dtype, f->stage, t->dtype, n);
+    }
+    return ST_OK;
+}
 
 static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
     SaveFill *f = ctx;
@@ -425,6 +524,7 @@ static Status save_fill(void *ctx, int i, size_t begin, size_t count, void *dst,
         f->done += (double)count * dtype_size(f->save_dtype);
         progress_update(f->pr, (long)(f->done / 1048576), (long)(f->total / 1048576), t->name, 0);
     }
+    if (t->hf_xpose) return save_fill_transposed(f, t, i, begin, count, dst);
     if (t->dtype == f->save_dtype) {
         f->m->be->download(f->m->be, dst, src, count * es);
         return ST_OK;
@@ -451,16 +551,17 @@ Status model_save_p(const Model *m, const char *dir, DType save_dtype, Progress 
         const TensorInfo *t = &m->tt.t[i];
         wt[i].name = t->name;
         wt[i].dtype = save_dtype;
-        wt[i].ndim = t->ndim;
-        wt[i].shape[0] = t->shape[0];
-        wt[i].shape[1] = t->shape[1];
+        int64_t hs[3];
+        tensors_hf_shape(t, &wt[i].ndim, hs);
+        for (int d = 0; d < wt[i].ndim; d++) wt[i].shape[d] = hs[d];
     }
     SaveFill fill = {.m = m, .save_dtype = save_dtype, .pr = pr,
-                     .total = (double)m->tt.n_params * dtype_size(save_dtype)};
+                     .total = (double)m->tt.n_params * dtype_size(save_dtype), .xblk_tensor = -1};
     char *path = path_join(dir, "model.safetensors");
     Status st = st_write_stream(path, wt, m->tt.n, save_fill, &fill, NULL, 0, e);
     free(path);
     free(fill.stage);
+    free(fill.xblk);
     free(wt);
     if (pr) progress_clear(pr);
     if (st != ST_OK) return st;

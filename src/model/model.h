@@ -19,7 +19,10 @@ typedef struct ModelHooks {
     void (*grads_done)(void *ctx, struct Model *m, int layer);   // the layer's gradients are final
     // tensor parallelism (src/train/tp.c): buf (n floats, device) summed over the group in place
     void (*reduce)(void *ctx, struct Model *m, float *buf, size_t n);
+    // host bytes: recv (group size * nbytes) = every rank's send, in rank order
+    void (*gather)(void *ctx, struct Model *m, void *recv, const void *send, size_t nbytes);
     void *reduce_ctx;
+    const struct MoeExchange *moe_ex;  // expert parallel (src/train/ep.c): the routed slots' exchange
 } ModelHooks;
 
 typedef struct Model {
@@ -36,9 +39,13 @@ typedef struct Model {
     int frozen;           // loaded by model_load_frozen: weights are read only, never trained
     size_t mapped_bytes;  // bytes of weights used in place from the mapping
     float *grads;         // device (tt.n_params) fp32, NULL until model_alloc_grads
-    float *inv_freq;      // device (HD/2) RoPE inverse frequencies
-    float rope_mscale;    // attention scaling applied to cos and sin (yarn), else 1
-    float *inv_freq_local;  // device (HD/2) RoPE of layers with cfg.layer_rope 1, or NULL
+    float *inv_freq;      // device (RD/2) RoPE inverse frequencies in use (longrope: the short or the
+                          // long factors', rope_long; its contents change, never its address, so a
+                          // recorded decode step replays with the table selected)
+    float rope_mscale;    // attention scaling applied to cos and sin (yarn, longrope), else 1
+    float *rope_host;     // longrope: host (2, RD/2) the short then the long tables; else NULL
+    int rope_long;        // longrope: inv_freq holds the long table
+    float *inv_freq_local;  // device (RD/2) RoPE of layers with cfg.layer_rope 1, or NULL
     PlanCache plans;
     struct Lora *lora;    // LoRA adapter (model/lora.h) or NULL; with one, only the adapter trains
     int grad_ckpt;        // TRAIN plans recompute each layer's forward in the backward pass
@@ -50,10 +57,17 @@ typedef struct Model {
     float **gdata;        // (tt.n) each tensor's gradient when sharded (hooks), else NULL: grads + goffset
 } Model;
 
+// Longrope: put the table for a forward call whose longest sequence has `len` positions (max
+// position id + 1; transformers' longrope_frequency_update) into m->inv_freq. Returns 1 when the
+// table changed (a KV cache filled with the other one is stale: src/gen/generate.c), 0 when it was
+// already in place or the model has no longrope scaling.
+int model_rope_select(struct Model *m, int len);
 // The hooks' calls; no-ops on a model without hooks.
 void model_materialize(struct Model *m, int layer);
 void model_grads_done(struct Model *m, int layer);
 void model_reduce(struct Model *m, float *buf, size_t n);
+// The gather hook (one process: recv = send).
+void model_gather(struct Model *m, void *recv, const void *send, size_t nbytes);
 // A model of cfg (its raw JSON copied) with uninitialised parameters in matrix_dtype.
 Model *model_alloc(const ModelConfig *cfg, Backend *be, DType matrix_dtype);
 // The gradient of a table entry of m->tt, NULL when the model has none.

@@ -6,6 +6,7 @@
 #include "../core/meminfo.h"
 #include "lora.h"
 #include "model.h"
+#include "vocab_head.h"
 
 #include <string.h>
 
@@ -73,10 +74,18 @@ static void moe_layout(Arena *a, MoeActs *ma, const ModelConfig *cfg, size_t N) 
     ma->token_slot = TAKE_I(S);
     ma->dropped = TAKE_I(1);
     ma->xs = TAKE_F(S * C);
-    ma->g = TAKE_F(S * FFE);
-    ma->u = TAKE_F(S * FFE);
-    ma->h = TAKE_F(S * FFE);
+    size_t P = (size_t)config_ep_size(cfg), SE = S * P;  // expert parallel: up to every rank's slots
+    ma->g = TAKE_F(SE * FFE * (cfg->moe_fused ? 2 : 1));  // fused: gate_up
+    ma->u = TAKE_F(SE * FFE);
+    ma->h = TAKE_F(SE * FFE);
     ma->ys = TAKE_F(S * C);
+    if (P > 1) {
+        size_t El = (size_t)config_local_experts(cfg);
+        ma->xl = TAKE_F(SE * C);
+        ma->yl = TAKE_F(SE * C);
+        ma->offl = TAKE_I(El + 1);
+        ma->ep_plan = TAKE_I(P * El);
+    }
 }
 
 static void layer_layout(Arena *a, LayerActs *la, const ModelConfig *cfg, size_t N, int B, int T, int mlps) {
@@ -151,8 +160,9 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
     p->hlast = TAKE_F((size_t)B * C);
     p->lnlast = TAKE_F((size_t)B * C);
     p->rstdlast = TAKE_F(B);
-    p->logits = TAKE_F((size_t)B * V);
-    p->scores = TAKE_F((size_t)B * V);
+    p->logits = TAKE_F((size_t)B * config_vocab_rows(cfg));  // a vocabulary shard: its columns only
+    p->logits_part = cfg->vocab_part > 0 ? p->logits : NULL;
+    p->scores = TAKE_F((size_t)B * config_vocab_rows(cfg));
     p->logprob = TAKE_F(B);
     p->logprob_raw = TAKE_F(B);
     p->sparams = (SampleParams *)arena_take(a, (size_t)B * sizeof(SampleParams));
@@ -165,7 +175,7 @@ static void plan_layout_cached(Arena *a, Plan *p, const ModelConfig *cfg, PlanMo
 // Lay out every buffer; with a->base == NULL this only measures. p->ckpt is set.
 static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode, int B, int T, int chunk,
                         const Lora *lo) {
-    size_t N = (size_t)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size, V = cfg->vocab_size;
+    size_t N = (size_t)B * T, C = cfg->hidden_size, FF = cfg->intermediate_size;
     size_t QD = (size_t)cfg->num_attention_heads * cfg->head_dim, KD = (size_t)cfg->num_key_value_heads * cfg->head_dim;
     int L = cfg->num_hidden_layers;
     p->ids = TAKE_I(N);
@@ -200,7 +210,8 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
         p->cls_scores = TAKE_F((size_t)B * cfg->num_labels);
         if (mode == PLAN_TRAIN) p->cls_dscores = TAKE_F((size_t)B * cfg->num_labels);
     } else {
-        p->head_scratch = TAKE_F((size_t)chunk * (V + C));
+        p->head_scratch = TAKE_F((size_t)chunk * (config_vocab_rows(cfg) + C));
+        p->vocab_scratch = cfg->vocab_part > 0 ? TAKE_F(vocab_scratch_floats(cfg, chunk)) : NULL;
     }
     if (mode == PLAN_TRAIN) {
         p->dres = TAKE_F(N * C);
@@ -223,9 +234,14 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
             p->moe_scr.dw = TAKE_F(S);
             p->moe_scr.dys = TAKE_F(S * C);
             p->moe_scr.dxs = TAKE_F(S * C);
-            p->moe_scr.dh = TAKE_F(S * FFE);
-            p->moe_scr.dg = TAKE_F(S * FFE);
-            p->moe_scr.du = TAKE_F(S * FFE);
+            size_t SE = S * (size_t)config_ep_size(cfg);
+            p->moe_scr.dh = TAKE_F(SE * FFE);
+            p->moe_scr.dg = TAKE_F(SE * FFE * (cfg->moe_fused ? 2 : 1));
+            p->moe_scr.du = TAKE_F(SE * FFE);
+            if (SE > S) {
+                p->moe_scr.dyl = TAKE_F(SE * C);
+                p->moe_scr.dxl = TAKE_F(SE * C);
+            }
         }
     }
     p->mode = mode, p->B = B, p->T = T;
@@ -299,7 +315,6 @@ Status plan_get_shape(Model *m, PlanMode mode, int B, int T, int S, Plan **out, 
                        "shape %s needs plan %d but --max_plans is %d; pad to fewer shapes "
                        "(--pad_to_multiple_of, --padding max_length, --max_cache_len) or raise --max_plans",
                        shape, pc->n + 1, pc->max_plans);
-    TRY(config_check_window(&m->cfg, mode == PLAN_DECODE ? S : T, e));
     const ModelConfig *cfg = &m->cfg;
     Plan *p = xcalloc(1, sizeof(Plan));
     p->mode = mode;

@@ -67,7 +67,8 @@ typedef struct Plan {
     float *row_loss;       // (N)
     float *row_correct;    // (N)
     float *row_entropy;    // (N)
-    float *head_scratch;   // (chunk, V + C); NULL for sequence classifiers (no LM head)
+    float *head_scratch;   // (chunk, V + C), V the LM head's rows here; NULL for sequence classifiers
+    float *vocab_scratch;  // vocabulary shards: the heads' statistics (vocab_scratch_floats), else NULL
     int head_chunk;
     // sequence classifiers (cfg num_labels NL > 0): the score head at one pooled row per sequence
     int32_t *pool_rows;    // (B) pooled row of each sequence, in [0, N)
@@ -92,7 +93,8 @@ typedef struct Plan {
     float *hlast;          // (B,C) residual at each row's last position (gathered)
     float *lnlast;         // (B,C) final norm of hlast
     float *rstdlast;       // (B)
-    float *logits;         // (B,V) raw last-position logits
+    float *logits;         // (B,V) raw last-position logits; a vocabulary shard's (B,vocab_part)
+    float *logits_part;    // logits when they are a vocabulary shard's (gen/sample_shard.h), else NULL
     float *scores;         // (B,V) processed scores (sample_logits)
     float *logprob;        // (B) chosen token under the processed distribution
     float *logprob_raw;    // (B) chosen token under log_softmax(logits / temperature)

@@ -5,6 +5,7 @@
 
 #include "../core/alloc.h"
 #include "lora.h"
+#include "vocab_head.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,6 +17,12 @@ void qwen3_set_inputs(Model *m, Plan *p, const int32_t *ids, const int32_t *pos,
     be->upload(be, p->ids, ids, N * sizeof(int32_t));
     be->upload(be, p->pos, pos, N * sizeof(int32_t));
     be->upload(be, p->seg, seg, N * sizeof(int32_t));
+    if (m->rope_host) {  // longrope: the table of the longest sequence (its real tokens)
+        int len = 0;
+        for (size_t i = 0; i < N; i++)
+            if (seg[i]) len = MAX(len, pos[i] + 1);
+        model_rope_select(m, len);
+    }
     if (targets) {
         be->upload(be, p->targets, targets, N * sizeof(int32_t));
     } else {
@@ -174,17 +181,19 @@ static void act_bwd(Model *m, float *dgate, float *dup, const float *dout, const
     else m->be->swiglu_backward(m->be, dgate, dup, dout, gate, up, n);
 }
 
-// Layer l's attention options: its sliding window and the score soft-cap (the query scale is
-// applied to q, query_mult).
-static AttnOpts layer_opts(const ModelConfig *cfg, int l) {
-    AttnOpts o = {cfg->layer_window[l], (float)cfg->attn_softcap, 0.0f, 0};
+// Layer l's attention options: its sliding window, the score soft-cap and the sinks (the query
+// scale is applied to q, query_mult).
+static AttnOpts layer_opts(const Model *m, int l) {
+    const ModelConfig *cfg = &m->cfg;
+    AttnOpts o = {cfg->layer_window[l], (float)cfg->attn_softcap, 0.0f, 0, NULL};
+    if (cfg->attn_sinks) o.sinks = F(TK_SINKS, l);
     return o;
 }
 
 static void attn_fwd(Model *m, Plan *p, LayerActs *a, int l) {
     const ModelConfig *cfg = &m->cfg;
     m->be->attention_forward_opt(m->be, a->att, a->lse, a->qr, a->kr, a->v, p->seg, p->B, p->T,
-                                 cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, layer_opts(cfg, l));
+                                 cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim, layer_opts(m, l));
 }
 
 // Final-logit soft-capping of n logits in place (cfg.final_softcap; nothing without one).
@@ -209,8 +218,8 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
         norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
         norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
     }
-    be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
-    be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
+    be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
+    be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
     float qm = query_mult(cfg);
     if (qm != 1.0f) be->scale(be, a->qr, qm, (size_t)N * QD);
 }
@@ -232,19 +241,41 @@ static void post_norm_add(Model *m, float *out, float *rstd, const float *y, con
 static MoeDims moe_dims(const Model *m, int N) {
     const ModelConfig *cfg = &m->cfg;
     MoeDims d = {.N = N, .C = cfg->hidden_size, .E = cfg->num_experts, .K = cfg->num_experts_per_tok,
-                 .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0};
+                 .FF = cfg->moe_intermediate_size, .norm = cfg->norm_topk_prob, .capacity = 0,
+                 .fused = cfg->moe_fused, .alpha = (float)cfg->swiglu_alpha, .limit = (float)cfg->swiglu_limit,
+                 .P = config_ep_size(cfg), .El = config_local_experts(cfg)};
     if (m->moe_capacity_factor > 0)
         d.capacity = (int)MIN(ceil(m->moe_capacity_factor * N * d.K / d.E), (double)N);
     return d;
 }
 
-static MoeWeights moe_weights(const Model *m, int l) {
-    MoeWeights w;
+// The block's weights, with the adapter's share (ml: its storage) when one is active.
+static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
+    MoeWeights w = {0};
+    w.lora = lora_moe(m, p, l, ml);
+    w.ex = m->hooks ? m->hooks->moe_ex : NULL;  // expert parallel (src/train/ep.c)
     w.router = weight(m, TK_ROUTER, l, &w.router_dt);
+    w.router_bias = F(TK_ROUTER_B, l);
+    if (m->cfg.moe_fused) {  // GPT-OSS: gate_up and down with biases (tensors.h)
+        w.gate = weight(m, TK_XGU, l, &w.wdt);
+        w.down = weight(m, TK_XD, l, NULL);
+        w.gate_bias = F(TK_XGU_B, l);
+        w.down_bias = F(TK_XD_B, l);
+        return w;
+    }
     w.gate = weight(m, TK_EXP_G, l, &w.wdt);
     w.up = weight(m, TK_EXP_U, l, NULL);
     w.down = weight(m, TK_EXP_D, l, NULL);
     return w;
+}
+
+static MoeGrads moe_grads(const Model *m, int l) {
+    if (m->cfg.moe_fused)
+        return (MoeGrads){.router = grad(m, TK_ROUTER, l), .router_bias = grad(m, TK_ROUTER_B, l),
+                          .gate = grad(m, TK_XGU, l), .down = grad(m, TK_XD, l), .gate_bias = grad(m, TK_XGU_B, l),
+                          .down_bias = grad(m, TK_XD_B, l)};
+    return (MoeGrads){.router = grad(m, TK_ROUTER, l), .router_bias = grad(m, TK_ROUTER_B, l),
+                      .gate = grad(m, TK_EXP_G, l), .up = grad(m, TK_EXP_U, l), .down = grad(m, TK_EXP_D, l)};
 }
 
 // The load-balancing loss coefficient of one backward pass (0: none).
@@ -270,7 +301,8 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N
     float *y = (cfg->norms & NORM_POST_MLP) ? a->mo : next;  // the MLP's output
     if (cfg->layer_moe[l]) {
         MoeDims d = moe_dims(m, N);
-        MoeWeights w = moe_weights(m, l);
+        MoeLora ml;
+        MoeWeights w = moe_weights(m, p, l, &ml);
         moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
     } else {
         linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2,
@@ -289,7 +321,8 @@ static void embed(Model *m, Plan *p, float *out, int N) {
     int C = m->cfg.hidden_size;
     DType edt;
     const void *emb = weight(m, TK_EMBED, -1, &edt);
-    be->embedding_forward(be, out, p->ids, emb, edt, N, C);
+    if (m->cfg.vocab_part > 0) vocab_embed(m, out, p->ids, N);  // a shard of the vocabulary (tensor parallel)
+    else be->embedding_forward(be, out, p->ids, emb, edt, N, C);
     if (m->cfg.embed_scale != 1.0f) be->scale(be, out, m->cfg.embed_scale, (size_t)N * C);
 }
 
@@ -336,7 +369,7 @@ static void cached_attention(Model *m, Plan *p, Plan *dp, LayerActs *a, int l, i
     size_t row_cache = (size_t)NKV * slots * HD, off = plan_cache_offset(cfg, l, dp->B, S) + (size_t)row0 * row_cache;
     float *kc = dp->kcache + off, *vc = dp->vcache + off;
     const int32_t *kmask = dp->kmask + (size_t)row0 * S;
-    AttnOpts o = layer_opts(cfg, l);
+    AttnOpts o = layer_opts(m, l);
     if (slots < S) {
         be->attention_ring(be, a->att, a->qr, kc, vc, a->kr, a->v, kmask, dp->cache_start, nb, T, NH, NKV, HD, S, o);
         be->kv_ring_write(be, kc, vc, a->kr, a->v, dp->cache_start, nb, T, NKV, HD, slots);
@@ -385,8 +418,9 @@ static void last_logits_rows(Model *m, Plan *p, Plan *dp, int B) {
     norm_fwd(m, dp->lnlast, dp->rstdlast, h, F(TK_NORM, -1), B, C);
     DType hdt;
     const void *head = head_weight(m, &hdt);
-    be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, m->cfg.vocab_size);
-    cap_logits(m, dp->logits, (size_t)B * m->cfg.vocab_size);
+    int V = config_vocab_rows(&m->cfg);
+    be->matmul_forward(be, dp->logits, dp->lnlast, head, hdt, NULL, B, C, V);  // a shard: its columns
+    cap_logits(m, dp->logits, (size_t)B * V);
 }
 
 void qwen3_last_logits(Model *m, Plan *p, Plan *dp) { last_logits_rows(m, p, dp, p->B); }
@@ -417,6 +451,7 @@ void qwen3_last_logits_row(Model *m, Plan *p, Plan *dp, int row) {
     norm_fwd(m, dp->lnlast + (size_t)row * C, dp->rstdlast + row, h, F(TK_NORM, -1), 1, C);
     DType hdt;
     const void *head = head_weight(m, &hdt);
+    CHECK_MSG(!dp->logits_part, "qwen3_last_logits_row: not on vocabulary shards");
     be->matmul_forward(be, dp->logits + (size_t)row * V, dp->lnlast + (size_t)row * C, head, hdt, NULL, 1, C, V);
     cap_logits(m, dp->logits + (size_t)row * V, (size_t)V);
 }
@@ -480,6 +515,7 @@ void qwen3_train_micro(Model *m, Plan *p) {
 }
 
 void qwen3_logits(Model *m, Plan *p, int row0, int nrows, float *out) {
+    CHECK_MSG(m->cfg.vocab_part == 0, "qwen3_logits: the model holds a shard of the vocabulary");
     DType hdt;
     const void *head = head_weight(m, &hdt);
     m->be->matmul_forward(m->be, out, p->lnf + (size_t)row0 * m->cfg.hidden_size, head, hdt, NULL, nrows,
@@ -493,6 +529,11 @@ void qwen3_ce_loss(Model *m, Plan *p, float grad_scale, int backward) {
     DType hdt;
     const void *head = head_weight(m, &hdt);
     int bw = backward && p->mode == PLAN_TRAIN && trains(m);
+    if (m->cfg.vocab_part > 0) {  // tensor parallel: the group's shards of the vocabulary
+        vocab_ce(m, p, head, hdt, bw ? head_grad(m) : NULL, grad_scale, bw);
+        if (bw) qwen3_backward_from_lnf(m, p);
+        return;
+    }
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->ce_head_cap(be, p->row_loss, p->row_correct, p->row_entropy, bw ? p->dln : NULL, bw ? head_grad(m) : NULL,
                     p->lnf, head, hdt, p->targets, p->weights, grad_scale, (float)m->cfg.final_softcap, p->head_scratch,
@@ -548,8 +589,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         }
         if (cfg->layer_moe[l]) {
             MoeDims d = moe_dims(m, N);
-            MoeWeights w = moe_weights(m, l);
-            MoeGrads g = {G(TK_ROUTER, l), G(TK_EXP_G, l), G(TK_EXP_U, l), G(TK_EXP_D, l)};
+            MoeLora ml;
+            MoeWeights w = moe_weights(m, p, l, &ml);
+            MoeGrads g = moe_grads(m, l);
             moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
                                moe_aux_coef(m, p), p->seg);
         } else {
@@ -562,7 +604,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
         }
         if (cfg->norms & NORM_PRE_MLP) {
-            model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel (pre-norm families): every rank's share
+            // tensor parallel (pre-norm families): every rank's share; a sparse layer's experts are
+            // replicated, their input gradient whole on every rank
+            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
             norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
@@ -578,11 +622,15 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             dao = p->dpost;
         }
         linear_backward(m, p, l, TK_WO, p->datt, dao, a->att, N, QD, C);
+        AttnOpts ao = layer_opts(m, l);
         be->attention_backward_opt(be, p->dqr, p->dkr, p->dv, p->datt, a->att, a->lse, a->qr, a->kr, a->v, p->seg, B, T,
-                                   NH, NKV, HD, layer_opts(cfg, l));
+                                   NH, NKV, HD, ao);
+        float *dsinks = ao.sinks ? G(TK_SINKS, l) : NULL;
+        if (dsinks)
+            be->attention_sinks_backward(be, dsinks, p->datt, a->att, a->lse, ao.sinks, p->seg, B, T, NH, HD);
         if (qm != 1.0f) be->scale(be, p->dqr, qm, (size_t)N * QD);
-        be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD);
-        be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD);
+        be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
+        be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
         if (cfg->qk_norm) {
             int per_head = cfg->qk_norm == QKNORM_HEAD;
             be->zero(be, p->dq, (size_t)N * QD * fs);
@@ -608,7 +656,8 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
     }
     float *demb = G(TK_EMBED, -1);
     if (demb && cfg->embed_scale != 1.0f) be->scale(be, p->dres, cfg->embed_scale, (size_t)N * C);
-    if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
+    if (demb && cfg->vocab_part > 0) vocab_embed_backward(m, demb, p->dres, p->ids, N);
+    else if (demb) be->embedding_backward(be, demb, p->dres, p->ids, N, C);
     model_grads_done(m, -1);
 }
 
@@ -639,6 +688,11 @@ void qwen3_logprob_stats(Model *m, Plan *p, float tau, const float *coef, float 
     const void *head = head_weight(m, &hdt);
     CHECK_MSG(!coef || (p->mode == PLAN_TRAIN && trains(m)), "qwen3_logprob: a backward pass needs a train plan and "
                                                               "gradients");
+    if (m->cfg.vocab_part > 0) {
+        vocab_logprob(m, p, head, hdt, coef ? head_grad(m) : NULL, tau, coef, out_logp, out_stats);
+        if (coef) qwen3_backward_from_lnf(m, p);
+        return;
+    }
     if (coef) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->logprob_head_cap(be, out_logp, p->row_entropy, out_stats, coef ? p->dln : NULL, coef ? head_grad(m) : NULL,
                          p->lnf, head, hdt, p->targets, coef, tau, (float)m->cfg.final_softcap, p->head_scratch,
@@ -662,6 +716,12 @@ void qwen3_distill_loss(Model *m, Plan *p, Model *mt, Plan *pt, float tau, float
     DType hdt, thdt;
     const void *head = head_weight(m, &hdt), *thead = head_weight(mt, &thdt);
     int bw = backward && p->mode == PLAN_TRAIN && trains(m);
+    if (m->cfg.vocab_part > 0) {
+        vocab_distill(m, p, head, hdt, bw ? head_grad(m) : NULL, mt, pt, thead, thdt, tau, beta, top_k, grad_scale, bw,
+                      row_kl);
+        if (bw) qwen3_backward_from_lnf(m, p);
+        return;
+    }
     if (bw) be->zero(be, p->dln, (size_t)N * C * sizeof(float));
     be->distill_head_cap(be, p->row_loss, row_kl, bw ? p->dln : NULL, bw ? head_grad(m) : NULL, p->lnf, head, hdt,
                          pt->lnf, thead, thdt, p->targets, p->weights, tau, beta, top_k, grad_scale,

@@ -40,10 +40,46 @@ static void add(TensorTable *tt, const char *name, TensorKind kind, int layer, i
     tensors_append(tt, name, kind, layer, d0, d1, matrix_dtype);
 }
 
+// GPT-OSS's expert tensors as the checkpoint holds them (tensors.h); sinks decay as transformers'
+// Trainer decays every parameter whose name says neither bias nor norm.
+static void set_hf_layout(TensorInfo *t, int64_t E, int64_t C, int64_t FFE) {
+    int64_t s[3] = {E, 0, 0};
+    switch (t->kind) {
+    case TK_XGU: s[1] = C, s[2] = 2 * FFE, t->hf_xpose = 1; break;
+    case TK_XGU_B: s[1] = 2 * FFE; break;
+    case TK_XD: s[1] = FFE, s[2] = C, t->hf_xpose = 1; break;
+    case TK_XD_B: s[1] = C; break;
+    case TK_SINKS: t->decay = 1; return;
+    default: return;
+    }
+    t->hf_ndim = s[2] ? 3 : 2;
+    memcpy(t->hf_shape, s, sizeof s);
+}
+
+void tensors_hf_shape(const TensorInfo *t, int *ndim, int64_t shape[3]) {
+    *ndim = t->hf_ndim ? t->hf_ndim : t->ndim;
+    for (int d = 0; d < 3; d++) shape[d] = t->hf_ndim ? t->hf_shape[d] : d < 2 ? t->shape[d] : 0;
+}
+
+size_t tensors_hf_index(const TensorInfo *t, size_t j) {
+    if (!t->hf_xpose) return j;
+    size_t A = (size_t)t->hf_shape[1], B = (size_t)t->hf_shape[2], blk = A * B;
+    size_t e = j / blk, r = j % blk, a = r / B, b = r % B;
+    return e * blk + b * A + a;
+}
+
+void tensors_to_hf(const TensorInfo *t, float *hf, const float *own) {
+    for (size_t j = 0; j < t->numel; j++) hf[j] = own[tensors_hf_index(t, j)];
+}
+
+void tensors_from_hf(const TensorInfo *t, float *own, const float *hf) {
+    for (size_t j = 0; j < t->numel; j++) own[tensors_hf_index(t, j)] = hf[j];
+}
+
 void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) {
     memset(tt, 0, sizeof *tt);
     int L = cfg->num_hidden_layers;
-    int64_t C = cfg->hidden_size, V = cfg->vocab_size, FF = cfg->intermediate_size, HD = cfg->head_dim;
+    int64_t C = cfg->hidden_size, V = config_vocab_rows(cfg), FF = cfg->intermediate_size, HD = cfg->head_dim;
     int64_t QD = (int64_t)cfg->num_attention_heads * HD, KD = (int64_t)cfg->num_key_value_heads * HD;
     tt->n_layers = L;
     tt->t = xcalloc(size_add(3, size_mul((size_t)L, (size_t)TK_COUNT + 3 * (size_t)cfg->num_experts)), sizeof(TensorInfo));
@@ -54,7 +90,8 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
     unsigned nm = cfg->norms;
     int64_t qn = cfg->qk_norm == QKNORM_PROJ ? QD : HD, kn = cfg->qk_norm == QKNORM_PROJ ? KD : HD;
     int sep_qkv = !cfg->fused_qkv, sep_gu = !cfg->fused_gate_up;
-    int64_t FFE = cfg->moe_intermediate_size;
+    int64_t FFE = cfg->moe_intermediate_size, E = cfg->num_experts;
+    int fused = cfg->moe_fused;
     for (int l = 0; l < L; l++) {
         int moe = cfg->layer_moe[l];
         struct { TensorKind k; int64_t d0, d1; int present; } spec[] = {
@@ -65,26 +102,30 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
             {TK_WV, KD, C, sep_qkv}, {TK_BV, KD, 0, cfg->qkv_bias},
             {TK_WO, C, QD, 1}, {TK_BO, C, 0, cfg->o_bias},
             {TK_QN, qn, 0, cfg->qk_norm != QKNORM_NONE}, {TK_KN, kn, 0, cfg->qk_norm != QKNORM_NONE},
+            {TK_SINKS, cfg->num_attention_heads, 0, cfg->attn_sinks},
             {TK_LNA, C, 0, (nm & NORM_POST_ATTN) != 0},
             {TK_LN2, C, 0, (nm & NORM_PRE_MLP) != 0},
             {TK_WGU, 2 * FF, C, !sep_gu && !moe},
             {TK_WG, FF, C, sep_gu && !moe}, {TK_BG, FF, 0, cfg->mlp_bias && !moe},
             {TK_WU, FF, C, sep_gu && !moe}, {TK_BU, FF, 0, cfg->mlp_bias && !moe},
             {TK_WD, C, FF, !moe}, {TK_BD, C, 0, cfg->mlp_bias && !moe},
-            {TK_ROUTER, cfg->num_experts, C, moe},
-            {TK_EXP_G, FFE, C, moe}, {TK_EXP_U, FFE, C, moe}, {TK_EXP_D, C, FFE, moe},
+            {TK_ROUTER, cfg->num_experts, C, moe}, {TK_ROUTER_B, cfg->num_experts, 0, moe && cfg->router_bias},
+            {TK_EXP_G, FFE, C, moe && !fused}, {TK_EXP_U, FFE, C, moe && !fused}, {TK_EXP_D, C, FFE, moe && !fused},
+            {TK_XGU, E * 2 * FFE, C, moe && fused}, {TK_XGU_B, E * 2 * FFE, 0, moe && fused},
+            {TK_XD, E * C, FFE, moe && fused}, {TK_XD_B, E * C, 0, moe && fused},
             {TK_LNF, C, 0, (nm & NORM_POST_MLP) != 0},
         };
         for (size_t i = 0; i < ARRAY_LEN(spec); i++) {
             if (!spec[i].present) continue;
             char name[96];
             TensorKind k = spec[i].k;
-            if (k == TK_EXP_G || k == TK_EXP_U || k == TK_EXP_D) {  // a packed run of E experts
-                for (int x = 0; x < cfg->num_experts; x++) {
+            if (k == TK_EXP_G || k == TK_EXP_U || k == TK_EXP_D) {  // a packed run of E experts (expert parallel:
+                int x0 = cfg->ep_part > 0 ? cfg->ep_lo : 0;              // the model's own, by their global names)
+                for (int x = x0; x < x0 + config_local_experts(cfg); x++) {
                     char suffix[80];
                     snprintf(suffix, sizeof suffix, family_tensor_suffix(fd, k), x);
                     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
-                    if (x == 0) add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
+                    if (x == x0) add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
                     else tensors_append(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
                     tt->packing = 1;
                 }
@@ -93,6 +134,7 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
             }
             snprintf(name, sizeof name, "model.layers.%d.%s", l, family_tensor_suffix(fd, k));
             add(tt, name, k, l, spec[i].d0, spec[i].d1, matrix_dtype);
+            set_hf_layout(&tt->t[tt->n - 1], E, C, FFE);
         }
     }
     add(tt, "model.norm.weight", TK_NORM, -1, C, 0, matrix_dtype);

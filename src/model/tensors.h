@@ -36,6 +36,15 @@ typedef enum {
     TK_EXP_G,      // mlp.experts.e.gate_proj       (FFE, C) x E
     TK_EXP_U,      // mlp.experts.e.up_proj         (FFE, C) x E
     TK_EXP_D,      // mlp.experts.e.down_proj       (C, FFE) x E
+    // GPT-OSS (cfg.moe_fused): every expert in one tensor; stored here as E blocks in the
+    // (rows, cols) layout of the grouped GEMMs, in the checkpoint as HF has them (hf_shape):
+    TK_ROUTER_B,   // mlp.router.bias               (E)
+    TK_XGU,        // mlp.experts.gate_up_proj      (E*2FFE, C); HF (E, C, 2FFE), each block transposed;
+                   //                               rows alternate gate, up (HF's [..., ::2], [..., 1::2])
+    TK_XGU_B,      // mlp.experts.gate_up_proj_bias (E*2FFE); HF (E, 2FFE)
+    TK_XD,         // mlp.experts.down_proj         (E*C, FFE); HF (E, FFE, C), each block transposed
+    TK_XD_B,       // mlp.experts.down_proj_bias    (E*C); HF (E, C)
+    TK_SINKS,      // self_attn.sinks               (NH)   cfg.attn_sinks
     TK_COUNT
 } TensorKind;
 
@@ -54,6 +63,11 @@ typedef struct TensorInfo {
     int decay;          // weight decay applies (matrices; not norms or biases, as transformers)
     int is_matrix;      // 2-D weight (may be stored in bf16)
     int packed;         // placed right after the previous entry, no alignment gap (experts 1.. of a run)
+    // The checkpoint's layout when it differs (GPT-OSS experts): hf_ndim 0 = ndim and shape;
+    // hf_xpose: hf_shape (E, A, B) is E blocks of (A, B) that are stored here transposed, (B, A).
+    int hf_ndim;
+    int64_t hf_shape[3];
+    int hf_xpose;
 } TensorInfo;
 
 typedef struct TensorTable {
@@ -79,5 +93,12 @@ TensorInfo *tensors_append(TensorTable *tt, const char *name, TensorKind kind, i
 // non-layer kinds.
 const TensorInfo *tensors_get(const TensorTable *tt, TensorKind kind, int layer);
 const TensorInfo *tensors_find(const TensorTable *tt, const char *name);
+// The checkpoint's shape of an entry (hf_shape, else its own).
+void tensors_hf_shape(const TensorInfo *t, int *ndim, int64_t shape[3]);
+// The element of the parameter buffer that holds element j (row-major) of the checkpoint's tensor.
+size_t tensors_hf_index(const TensorInfo *t, size_t j);
+// fp32 host copies between the checkpoint's layout (hf, numel) and the table's (own, numel).
+void tensors_to_hf(const TensorInfo *t, float *hf, const float *own);
+void tensors_from_hf(const TensorInfo *t, float *own, const float *hf);
 
 #endif

@@ -54,24 +54,44 @@ Status checkpoint_write_model(const char *dir, const Model *m, DType save_dtype,
 // Where the optimizer file's tensors come from: entry i of the trained table (the model's, or its
 // adapter's), one of the moments (host or device) or the fp32 master weights (device; full
 // training only).
+// Tensors the checkpoint holds in another layout (tensors.h hf_xpose) are written in it, as
+// model.safetensors has them, from a host copy of the whole tensor.
 typedef struct OptFill {
     const Model *m;
     const CkptMoments *mo;
     int *tensor, *which;  // (n written) table index; 0 exp_avg, 1 exp_avg_sq, 2 master
+    float *own;           // host copy of written tensor `own_i` (hf_xpose tensors only)
+    size_t own_cap;
+    int own_i;
 } OptFill;
 
-static Status opt_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
-    OptFill *f = ctx;
+// Written tensor i's fp32 data in the table's layout, from the moments or the master weights.
+static void opt_source(OptFill *f, int i, size_t begin, size_t count, float *dst) {
     const TensorInfo *t = &model_trainable(f->m).tt->t[f->tensor[i]];
-    int w = f->which[i];
     size_t bytes = count * sizeof(float);
+    int w = f->which[i];
     if (w == 2) {
         f->m->be->download(f->m->be, dst, (const char *)f->m->data[f->tensor[i]] + begin * sizeof(float), bytes);
-        return ST_OK;
+        return;
     }
     const float *src = (w == 0 ? f->mo->m : f->mo->v) + t->goffset + begin;
     if (f->mo->on_device) f->m->be->download(f->m->be, dst, src, bytes);
     else memcpy(dst, src, bytes);
+}
+
+static Status opt_fill(void *ctx, int i, size_t begin, size_t count, void *dst, Err *e) {
+    OptFill *f = ctx;
+    const TensorInfo *t = &model_trainable(f->m).tt->t[f->tensor[i]];
+    if (t->hf_xpose) {
+        if (f->own_i != i) {
+            if (f->own_cap < t->numel) free(f->own), f->own = xmalloc((f->own_cap = t->numel) * sizeof(float));
+            opt_source(f, i, 0, t->numel, f->own);
+            f->own_i = i;
+        }
+        for (size_t j = 0; j < count; j++) ((float *)dst)[j] = f->own[tensors_hf_index(t, begin + j)];
+        return ST_OK;
+    }
+    opt_source(f, i, begin, count, dst);
     return ST_OK;
 }
 
@@ -81,22 +101,23 @@ static Status write_optimizer(const char *path, const Model *m, const CkptMoment
     StWriteTensor *wt = xcalloc((size_t)nt * 3, sizeof(StWriteTensor));
     char (*names)[160] = xcalloc((size_t)nt * 3, 160);
     OptFill f = {.m = m, .mo = mo, .tensor = xcalloc((size_t)nt * 3, sizeof(int)),
-                 .which = xcalloc((size_t)nt * 3, sizeof(int))};
+                 .which = xcalloc((size_t)nt * 3, sizeof(int)), .own_i = -1};
     static const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
     for (int i = 0; i < nt; i++) {
         const TensorInfo *t = &tt->t[i];
         for (int j = 0; j < 3; j++) {
             if (j == 2 && !with_master) continue;
             snprintf(names[k], 160, "%s.%s", prefix[j], t->name);
-            wt[k] = (StWriteTensor){.name = names[k], .dtype = DT_F32, .ndim = t->ndim};
-            wt[k].shape[0] = t->shape[0];
-            wt[k].shape[1] = t->shape[1];
+            wt[k] = (StWriteTensor){.name = names[k], .dtype = DT_F32};
+            int64_t hs[3];
+            tensors_hf_shape(t, &wt[k].ndim, hs);
+            for (int d = 0; d < wt[k].ndim; d++) wt[k].shape[d] = hs[d];
             f.tensor[k] = i, f.which[k] = j;
             k++;
         }
     }
     Status st = st_write_stream(path, wt, k, opt_fill, &f, NULL, 0, e);
-    free(wt), free(names), free(f.tensor), free(f.which);
+    free(wt), free(names), free(f.tensor), free(f.which), free(f.own);
     return st;
 }
 
@@ -356,6 +377,16 @@ static uint64_t seed_of(const char *path) {
     return v;
 }
 
+// fp32 data of t in the checkpoint's layout (src) into dst in the table's: device memory, or host
+// when m is NULL.
+static void upload_own(Model *m, const TensorInfo *t, float *dst, const void *src) {
+    float *own = NULL;
+    if (t->hf_xpose) tensors_from_hf(t, own = xmalloc(t->numel * sizeof(float)), src), src = own;
+    if (m) m->be->upload(m->be, dst, src, t->numel * sizeof(float));
+    else memcpy(dst, src, t->numel * sizeof(float));
+    free(own);
+}
+
 // Tensor <prefix>.<name> of an optimizer file into dst: device memory, or host when m is NULL.
 static Status upload_tensor(Model *m, const StSet *set, const char *prefix, const TensorInfo *t, float *dst,
                             const char *what, Err *e) {
@@ -365,8 +396,7 @@ static Status upload_tensor(Model *m, const StSet *set, const char *prefix, cons
     if (!x) return err_set(e, ST_EINVAL, "%s: missing tensor %s", what, name);
     if (x->dtype != DT_F32 || x->numel != t->numel)
         return err_set(e, ST_EINVAL, "%s: tensor %s must be F32 with %zu elements", what, name, t->numel);
-    if (m) m->be->upload(m->be, dst, x->data, t->numel * sizeof(float));
-    else memcpy(dst, x->data, t->numel * sizeof(float));
+    upload_own(m, t, dst, x->data);
     st_release(set, x, 0, x->nbytes);  // copied: the file's pages need not stay resident beside it
     return ST_OK;
 }
@@ -427,7 +457,7 @@ Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, Tr
                     st = err_set(e, ST_EINVAL, "%s/%s: %s must be F32 with %zu elements", dir, weights, t->name,
                                  t->numel);
                 else
-                    m->be->upload(m->be, p, x->data, t->numel * sizeof(float)), st_release(&model_set, x, 0, x->nbytes);
+                    upload_own(m, t, p, x->data), st_release(&model_set, x, 0, x->nbytes);
             }
         }
         if (!with_master) st_close(&model_set);

@@ -149,6 +149,7 @@ Status distill_score(DistillScorer *s, const int32_t *const *sprompts, const int
     out->teacher_seconds = metrics_now() - t0;
     qwen3_set_inputs(m, p, s->ids, s->pos, s->seg, s->targets, NULL);
     qwen3_forward(m, p);
+    if (backward) out->aux_loss = qwen3_moe_aux_loss(m, p);
     float inv = norm > 0 ? (float)(1.0 / norm) : 0.0f;
     const DistillLoss *L = &s->loss;
     if (L->kind == DISTILL_LOSS_JSD) {
@@ -355,7 +356,10 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
     double sums[3] = {n_gen, len_sum, clipped};
     if (st == ST_OK) st = dist_allreduce_sum_host_d(s->dist, sums, 3, e);
     n_gen = sums[0], len_sum = sums[1], clipped = sums[2];
-    double t1 = metrics_now(), loss = 0, kl = 0, ntok = 0, ntgt = 0, t_teacher = 0;
+    double t1 = metrics_now(), loss = 0, kl = 0, ntok = 0, ntgt = 0, t_teacher = 0, aux = 0;
+    // the load-balancing loss (MoE, output_router_logits): the mean over the step's micro-batches
+    // and ranks of each forward's, as still sft adds it (docs/models.md)
+    m->moe_aux_scale = 1.0 / ((double)GA * W);
     for (int g = 0; g < GA && st == ST_OK; g++) {
         int k = g * B;
         DistillRows dr;
@@ -364,16 +368,22 @@ static Status distill_step(void *ctx, Model *m, int step, StepReport *r, Err *e)
                            s->clen + k, B, n_gen, 1, &dr, e);
         if (st != ST_OK) break;
         loss += dr.loss, kl += dr.kl_sum, ntok += dr.n_tokens, ntgt += dr.n_targets, t_teacher += dr.teacher_seconds;
+        aux += dr.aux_loss;
         log_rollouts(s, step, g, B);
         step_report_tick(r, "teacher scoring and student micro-batch", g + 1, GA);
     }
     double t_train = metrics_now() - t1;
     for (int who = 0; who < 2; who++) gen_seqs_free(seqs[who], nseq[who]);
     TRY(st);
-    double tot[4] = {loss, kl, ntok, ntgt};
-    TRY(dist_allreduce_sum_host_d(s->dist, tot, 4, e));
+    double tot[5] = {loss, kl, ntok, ntgt, aux};
+    TRY(dist_allreduce_sum_host_d(s->dist, tot, 5, e));
     loss = tot[0], kl = tot[1], ntok = tot[2], ntgt = tot[3], R *= W;
     r->loss = loss;
+    if (m->cfg.num_experts > 0 && m->cfg.output_router_logits) {
+        double a = tot[4] * m->moe_aux_scale;
+        r->loss += m->cfg.router_aux_loss_coef * a;
+        step_report_add(r, "aux_loss", a, 1);
+    }
     r->n_tokens = ntok;
     step_report_add(r, "kl_student_teacher", ntgt > 0 ? kl / ntgt : 0, 1);
     step_report_add(r, "completions/mean_length", len_sum / R, 1);

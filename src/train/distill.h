@@ -62,6 +62,9 @@ typedef struct DistillRows {
     int n_tokens;              // real tokens (prompts and completions, teacher side excluded)
     int T;                     // the layout's padded length
     double teacher_seconds;    // wall time of the teacher's forward pass
+    double aux_loss;           // the student's load-balancing loss of this forward (an MoE with
+                               // output_router_logits, backward only; else 0): its gradient, times
+                               // router_aux_loss_coef * student->moe_aux_scale, is in the backward
 } DistillRows;
 
 void distill_scorer_init(DistillScorer *s, Model *student, Model *teacher, const DistillLoss *loss, int B, int Tmax,

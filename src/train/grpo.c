@@ -60,7 +60,7 @@ struct Grpo {
     float *h_flat, *h_ent;   // (B * Tmax) host
     float *mb_logp, *mb_coef, *mb_mask, *mb_old, *mb_ref;  // (B, C)
     double *mb_adv, *mb_seq; // (B)
-    double *mb_stats;        // (GA, 8) per micro-batch sums, summed over the ranks
+    double *mb_stats;        // (GA, 9) per micro-batch sums, summed over the ranks
     const int32_t **mb_p, **mb_c;  // (B) a scoring batch's prompts and completions
     int *mb_pl, *mb_cl;      // (B) their lengths
     // this rank's prompts of a generation round
@@ -453,9 +453,13 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
     // The ranks' gradients are summed: dapo divides by the round's global token count
     // (num_processes 1); the per-micro-batch means of the other losses also divide by W, as
     // DDP's gradient average does. Per micro-batch (global after the sum): loss, entropy sum,
-    // mask sum, kl sum, loss mask sum, clip low / high / region sums.
+    // mask sum, kl sum, loss mask sum, clip low / high / region sums, the load-balancing loss (MoE
+    // with output_router_logits: each micro-batch adds router_aux_loss_coef * its forward's aux
+    // / (GA W), the gradient through moe_aux_scale, as TRL's GRPO loss adds coef * aux / GA).
     double *mb = g->mb_stats;
-    memset(mb, 0, (size_t)g->GA * 8 * sizeof(double));
+    memset(mb, 0, (size_t)g->GA * 9 * sizeof(double));
+    int aux = m->cfg.num_experts > 0 && m->cfg.output_router_logits;
+    m->moe_aux_scale = 1.0 / ((double)g->GA * g->W);
     for (int s = 0; s < g->GA; s++) {
         const int *rows = g->order + ((size_t)s * g->W + g->R) * B;
         ScoreBatch sb = {0};
@@ -478,6 +482,7 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         }
         qwen3_set_inputs(m, p, sb.ids, sb.pos, sb.seg, sb.targets, NULL);
         qwen3_forward(m, p);
+        double aux_mb = aux ? qwen3_moe_aux_loss(m, p) : 0;
         size_t N = (size_t)sb.B * sb.T;
         if (two_pass) {  // the coefficients depend on the log-probs: compute them first
             qwen3_logprob(m, p, c->temperature, NULL, g->d_logp);
@@ -510,15 +515,20 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
         double msum = 0;
         for (size_t k = 0; k < (size_t)B * C; k++) msum += g->mb_mask[k];
         score_batch_free(&sb);
-        double *x = mb + (size_t)s * 8;
+        double *x = mb + (size_t)s * 9;
         x[0] = ls.loss, x[1] = hs, x[2] = msum, x[3] = ls.kl_sum, x[4] = ls.mask_sum;
-        x[5] = ls.clip_low_sum, x[6] = ls.clip_high_sum, x[7] = ls.clip_region_sum;
+        x[5] = ls.clip_low_sum, x[6] = ls.clip_high_sum, x[7] = ls.clip_region_sum, x[8] = aux_mb;
         step_report_tick(r, "micro-batch", s + 1, g->GA);
     }
-    TRY(dist_allreduce_sum_host_d(g->dist, mb, (size_t)g->GA * 8, e));
+    TRY(dist_allreduce_sum_host_d(g->dist, mb, (size_t)g->GA * 9, e));
     for (int s = 0; s < g->GA; s++) {
-        const double *x = mb + (size_t)s * 8;
+        const double *x = mb + (size_t)s * 9;
         r->loss += x[0];
+        if (aux) {  // x[8]: summed over the ranks
+            double a = x[8] * m->moe_aux_scale;
+            r->loss += m->cfg.router_aux_loss_coef * a;
+            step_report_add(r, "aux_loss", a * g->GA, 1);
+        }
         double den = fmax(1.0, x[4]);
         step_report_add(r, "entropy", x[1] / fmax(1.0, x[2]), 1);
         if (c->algo == GRPO_ALGO_GRPO && c->beta != 0) step_report_add(r, "kl", x[3] / den, 1);
@@ -656,7 +666,7 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
     g->adv = xcalloc((size_t)n, sizeof(double));
     g->order = xcalloc((size_t)n, sizeof(int));
     g->mine = xcalloc((size_t)g->n_local, sizeof(int));
-    g->mb_stats = xcalloc((size_t)g->GA * 8, sizeof(double));
+    g->mb_stats = xcalloc((size_t)g->GA * 9, sizeof(double));
     g->mask = xcalloc((size_t)n * C, sizeof(float));
     g->ref_logp = xcalloc((size_t)n * C, sizeof(float));
     g->old_logp = xcalloc((size_t)n * C, sizeof(float));

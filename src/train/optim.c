@@ -3,6 +3,7 @@
 
 #include "../core/alloc.h"
 #include "fsdp.h"
+#include "ep.h"
 #include "tp.h"
 
 #include <math.h>
@@ -184,6 +185,27 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
         }
         TRY(dist_allreduce_sum_host_d(tp, &ss, 1, e));
         *grad_norm = sqrt(ss);
+        return ST_OK;
+    }
+    if (m->cfg.ep_part > 0) {  // expert parallel: the experts' gradients are whole on their rank already
+        CHECK(o->zero_stage == 0 && !m->lora);
+        const TensorTable *tt = &m->tt;
+        double ss_own = 0, ss = 0;
+        for (int i = 0; i < tt->n;) {  // runs of tensors other ranks hold too, all-reduced run by run
+            if (ep_local_kind(tt->t[i].kind)) {
+                ss_own += be->sumsq(be, grads + tt->t[i].goffset, tt->t[i].numel);
+                i++;
+                continue;
+            }
+            int j = i;
+            while (j < tt->n && !ep_local_kind(tt->t[j].kind)) j++;
+            size_t lo = tt->t[i].goffset, n = tt->t[j - 1].goffset + tt->t[j - 1].numel - lo;
+            TRY(dist_allreduce_sum(d, be, grads + lo, n, e));
+            ss += be->sumsq(be, grads + lo, n);
+            i = j;
+        }
+        TRY(dist_allreduce_sum_host_d(d, &ss_own, 1, e));  // the group's experts, each once
+        *grad_norm = sqrt(ss + ss_own);
         return ST_OK;
     }
     if (o->zero_stage == 1) {

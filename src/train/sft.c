@@ -6,6 +6,7 @@
 #include "../tokenizer/chat.h"
 #include "codec.h"
 #include "preflight.h"
+#include "ep.h"
 #include "tp.h"
 
 #include <string.h>
@@ -69,6 +70,16 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     Tp tp = {0};  // --tp_size T: this rank's part of the model (tp.h)
     Dist *dd = dist_data_axis(c->dist);
     if (st == ST_OK && dd != c->dist) st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
+    Ep ep = {0};  // --ep_size P: this rank's experts (ep.h)
+    if (st == ST_OK && c->ep_size > 1) {
+        int world = c->dist ? c->dist->world : 1;
+        if (world != c->ep_size || dd != c->dist || c->train.zero_stage != 0)
+            st = err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism runs on exactly that many ranks (mpirun -np %d; "
+                                       "here %d), without --tp_size, --fsdp_size or --zero_stage so far", c->ep_size,
+                         c->ep_size, world);
+        else
+            st = ep_shard(&ep, &m, c->dist, e);
+    }
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)
             if (train.ex[i].ids[t] < 0 || train.ex[i].ids[t] >= m->cfg.vocab_size) {
@@ -112,6 +123,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     data_free(&train);
     data_free(&eval);
     tp_free(&tp, m);
+    ep_free(&ep, m);
     model_free(m);
     if (be) backend_destroy(be);
     if (have_codec) model_codec_free(&mc);

@@ -22,6 +22,7 @@ typedef struct SftConfig {
     int eval_batch_size;
     int max_plans;
     double moe_capacity_factor;  // --moe_capacity_factor (0: exact dispatch)
+    int ep_size;                  // --ep_size: expert-parallel ranks (ep.h; 0 or 1: none)
     TrainConfig train;
     Dist *dist;                   // the ranks (NULL: one process)
 } SftConfig;

@@ -3,6 +3,7 @@
 #include "tp.h"
 
 #include "../core/alloc.h"
+#include "../core/log.h"
 
 #include <string.h>
 
@@ -10,6 +11,8 @@ int tp_split_dim(TensorKind kind) {
     switch (kind) {
     case TK_WQ: case TK_BQ: case TK_WK: case TK_BK: case TK_WV: case TK_BV:
     case TK_WG: case TK_BG: case TK_WU: case TK_BU: return 0;
+    case TK_EMBED: case TK_LM_HEAD: return 0;  // rows: the rank's shard of the vocabulary
+    case TK_WQKV: case TK_WGU: return 0;       // rows of each part: [q_t; k_t; v_t], [gate_t; up_t]
     case TK_WO: case TK_WD: return 1;
     default: return -1;
     }
@@ -30,10 +33,10 @@ Status tp_check_model(const Model *m, int T, Err *e) {
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has no pre-attention / pre-MLP norm or a q/k norm over "
                                            "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
                                            "norms so far", T, dir);
-    for (int i = 0; i < m->tt.n; i++)
-        if (m->tt.t[i].kind == TK_WQKV || m->tt.t[i].kind == TK_WGU || m->tt.t[i].kind > TK_WGU)
-            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has fused projections or experts (%s); tensor "
-                                               "parallelism does not split those yet", T, dir, m->tt.t[i].name);
+    for (int i = 0; i < m->tt.n; i++)  // experts are replicated (tp_split_dim -1); sinks are per head
+        if (m->tt.t[i].kind == TK_SINKS)
+            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has attention sinks (%s); tensor parallelism does "
+                                               "not split those yet", T, dir, m->tt.t[i].name);
     if (c->o_bias || c->mlp_bias)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has a bias on o_proj or down_proj; tensor parallelism "
                                            "does not support those yet", T, dir);
@@ -48,26 +51,56 @@ static void reduce(void *ctx, Model *m, float *buf, size_t n) {
     if (tp->st == ST_OK) tp->st = dist_allreduce_sum(tp->d, m->be, buf, n, &tp->err);
 }
 
+static void gather(void *ctx, Model *m, void *recv, const void *send, size_t nbytes) {
+    Tp *tp = ctx;
+    (void)m;
+    if (tp->st == ST_OK) tp->st = dist_allgather_host(tp->d, recv, send, nbytes, &tp->err);
+    if (tp->st != ST_OK) memset(recv, 0, (size_t)tp->d->world * nbytes);  // the caller's sums stay bounded
+}
+
 // A copy of bytes: on the backend's device (be), or host memory (be NULL).
 static void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
     if (be) be->copy(be, dst, src, n);
     else memcpy(dst, src, n);
 }
 
-// Copy rank t's part of full tensor f into local tensor l (same kind), or back (to_full); elements
-// of es bytes (0: the tensor's dtype); be NULL: host memory.
-static void copy_part_es(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
-                         int to_full, size_t es) {
+// The row blocks of a tensor split by rows, in the local model lc: a fused projection's parts (q,
+// k, v; gate, up), each split on its own, else the one block of the tensor's rows. Returns the count.
+static int row_parts(const ModelConfig *lc, const TensorInfo *l, int64_t *rows) {
+    int64_t QD = (int64_t)lc->num_attention_heads * lc->head_dim, KD = (int64_t)lc->num_key_value_heads * lc->head_dim;
+    if (l->kind == TK_WQKV) {
+        rows[0] = QD, rows[1] = KD, rows[2] = KD;
+        return 3;
+    }
+    if (l->kind == TK_WGU) {
+        rows[0] = rows[1] = lc->intermediate_size;
+        return 2;
+    }
+    rows[0] = l->shape[0];
+    return 1;
+}
+
+// Copy rank t's part of full tensor f into local tensor l (same kind) of the local model lc, or
+// back (to_full); elements of es bytes (0: the tensor's dtype); be NULL: host memory.
+static void copy_part_es(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
+                         const TensorInfo *l, int t, int to_full, size_t es) {
     if (!es) es = dtype_size(l->dtype);
     int dim = tp_split_dim(l->kind);
     char *F = full, *Lp = local;
     if (dim < 0) {
         if (to_full) copy_bytes(be, F, Lp, l->numel * es);
         else copy_bytes(be, Lp, F, l->numel * es);
-    } else if (dim == 0) {  // rows [t R, (t+1) R) of the full tensor, R = local rows
-        size_t bytes = l->numel * es;
-        if (to_full) copy_bytes(be, F + (size_t)t * bytes, Lp, bytes);
-        else copy_bytes(be, Lp, F + (size_t)t * bytes, bytes);
+    } else if (dim == 0) {  // of each row block of R local rows, rows [t R, (t+1) R) of the full one
+        int64_t rows[3];
+        int parts = row_parts(lc, l, rows);
+        size_t T = (size_t)(f->shape[0] / l->shape[0]), row = l->numel * es / (size_t)l->shape[0], at = 0;
+        for (int k = 0; k < parts; k++) {
+            size_t bytes = (size_t)rows[k] * row, fo = T * at + (size_t)t * bytes;
+            if (to_full) copy_bytes(be, F + fo, Lp + at, bytes);
+            else copy_bytes(be, Lp + at, F + fo, bytes);
+            at += bytes;
+        }
+        CHECK(at == l->numel * es);
     } else {  // every row's columns [t K, (t+1) K)
         size_t K = (size_t)l->shape[1], Kf = (size_t)f->shape[1];
         for (int64_t r = 0; r < l->shape[0]; r++) {
@@ -78,17 +111,19 @@ static void copy_part_es(Backend *be, void *full, const TensorInfo *f, void *loc
     }
 }
 
-static void copy_part(Backend *be, void *full, const TensorInfo *f, void *local, const TensorInfo *l, int t,
-                      int to_full) {
+static void copy_part(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
+                      const TensorInfo *l, int t, int to_full) {
     CHECK(l->dtype != DT_Q8_0);
-    copy_part_es(be, full, f, local, l, t, to_full, 0);
+    copy_part_es(be, lc, full, f, local, l, t, to_full, 0);
 }
 
-static ModelConfig local_config(const ModelConfig *c, int T) {
+static ModelConfig local_config(const ModelConfig *c, int T, int t) {
     ModelConfig l = *c;
     l.num_attention_heads /= T;
     l.num_key_value_heads /= T;
     l.intermediate_size /= T;
+    l.vocab_part = c->vocab_size / T;  // vocab_size stays the whole vocabulary (ids, targets)
+    l.vocab_lo = t * l.vocab_part;
     return l;  // raw: the full model's fields (what a gathered save writes)
 }
 
@@ -97,7 +132,7 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
     int T = d->world, t = d->rank;
     memset(tp, 0, sizeof *tp);
     TRY(tp_check_model(m, T, e));
-    ModelConfig lc = local_config(&m->cfg, T);
+    ModelConfig lc = local_config(&m->cfg, T, t);
     Model *l = model_alloc(&lc, m->be, m->matrix_dtype);
     l->dir = m->dir ? xstrdup(m->dir) : NULL;
     l->ckpt_dtype = m->ckpt_dtype;
@@ -106,11 +141,17 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
     for (int i = 0; i < l->tt.n; i++) {
         const TensorInfo *lt = &l->tt.t[i], *ft = tensors_find(&m->tt, lt->name);
         CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype, "tensor %s", lt->name);
-        copy_part(m->be, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
+        copy_part(m->be, &lc, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
     }
+    log_info("tensor parallel over %d ranks: each holds %d of %d heads, %d of %d kv-heads, %d of %d MLP columns and "
+             "%d of %d vocabulary rows (here [%d, %d))", T, lc.num_attention_heads, m->cfg.num_attention_heads,
+             lc.num_key_value_heads, m->cfg.num_key_value_heads, lc.intermediate_size, m->cfg.intermediate_size,
+             lc.vocab_part, m->cfg.vocab_size, lc.vocab_lo, lc.vocab_lo + lc.vocab_part);
+    if (m->cfg.num_experts > 0) log_info("tensor parallel: the %d experts of the sparse layers are whole on every rank",
+                                         m->cfg.num_experts);
     model_free(m);
     tp->d = d;
-    tp->hooks = (ModelHooks){.reduce = reduce, .reduce_ctx = tp};
+    tp->hooks = (ModelHooks){.reduce = reduce, .gather = gather, .reduce_ctx = tp};
     l->hooks = &tp->hooks;
     *mp = l;
     return ST_OK;
@@ -121,6 +162,7 @@ static ModelConfig full_config(const ModelConfig *c, int T) {
     f.num_attention_heads *= T;
     f.num_key_value_heads *= T;
     f.intermediate_size *= T;
+    f.vocab_part = f.vocab_lo = 0;
     return f;
 }
 
@@ -135,7 +177,7 @@ void tp_slice_model(Tp *tp, const Model *full, Model *m) {
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
         CHECK_MSG(ft, "tensor %s", lt->name);
-        copy_part(m->be, full->data[ft - full->tt.t], ft, m->data[i], lt, tp->d->rank, 0);
+        copy_part(m->be, &m->cfg, full->data[ft - full->tt.t], ft, m->data[i], lt, tp->d->rank, 0);
     }
 }
 
@@ -145,7 +187,8 @@ void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full) {
     tensors_build(&ft, &fc, DT_F32);
     for (int i = 0; i < m->tt.n; i++) {
         const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
-        copy_part_es(NULL, (void *)(full + f->goffset), f, local + lt->goffset, lt, tp->d->rank, 0, sizeof(float));
+        copy_part_es(NULL, &m->cfg, (void *)(full + f->goffset), f, local + lt->goffset, lt, tp->d->rank, 0,
+                     sizeof(float));
     }
     tensors_free(&ft);
 }
@@ -165,7 +208,7 @@ Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, E
         float *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
         st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
         for (int r = 0; st == ST_OK && root && r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++)
-            copy_part_es(NULL, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
+            copy_part_es(NULL, &m->cfg, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
         free(all);
     }
     free(counts);
@@ -194,7 +237,7 @@ Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e) {
             float *stage = be->alloc(be, n * sizeof(float));
             for (int r = 0; r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++) {
                 be->upload(be, stage, all + (size_t)r * n, n * sizeof(float));
-                copy_part(be, f->data[ft - f->tt.t], ft, stage, lt, r, 1);
+                copy_part(be, &m->cfg, f->data[ft - f->tt.t], ft, stage, lt, r, 1);
             }
             be->free(be, stage);
         }

@@ -1,7 +1,9 @@
 // tp.h: tensor parallelism (Megatron-style) over the tensor-parallel axis of the mesh. Each of T
 // ranks holds a model of its own with T times fewer attention heads, kv-heads and MLP columns: q,
-// k, v and gate, up split by output rows (heads / columns), o and down by input columns; norms,
-// the embedding and the LM head are replicated. The block outputs of o and down are partial sums,
+// k, v and gate, up split by output rows (heads / columns; a fused qkv / gate_up part by part), o
+// and down by input columns, the
+// embedding and the LM head by vocabulary rows (cfg.vocab_lo / vocab_part: the heads on vocabulary
+// shards of model/vocab_head.h); norms are replicated. The block outputs of o and down are partial sums,
 // all-reduced over the group through the model's reduce hook (model.h) before each residual add,
 // and the activation gradients entering the two norms of a layer are all-reduced in the backward
 // pass, so the residual stream and every replicated tensor's gradient are the same on every rank

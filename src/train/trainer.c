@@ -7,6 +7,7 @@
 #include "../core/meminfo.h"
 #include "../model/lora.h"
 #include "../model/qwen3.h"
+#include "ep.h"
 #include "fsdp.h"
 #include "tp.h"
 
@@ -314,6 +315,29 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
             mo = (CkptMoments){fmh, fvh, 0};
         }
     }
+    // expert parallel: every rank's experts, and their moments, gathered to rank 0
+    Ep *ep = m->hooks && m->hooks->moe_ex ? m->hooks->moe_ex->ctx : NULL;
+    if (st == ST_OK && ep) {
+        st = ep_gather(ep, m, &whole, e);
+        if (st == ST_OK && mop) {
+            size_t n = m->tt.n_params;
+            const float *lm = mo.m, *lv = mo.v;
+            float *hm = NULL, *hv = NULL;
+            if (mo.on_device) {
+                lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
+                m->be->download(m->be, hm, mo.m, n * sizeof(float));
+                m->be->download(m->be, hv, mo.v, n * sizeof(float));
+            }
+            if (whole) {
+                fmh = xmalloc(whole->tt.n_params * sizeof(float));
+                fvh = xmalloc(whole->tt.n_params * sizeof(float));
+            }
+            st = ep_gather_flat(ep, m, fmh, lm, e);
+            if (st == ST_OK) st = ep_gather_flat(ep, m, fvh, lv, e);
+            free(hm), free(hv);
+            mo = (CkptMoments){fmh, fvh, 0};
+        }
+    }
     if (st == ST_OK && dist_lead(d)) {
         if (mt) {
             char what[64];
@@ -401,13 +425,27 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
     char *dir = NULL;
     TrainState saved = {0};
     Status st = ST_OK;
-    if (d->rank == 0) {
+    // expert parallel: every rank reads the whole checkpoint and keeps its part (its own experts)
+    int ep = m->hooks && m->hooks->moe_ex;
+    if (d->rank == 0 || ep) {
         if (!strcmp(cfg->resume, "latest") || !strcmp(cfg->resume, "true"))
             st = checkpoint_latest(cfg->output_dir, &dir, e);
         else
             dir = xstrdup(cfg->resume);
         Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;
-        if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
+        if (st == ST_OK && ep) {
+            Model *whole = ep_full_model(m);
+            size_t fn = whole->tt.n_params;
+            float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
+            st = checkpoint_load(dir, whole, fmh, fvh, &saved, e);
+            if (st == ST_OK) {
+                ep_slice_model(whole, m);
+                ep_slice_flat(m, whole, mh, fmh);
+                ep_slice_flat(m, whole, vh, fvh);
+            }
+            free(fmh), free(fvh);
+            model_free(whole);
+        } else if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
             Model *whole = tp_full_model(tp, m);
             size_t fn = whole->tt.n_params;
             float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
@@ -431,7 +469,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
                          saved.micro_batches, saved_global, saved.batch_size, MAX(1, saved.world), saved.grad_accum,
                          (unsigned long long)saved.seed, ts->micro_batches, global, ts->batch_size, d->world,
                          ts->grad_accum, (unsigned long long)cfg->seed);
-        if (st == ST_OK) {
+        if (st == ST_OK && d->rank == 0) {
             log_info("resuming from %s at step %d of %d", dir, saved.step, ts->total_steps);
             if (MAX(1, saved.world) != d->world)
                 log_info("%s was written by %d rank(s); optimizer state re-sharded over %d", dir, MAX(1, saved.world),
@@ -439,7 +477,7 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
         }
     }
     st = dist_agree(d, st, e);
-    if (st == ST_OK && d->world > 1) {
+    if (st == ST_OK && d->world > 1 && !ep) {
         // weights through host memory (any backend), then the moments and the state
         void *ph = xmalloc(tr.tt->param_bytes);
         if (d->rank == 0) m->be->download(m->be, ph, tr.params, tr.tt->param_bytes);
@@ -495,6 +533,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     Dist one, *d = src->dist;
     if (!d) dist_single(&one), d = &one;
     Tp *tp = m->hooks && m->hooks->reduce ? m->hooks->reduce_ctx : NULL;  // tensor parallel (tp.h)
+    Ep *ep = m->hooks && m->hooks->moe_ex ? m->hooks->moe_ex->ctx : NULL;   // expert parallel (ep.h)
     int lead = dist_lead(d);  // rank 0 logs and writes files (of the data axis and its TP group)
     int spe = MAX(1, src->steps_per_epoch);
     int total = cfg->max_steps > 0 ? cfg->max_steps : (int)ceil(cfg->num_train_epochs * spe);
@@ -593,6 +632,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         st = src->step(src->ctx, m, ts.step, &rep, e);
         if (st == ST_OK && opt.fsdp) st = fsdp_status(opt.fsdp, e);
         if (st == ST_OK && tp) st = tp_status(tp, e);
+        if (st == ST_OK && ep) st = ep_status(ep, e);
         if (st != ST_OK) break;
         // The gradient summed over the ranks first: the loss and the norm are global, so every rank
         // takes the same branch. NaN/Inf: stop naming the step, or skip its update.
@@ -673,6 +713,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     Model *whole = NULL;  // tensor parallel: the gathered model on the group's rank 0
     if (finished && st == ST_OK && tp && d->rank == 0)  // the writer's group (with FSDP: the ranks holding it whole)
         st = tp_gather(tp, m, &whole, e);
+    if (finished && st == ST_OK && ep) st = ep_gather(ep, m, &whole, e);  // every rank's experts on rank 0
     if (finished && st == ST_OK && lead) {  // the final model: once on disk
         double t0 = metrics_now();
         char name[64];

@@ -46,12 +46,18 @@ same_as_one() {  # name, model, ranks, rows per rank, flags...
     --output_dir "$tmp/$name.n" 2>&1 >/dev/null); rc=$?
   d=$($DIFF "$tmp/$name.1/model.safetensors" "$tmp/$name.n/model.safetensors" $TOL 2>&1); drc=$?
   cur=$(same_curves "$tmp/$name.1/metrics.jsonl" "$tmp/$name.n/metrics.jsonl" 2>&1); crc=$?
-  if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ]; then ok "$name ($d)"
+  # each rank holds its half of the vocabulary (the embedding, the LM head and the loss head's logits)
+  if ! grep -q "192 of 384 vocabulary rows (here \[0, 192))" <<<"$out"; then rc="$rc, no vocabulary shard in the log"; fi
+  if [ "$rc" = 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ]; then ok "$name ($d)"
   else fail "$name" "rc=$rc diff: $d; curves: $(tail -1 <<<"$cur"); $(grep -v '] step' <<<"$out" | tail -3)"; fi
 }
 same_as_one tp2_matches_one_rank $M 2 4 --tp_size 2
 same_as_one tp2_dp2_untied_matches_one_rank $U 4 2 --tp_size 2
 same_as_one tp2_fsdp2_matches_one_rank $M 4 2 --tp_size 2 --fsdp_size 2
+# Phi-3's fused qkv_proj and gate_up_proj: each part (q, k, v; gate, up) split on its own
+same_as_one tp2_phi3_fused_matches_one_rank tests/data/models/phi3 2 4 --tp_size 2
+# Qwen3-MoE (sparse layers and a dense one): the experts replicated, the dense MLP split
+same_as_one tp2_moe_matches_one_rank tests/data/models/qwen3_moe 2 4 --tp_size 2
 
 # the model TP wrote is the plain layout: one process loads it and scores it as the TP run ended
 if $BIN generate --model "$tmp/tp2_matches_one_rank.n" --ids "5 9 17" --max_new_tokens 2 --do_sample false \
@@ -81,8 +87,14 @@ d3=$($DIFF "$tmp/one/checkpoint-8/optimizer.safetensors" "$tmp/full/checkpoint-8
 if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ]; then ok "tp2_checkpoints_any_mesh ($d1; $d2; moments $d3)"
 else fail tp2_checkpoints_any_mesh "TP -> 1: $d1; 1 -> TP: $d2; moments: $d3"; fi
 
-# generation: every rank holds half the heads and MLP columns; the tokens are one process's
-for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperature 1.0 --top_k 0 --seed 3"; do
+# generation: every rank holds half the heads, MLP columns and vocabulary; the sampler runs on the
+# vocabulary shards (gen/sample_shard.c: argmax, top-k / top-p thresholds, min-p and the draw
+# over the group) and the tokens are one process's, greedy, sampled, and with every filter, the
+# repetition penalty and bans in play
+for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperature 1.0 --top_k 0 --seed 3" \
+    "greedy_penalised 1 --do_sample false --repetition_penalty 1.5 --bad_words_ids '[[296]]'" \
+    "filtered 4 --do_sample true --temperature 0.7 --top_k 20 --top_p 0.9 --min_p 0.05 --repetition_penalty 1.3 --seed 5" \
+    "top_p_ties 4 --do_sample true --top_k 3 --top_p 0.5 --no_repeat_ngram_size 2 --seed 9"; do
   set -- $mode
   name=generate_tp2_same_tokens_$1 n=$2; shift 2
   G="--model $U --ids '5 9 17 33 2 8' --max_new_tokens 12 $* --num_return_sequences $n --batch_size 4 --print_ids"
@@ -125,6 +137,10 @@ done >"$tmp/kd.jsonl"
 rl_same distill_tp2_same_rollouts rollouts.jsonl --log_rollouts distill --model "$tmp/stu" --teacher "$tmp/tea" --dataset "$tmp/kd.jsonl" \
   --threads 1 --pad_to_multiple_of 16 --max_completion_length 6 --save_strategy no --learning_rate 1e-3 --max_steps 2 \
   --per_device_train_batch_size 4
+# the loss over the teacher's top 5 (found over the vocabulary shards) with a mixture beta
+rl_same distill_tp2_top_k_same_rollouts rollouts.jsonl --log_rollouts distill --model "$tmp/stu" --teacher "$tmp/tea" \
+  --dataset "$tmp/kd.jsonl" --threads 1 --pad_to_multiple_of 16 --max_completion_length 6 --save_strategy no \
+  --learning_rate 1e-3 --max_steps 2 --per_device_train_batch_size 4 --loss_top_k 5 --beta 0.3
 
 # DPO under TP=2 (the policy split, the reference whole): one process's weights
 DP="--model $M --dataset tests/data/dpo/pairs.jsonl --threads 1 --max_steps 2 --logging_steps 1 --save_strategy no \

@@ -44,7 +44,17 @@ serve_stop >/dev/null
 serve_start "$tmp" --model "$M" --max_batch 1 --max_cache_len 2048 --max_queue 1 || exit 1
 slow='{"prompt": "hi", "max_tokens": 400, "ignore_eos": true}'
 pids=()
-for i in 1 2; do post /v1/completions "$slow" >"$tmp/slow$i" & pids+=($!); sleep 0.3; done
+wait_metric() {  # name, value: poll /metrics until the gauge reads value (10 s at most: a loaded machine is slow to connect)
+  for _ in $(seq 1 100); do
+    [ "$(curl -s "$SERVE_URL/metrics" | awk -v k="$1" '$1 == k {print $2}')" = "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+post /v1/completions "$slow" >"$tmp/slow1" & pids+=($!)
+wait_metric still_requests_running 1 || fail queue_full_429 "the first request never started running"
+post /v1/completions "$slow" >"$tmp/slow2" & pids+=($!)
+wait_metric still_queue_depth 1 || fail queue_full_429 "the second request never queued"
 curl -s -D "$tmp/h429" -o "$tmp/b429" -H 'Content-Type: application/json' --data-binary "$slow" "$SERVE_URL/v1/completions"
 if head -1 "$tmp/h429" | grep -q " 429" && grep -qi '^retry-after: 1' "$tmp/h429"; then ok queue_full_429
 else fail queue_full_429 "$(cat "$tmp/h429" "$tmp/b429")"; fi

@@ -5,15 +5,20 @@
 //    token, across prefill chunks and with left padding (a disagreement only on a near-tie);
 //  - saving writes the checkpoint's exact HF tensor names (fused qkv_proj / gate_up_proj, the
 //    post-norms) and values, and the saved directory loads again;
+//  - longrope generation across original_max_position_embeddings (phi3_long: 8 positions, partial
+//    rotary): the port's greedy tokens (every step a full recomputation with the factors of its
+//    length, as transformers' generate() computes it), alone with several prefill chunkings,
+//    and the engine's own recomputation;
 //  - what a family cannot run is refused by name: unknown config fields, dropout, partial
-//    rotary, a plan longer than longrope's original context, LoRA on
-//    fused projections.
+//    rotary elsewhere than Phi-3 or of an odd width, a serve cache longer than longrope's
+//    original context, LoRA on fused projections.
 #include "test.h"
 
 #include "core/alloc.h"
 #include "core/json.h"
 #include "core/rng.h"
 #include "gen/generate.h"
+#include "gen/slots.h"
 #include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/safetensors.h"
@@ -102,6 +107,113 @@ static void greedy_matches_recompute(const char *name) {
     backend_destroy(be);
 }
 
+// Greedy tokens of phi3_long from its 5-token prompt: the sequence crosses the original context
+// (8) at the fourth step, where the engine reruns the batch with the long factors.
+static void test_longrope_crossing(void) {
+    Backend *be;
+    Model *m = load("phi3_long", &be);
+    if (!m) return;
+    StSet exp;
+    Err e = {0};
+    EXPECT_MSG(st_open("tests/data/models/phi3_long/expected.safetensors", &exp, &e) == ST_OK, "%s", e.msg);
+    if (test_current_failed) return;
+    const StTensor *tp = st_find(&exp, "greedy_prompt"), *tg = st_find(&exp, "greedy"), *tgap = st_find(&exp, "greedy_gap");
+    EXPECT(tp && tg && tgap && tp->numel <= 16 && tg->numel <= 16);
+    if (test_current_failed) return;
+    int P = (int)tp->numel, n = (int)tg->numel, V = m->cfg.vocab_size, trusted = 0;
+    int32_t prompt[16], want[16];
+    for (int i = 0; i < P; i++) prompt[i] = (int32_t)((const float *)tp->data)[i];
+    for (int i = 0; i < n; i++) want[i] = (int32_t)((const float *)tg->data)[i];
+    // rounding can flip a near-tie: tokens are compared up to the first top-2 gap below 1e-3
+    while (trusted < n && ((const float *)tgap->data)[trusted] >= 1e-3f) trusted++;
+    EXPECT_MSG(P < 8 && P + n > 9 && trusted > 8 - P, "%s: prompt %d, %d steps, %d before a near-tie", "phi3_long", P, n,
+               trusted);
+    int chunks[3] = {0, 2, 3};
+    for (int c = 0; c < 3; c++) {
+        GenConfig gc;
+        gen_config_default(&gc);
+        gc.max_new_tokens = n;
+        gc.ignore_eos = 1;
+        if (chunks[c]) gc.pad_to_multiple_of = 1, gc.prefill_chunk_size = chunks[c];
+        const int32_t *prompts[1] = {prompt};
+        GenSeq *out = NULL;
+        GenStats st;
+        EXPECT_MSG(gen_generate(m, &gc, prompts, &P, 1, &out, &st, &e) == ST_OK, "%s", e.msg);
+        if (!out) continue;
+        EXPECT(out[0].n == n);
+        int agree = 0;
+        while (agree < trusted && out[0].ids[agree] == want[agree]) agree++;
+        EXPECT_MSG(agree == trusted, "chunk %d: greedy token %d is %d, the port's %d (%d steps before a near-tie)",
+                   chunks[c], agree, agree < n ? out[0].ids[agree] : -1, agree < n ? want[agree] : -1, trusted);
+        // and every token is the argmax of the engine's own recomputation of its prefix
+        int32_t seq[32];
+        memcpy(seq, prompt, (size_t)P * 4);
+        memcpy(seq + P, out[0].ids, (size_t)n * 4);
+        for (int i = 0; i < n; i++) {
+            float *lg = recompute(m, seq, P + i);
+            const float *row = lg + (size_t)(P + i - 1) * V;
+            int am = 0;
+            for (int v = 1; v < V; v++)
+                if (row[v] > row[am]) am = v;
+            EXPECT_MSG(am == out[0].ids[i] || row[am] - row[out[0].ids[i]] <= 1e-4,
+                       "chunk %d: token %d differs from full recomputation", chunks[c], i);
+            free(lg);
+        }
+        gen_seqs_free(out, 1);
+    }
+    // A left-padded batch (prompts of 5 and 3): the table follows the longest row, so every step
+    // of both rows is the argmax of a recomputation of the whole batch, padding and all (the
+    // score path chooses by the largest position of the batch's real tokens).
+    {
+        GenConfig gc;
+        gen_config_default(&gc);
+        gc.max_new_tokens = n;
+        gc.ignore_eos = 1;
+        gc.batch_size = 2;
+        const int32_t *prompts[2] = {prompt, prompt + 2};
+        int lens[2] = {P, P - 2};
+        GenSeq *out = NULL;
+        GenStats st;
+        EXPECT_MSG(gen_generate(m, &gc, prompts, lens, 2, &out, &st, &e) == ST_OK, "%s", e.msg);
+        for (int i = 0; out && i < n; i++) {
+            int T = P + i;  // the longest row's length before step i
+            int32_t ids[64], pos[64], seg[64];
+            for (int r = 0; r < 2; r++) {
+                int pad = T - (lens[r] + i);
+                for (int t = 0; t < T; t++) {
+                    int k = t - pad, real = k >= 0;
+                    ids[r * T + t] = !real ? 0 : k < lens[r] ? prompts[r][k] : out[r].ids[k - lens[r]];
+                    pos[r * T + t] = real ? k : 0;
+                    seg[r * T + t] = real;
+                }
+            }
+            Plan *p;
+            EXPECT(plan_get(m, PLAN_SCORE, 2, T, &p, &e) == ST_OK);
+            qwen3_set_inputs(m, p, ids, pos, seg, NULL, NULL);
+            qwen3_forward(m, p);
+            float *dev = m->be->alloc(m->be, (size_t)2 * T * V * 4), *lg = xmalloc((size_t)2 * T * V * 4);
+            qwen3_logits(m, p, 0, 2 * T, dev);
+            m->be->download(m->be, lg, dev, (size_t)2 * T * V * 4);
+            for (int r = 0; r < 2; r++) {
+                const float *row = lg + ((size_t)r * T + T - 1) * V;
+                int am = 0;
+                for (int v = 1; v < V; v++)
+                    if (row[v] > row[am]) am = v;
+                EXPECT_MSG(am == out[r].ids[i] || row[am] - row[out[r].ids[i]] <= 1e-4,
+                           "batch row %d: token %d is %d, the batch recomputation's %d", r, i, out[r].ids[i], am);
+            }
+            m->be->free(m->be, dev);
+            free(lg);
+        }
+        if (out) gen_seqs_free(out, 2);
+    }
+    // the switch is by the longest sequence of a call: 8 positions short, 9 long
+    EXPECT(config_rope_long(&m->cfg, 8) == 0 && config_rope_long(&m->cfg, 9) == 1);
+    st_close(&exp);
+    model_free(m);
+    backend_destroy(be);
+}
+
 // Save to a fresh directory: the same tensor names with the same bytes, and it loads again.
 static void save_round_trip(const char *name) {
     Backend *be;
@@ -140,6 +252,7 @@ static void test_olmo2_greedy(void) { greedy_matches_recompute("olmo2"); }
 static void test_phi3_greedy(void) { greedy_matches_recompute("phi3"); }
 static void test_save_round_trip(void) {
     for (size_t i = 0; i < ARRAY_LEN(families); i++) save_round_trip(families[i]);
+    save_round_trip("gpt_oss");  // experts stored transposed, saved back in the checkpoint's layout
 }
 
 // The tiny phi3 config with one field replaced (or added): text for config_parse.
@@ -167,20 +280,40 @@ static void expect_refused(const char *key, const char *value, const char *msg) 
 static void test_refusals(void) {
     expect_refused("rope_local_whatever", "1", "field \"rope_local_whatever\" is not known for model_type phi3");
     expect_refused("resid_pdrop", "0.1", "field \"resid_pdrop\" is 0.1: dropout inside the model is not supported");
-    expect_refused("partial_rotary_factor", "0.75", "partial_rotary_factor 0.75 is not supported");
     expect_refused("hidden_act", "\"gelu\"", "hidden_act \"gelu\" is not supported");
-    // a longrope context shorter than a plan is refused when the plan is made (a sliding window
-    // shorter than a plan is run: tests/model/test_family_models.c)
+    // partial rotary of an odd width: 12 * 0.75 = 9 dims
+    char *text = phi3_with("partial_rotary_factor", "0.75");
+    ModelConfig c;
+    Err e = {0};
+    EXPECT(config_parse(text, strlen(text), "config.json", &c, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "partial_rotary_factor 0.75 gives 9 rotary dims of head_dim 12");
+    free(text);
+    // partial rotary in a family whose attention does not slice q and k for it
+    const char *llama = "{\"model_type\": \"llama\", \"vocab_size\": 64, \"hidden_size\": 16, \"intermediate_size\": 32, "
+                        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"rope_scaling\": {\"rope_type\": "
+                        "\"default\", \"partial_rotary_factor\": 0.5}}";
+    EXPECT(config_parse(llama, strlen(llama), "config.json", &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "partial_rotary_factor 0.5 is not supported for llama");
+    // Phi3Config's original_max_position_embeddings is 4096 when config.json has none
+    text = phi3_with("original_max_position_embeddings", NULL);
+    EXPECT_MSG(config_parse(text, strlen(text), "config.json", &c, &e) == ST_OK, "%s", e.msg);
+    if (!test_current_failed) {
+        EXPECT(c.rope_scaling.original_max_position_embeddings == 4096 && c.rope_scaling.factor == 32.0);
+        config_free(&c);
+    }
+    free(text);
     Backend *be;
     Model *m = load("phi3", &be);
     if (!m) return;
-    Err e = {0};
+    // plans past the original context run (the long factors); continuous batching refuses a cache
+    // past it (src/gen/slots.c)
     Plan *p;
-    m->cfg.layer_window[1] = 16;
-    EXPECT(plan_get(m, PLAN_SCORE, 1, 17, &p, &e) == ST_OK);
-    m->cfg.layer_window[1] = m->cfg.layer_window[0];
-    EXPECT(plan_get_shape(m, PLAN_DECODE, 1, 1, 4097, &p, &e) == ST_EUNSUPPORTED);
-    EXPECT_STR_CONTAINS(e.msg, "original_max_position_embeddings 4096");
+    EXPECT_MSG(plan_get_shape(m, PLAN_DECODE, 1, 1, 4097, &p, &e) == ST_OK, "%s", e.msg);
+    GenSlots *g = NULL;
+    EXPECT(gen_slots_open(m, 2, 4097, &g, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "longer than this phi3 model's longrope original_max_position_embeddings 4096");
+    EXPECT_MSG(gen_slots_open(m, 2, 64, &g, &e) == ST_OK, "%s", e.msg);
+    gen_slots_close(g);
     LoraConfig lc = {.r = 4, .alpha = 8, .targets = 1};
     EXPECT(lora_attach(m, &lc, 1, &e) == ST_EUNSUPPORTED);
     EXPECT_STR_CONTAINS(e.msg, "LoRA on phi3 (fused qkv_proj / gate_up_proj) is not supported");
@@ -191,6 +324,7 @@ static void test_refusals(void) {
 int main(void) {
     RUN(test_olmo2_greedy);
     RUN(test_phi3_greedy);
+    RUN(test_longrope_crossing);
     RUN(test_save_round_trip);
     RUN(test_refusals);
     TEST_MAIN_END();

@@ -102,7 +102,7 @@ static void test_mixed_quant_types(void) {
         for (int i = 0; i < m->tt.n; i++) {
             const TensorInfo *t = &m->tt.t[i];
             char gname[160];
-            EXPECT(gguf_name_from_hf(t->name, gname, sizeof gname));
+            EXPECT(gguf_name_from_hf(m->cfg.model_type, t->name, gname, sizeof gname));
             const GgufTensor *gt = gguf_find_tensor(&g, gname);
             EXPECT_MSG(gt && gt->numel == t->numel, "%s", t->name);
             if (!gt || gt->numel != t->numel) continue;

@@ -1,6 +1,8 @@
 // test_moe_torch.c: the mixture-of-experts families against their PyTorch ports
 // (scripts/ref_moe.py, float64): qwen3_moe with a dense layer (mlp_only_layers), qwen3_moe with
-// decoder_sparse_step 2 and renormalised top-3 of 6, mixtral. Per model and backend: logits,
+// decoder_sparse_step 2 and renormalised top-3 of 6, mixtral, gpt_oss (scripts/ref_gpt_oss.py:
+// sinks, sliding and full layers, YaRN, biased router and experts, the clamped SwiGLU; its
+// experts' gradients compared in the checkpoint's layout). Per model and backend: logits,
 // the cross-entropy, the load-balancing loss (load_balancing_loss_func) and every parameter's
 // gradient of ce + router_aux_loss_coef * aux, the router and every expert included; the same
 // with gradient checkpointing; greedy generation on the KV cache against full recomputation;
@@ -20,7 +22,7 @@
 
 #define TOL_GRAD 2e-5
 
-static const char *models[] = {"qwen3_moe", "qwen3_moe_step2", "mixtral"};
+static const char *models[] = {"qwen3_moe", "qwen3_moe_step2", "mixtral", "gpt_oss"};
 static const char *backends[] = {"ref", "cpu"};
 
 static double rel_norm_err(const float *a, const float *b, size_t n) {
@@ -126,10 +128,13 @@ static void check_train(const char *name, const char *bename, int ckpt) {
         const StTensor *g = st_find(&c.exp, gname);
         EXPECT_MSG(g != NULL, "fixture lacks %s", gname);
         if (!g) continue;
-        double ge = rel_norm_err(grads + ti->goffset, g->data, ti->numel);
+        float *hf = xmalloc(ti->numel * sizeof(float));
+        tensors_to_hf(ti, hf, grads + ti->goffset);  // the checkpoint's layout (gpt_oss experts)
+        double ge = g->numel == ti->numel ? rel_norm_err(hf, g->data, ti->numel) : INFINITY;
+        free(hf);
         EXPECT_MSG(ge <= TOL_GRAD, "%s/%s%s gradient of %s rel err %.3g", name, bename, ckpt ? " ckpt" : "", ti->name, ge);
         n_checked++;
-        n_experts += ti->kind == TK_EXP_G;
+        n_experts += ti->kind == TK_EXP_G || ti->kind == TK_XGU;
     }
     EXPECT(n_checked == m->tt.n && n_checked == c.exp.n_tensors - 5 && n_experts > 0);
     free(grads), free(logits);
@@ -142,6 +147,7 @@ static void test_train_parity(void) {
         for (size_t i = 0; i < ARRAY_LEN(models); i++) check_train(models[i], backends[b], 0);
     check_train("qwen3_moe", "cpu", 1);
     check_train("mixtral", "cpu", 1);
+    check_train("gpt_oss", "cpu", 1);
 }
 
 // Greedy generation on the KV cache: every token is the argmax of a full recomputation.
@@ -237,17 +243,22 @@ static void test_one_token_reads_routed_experts(void) {
                 if (!m->cfg.layer_moe[l]) continue;
                 int32_t idx[64];
                 c.be->download(c.be, idx, p->layers[l].moe.idx, (size_t)K * sizeof(int32_t));
-                TensorKind kinds[3] = {TK_EXP_G, TK_EXP_U, TK_EXP_D};
-                for (int k = 0; k < 3; k++) {
+                // an expert's weights: entry first + x of a run, or block x of a fused tensor (gpt_oss)
+                TensorKind kinds[7] = {TK_EXP_G, TK_EXP_U, TK_EXP_D, TK_XGU, TK_XGU_B, TK_XD, TK_XD_B};
+                for (int k = 0; k < 7; k++) {
                     int first = c.m->tt.index[(size_t)l * TK_COUNT + kinds[k]];
+                    if (first < 0) continue;
+                    int fused = kinds[k] >= TK_XGU;
                     for (int x = 0; x < E; x++) {
                         int used = 0;
                         for (int j = 0; j < K; j++) used |= idx[j] == x;
                         if (used) continue;
-                        const TensorInfo *t = &m->tt.t[first + x];
-                        float *nan = xmalloc(t->numel * sizeof(float));
-                        for (size_t i = 0; i < t->numel; i++) nan[i] = NAN;
-                        c.be->upload(c.be, m->data[first + x], nan, t->numel * sizeof(float));
+                        const TensorInfo *t = &m->tt.t[fused ? first : first + x];
+                        size_t n = fused ? t->numel / E : t->numel;
+                        float *nan = xmalloc(n * sizeof(float));
+                        for (size_t i = 0; i < n; i++) nan[i] = NAN;
+                        c.be->upload(c.be, (float *)m->data[fused ? first : first + x] + (fused ? (size_t)x * n : 0),
+                                     nan, n * sizeof(float));
                         free(nan);
                         poisoned++;
                     }
@@ -261,10 +272,36 @@ static void test_one_token_reads_routed_experts(void) {
         }
 }
 
+// gpt_oss loaded frozen (cpu: tensors used in place from the mapping, the transposed experts
+// copied) gives the fp32 logits; with bf16 weights (the transposed copies converted) it stays
+// within bf16's rounding: 2^-9 relative per weight moves these logits by about 1e-2.
+static void test_gpt_oss_frozen_and_bf16(void) {
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        Case c;
+        if (!open_case(&c, "gpt_oss", "cpu")) return;
+        model_free(c.m);
+        Err e = {0};
+        c.m = NULL;
+        EXPECT_MSG(model_load_frozen("tests/data/models/gpt_oss", c.be, bf16 ? DT_BF16 : DT_F32, &c.m, &e) == ST_OK, "%s",
+                   e.msg);
+        if (!c.m) {
+            close_case(&c);
+            return;
+        }
+        EXPECT(bf16 || c.m->mapped_bytes > 0);
+        float *lg = score_logits(&c);
+        double err = rel_norm_err(lg, st_find(&c.exp, "logits")->data, (size_t)c.T * c.m->cfg.vocab_size);
+        EXPECT_MSG(err <= (bf16 ? 5e-2 : 1e-5), "gpt_oss frozen%s: logits rel err %.3g", bf16 ? " bf16" : "", err);
+        free(lg);
+        close_case(&c);
+    }
+}
+
 int main(void) {
     RUN(test_train_parity);
     RUN(test_generate_matches_recompute);
     RUN(test_capacity_factor);
     RUN(test_one_token_reads_routed_experts);
+    RUN(test_gpt_oss_frozen_and_bf16);
     TEST_MAIN_END();
 }

@@ -4,7 +4,9 @@
 // partial batch), and the metrics of two optimizer steps (the second after one AdamW update, so
 // the gradient is checked) for gradient accumulation with a margin column and centering, and for
 // an epoch whose last step has one micro-batch with one pair, with an evaluation set in batches of
-// 3 pairs (the last one shorter).
+// 3 pairs (the last one shorter). The same rewards and gradient-accumulation case for the olmo2
+// and phi3 classifiers (Olmo2ForSequenceClassification, Phi3ForSequenceClassification:
+// tests/data/reward/rm_olmo2, rm_phi3, through scripts/ref_family.py's port of their forward).
 #include "test.h"
 
 #include "core/alloc.h"
@@ -17,6 +19,8 @@
 static const char *bin(void) { return getenv("STILL_BIN") ? getenv("STILL_BIN") : "./still"; }
 
 static StSet exp_set;
+// the reward model under test and its class: tests/data/reward/rm, or a family's rm_<name>
+static const char *rm_dir = "tests/data/reward/rm", *rm_class = "Qwen3ForSequenceClassification";
 
 static double want(const char *key) {
     const StTensor *t = st_find(&exp_set, key);
@@ -52,8 +56,8 @@ static void test_score_rows(void) {
     EXPECT(mkdtemp(tmpl) != NULL);
     char cmd[1024], path[600];
     // batches of 3 rows over 10 sequences: the last batch is one sequence and two padded rows
-    snprintf(cmd, sizeof cmd, "%s score --model tests/data/reward/rm --dataset tests/data/reward/pairs.jsonl --output "
-                              "%s/s.jsonl --batch_size 3 --pad_to_multiple_of 8 --threads 2 2>%s/log", bin(), tmpl, tmpl);
+    snprintf(cmd, sizeof cmd, "%s score --model %s --dataset tests/data/reward/pairs.jsonl --output "
+                              "%s/s.jsonl --batch_size 3 --pad_to_multiple_of 8 --threads 2 2>%s/log", bin(), rm_dir, tmpl, tmpl);
     EXPECT_MSG(system(cmd) == 0, "still score failed: %s", cmd);
     snprintf(path, sizeof path, "%s/s.jsonl", tmpl);
     char *text;
@@ -102,11 +106,11 @@ static void run_case(const char *name) {
                  "--eval_strategy steps --eval_steps 1", cJSON_GetObjectItem(ev, "file")->valuestring,
                  cJSON_GetObjectItem(ev, "B")->valueint);
     snprintf(cmd, sizeof cmd,
-             "%s reward --model tests/data/reward/rm --dataset tests/data/reward/%s --output_dir %s/out --max_steps 2 "
+             "%s reward --model %s --dataset tests/data/reward/%s --output_dir %s/out --max_steps 2 "
              "--shuffle false --logging_steps 1 --save_strategy no --threads 2 --learning_rate %.17g --weight_decay "
              "%.17g --max_grad_norm 1 --per_device_train_batch_size %d --gradient_accumulation_steps %d "
              "--pad_to_multiple_of %d --gradient_checkpointing false %s 2>%s/log >/dev/null",
-             bin(), cJSON_GetObjectItem(c, "file")->valuestring, tmpl, cJSON_GetObjectItem(c, "lr")->valuedouble,
+             bin(), rm_dir, cJSON_GetObjectItem(c, "file")->valuestring, tmpl, cJSON_GetObjectItem(c, "lr")->valuedouble,
              cJSON_GetObjectItem(c, "wd")->valuedouble, cJSON_GetObjectItem(c, "B")->valueint,
              cJSON_GetObjectItem(c, "GA")->valueint, cJSON_GetObjectItem(c, "pad")->valueint, extra, tmpl);
     int rc = system(cmd);
@@ -143,7 +147,7 @@ static void run_case(const char *name) {
     EXPECT_MSG(rc == 0 && json_parse_file(out, &cfg, &e) == ST_OK, "%s", e.msg);
     if (cfg) {
         const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItem(cfg, "architectures"), 0);
-        EXPECT(cJSON_IsString(arch) && !strcmp(arch->valuestring, "Qwen3ForSequenceClassification"));
+        EXPECT(cJSON_IsString(arch) && !strcmp(arch->valuestring, rm_class));
         EXPECT(cJSON_GetObjectItem(cfg, "num_labels")->valueint == 1);
         EXPECT(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "id2label"), "0")));
         EXPECT(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "label2id"), "LABEL_0")->valueint == 0);
@@ -158,6 +162,26 @@ static void run_case(const char *name) {
 static void test_accumulation_margin_center(void) { run_case("ga"); }
 static void test_partial_last_step(void) { run_case("partial"); }
 
+// A family's classifier: its rewards and the "ga" case against the port.
+static void family_rm(const char *dir, const char *cls) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    StSet saved = exp_set;
+    Err e = {0};
+    EXPECT_MSG(st_open(path, &exp_set, &e) == ST_OK, "%s (make refs)", e.msg);
+    if (!test_current_failed) {
+        rm_dir = dir, rm_class = cls;
+        test_score_rows();
+        run_case("ga");
+        st_close(&exp_set);
+    }
+    exp_set = saved;
+    rm_dir = "tests/data/reward/rm", rm_class = "Qwen3ForSequenceClassification";
+}
+
+static void test_olmo2_classifier(void) { family_rm("tests/data/reward/rm_olmo2", "Olmo2ForSequenceClassification"); }
+static void test_phi3_classifier(void) { family_rm("tests/data/reward/rm_phi3", "Phi3ForSequenceClassification"); }
+
 int main(void) {
     Err e = {0};
     if (st_open("tests/data/reward/expected.safetensors", &exp_set, &e) != ST_OK) {
@@ -167,6 +191,8 @@ int main(void) {
     RUN(test_score_rows);
     RUN(test_accumulation_margin_center);
     RUN(test_partial_last_step);
+    RUN(test_olmo2_classifier);
+    RUN(test_phi3_classifier);
     st_close(&exp_set);
     TEST_MAIN_END();
 }

@@ -1,9 +1,11 @@
-// test_sft_moe.c: `still sft` on the tiny mixtral model for one optimizer step against
+// test_sft_moe.c: `still sft` on the tiny mixtral and gpt_oss models for one optimizer step against
 // scripts/ref_sft_moe.py (float64 PyTorch: TRL's loss normalisation plus router_aux_loss_coef *
 // transformers' load_balancing_loss_func, the padding left out of it, torch.optim.AdamW), on the
 // cpu and ref backends: the step's loss and aux_loss, the grad norm, and for every parameter (the
 // router and every expert included) the clipped gradient, AdamW's moments and the update, with
-// padding and two accumulated micro-batches. Tolerances and their reasons are test_sft_parity.c's.
+// padding and two accumulated micro-batches (gpt_oss: its sinks and 3-D experts decayed, the
+// experts in the checkpoint's layout in the model and optimizer files). Tolerances and their
+// reasons are test_sft_parity.c's.
 #include "test.h"
 
 #include "core/alloc.h"
@@ -36,18 +38,18 @@ static double metric(const char *out_dir, const char *key, int step) {
     return v;
 }
 
-static void run_case(const char *name, const char *device) {
+static void run_case(const char *name, const char *model, const char *device) {
     Err e = {0};
     char tmpl[] = "/tmp/still-sft-moe-XXXXXX";
     EXPECT(mkdtemp(tmpl) != NULL);
     char cmd[2048];
     // the case of scripts/ref_sft_moe.py: 4 padded rows x 2 micro-batches, completion-only labels
     snprintf(cmd, sizeof cmd,
-             "%s sft --model tests/data/models/mixtral --dataset tests/data/sft/ids.jsonl --output_dir %s/out "
+             "%s sft --model tests/data/models/%s --dataset tests/data/sft/ids.jsonl --output_dir %s/out "
              "--max_steps 1 --shuffle false --logging_steps 1 --save_steps 1 --threads 2 --learning_rate 1e-3 "
              "--weight_decay 0.1 --max_grad_norm 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 2 "
              "--max_length 64 --pad_to_multiple_of 8 --completion_only_loss true --device %s 2>%s/log >/dev/null",
-             bin(), tmpl, device, tmpl);
+             bin(), model, tmpl, device, tmpl);
     int rc = system(cmd);
     EXPECT_MSG(rc == 0, "%s: still sft failed (rc %d)", name, rc);
     char path[600];
@@ -58,7 +60,8 @@ static void run_case(const char *name, const char *device) {
     EXPECT_MSG(rc == 0 && st_open(path, &got, &e) == ST_OK, "%s", e.msg);
     snprintf(path, sizeof path, "%s/out/checkpoint-1/optimizer.safetensors", tmpl);
     EXPECT_MSG(rc == 0 && st_open(path, &opt, &e) == ST_OK, "%s", e.msg);
-    EXPECT_MSG(st_open("tests/data/models/mixtral/model.safetensors", &init, &e) == ST_OK, "%s", e.msg);
+    snprintf(path, sizeof path, "tests/data/models/%s/model.safetensors", model);
+    EXPECT_MSG(st_open(path, &init, &e) == ST_OK, "%s", e.msg);
     if (test_current_failed) return;
     snprintf(path, sizeof path, "%s/out", tmpl);
     double loss = metric(path, "loss", 1), want = ((const float *)st_find(&exp, "loss")->data)[0];
@@ -122,11 +125,15 @@ static void run_case(const char *name, const char *device) {
     EXPECT(system(cmd) == 0);
 }
 
-static void test_moe_pad_and_accumulation(void) { run_case("pad_ga", "cpu"); }
-static void test_moe_pad_and_accumulation_ref(void) { run_case("pad_ga", "ref"); }
+static void test_moe_pad_and_accumulation(void) { run_case("pad_ga", "mixtral", "cpu"); }
+static void test_moe_pad_and_accumulation_ref(void) { run_case("pad_ga", "mixtral", "ref"); }
+static void test_gpt_oss_pad_and_accumulation(void) { run_case("gpt_oss", "gpt_oss", "cpu"); }
+static void test_gpt_oss_pad_and_accumulation_ref(void) { run_case("gpt_oss", "gpt_oss", "ref"); }
 
 int main(void) {
     RUN(test_moe_pad_and_accumulation);
     RUN(test_moe_pad_and_accumulation_ref);
+    RUN(test_gpt_oss_pad_and_accumulation);
+    RUN(test_gpt_oss_pad_and_accumulation_ref);
     TEST_MAIN_END();
 }

@@ -1,7 +1,8 @@
 // test_torch_parity.c: logits, loss and every gradient of the tiny reference models (qwen3 tied /
 // untied, qwen2 with q/k/v biases, llama with llama3 RoPE scaling: scripts/ref_model.py; olmo2
-// with post-norms and projection-wide q/k norm, phi3 with fused projections and longrope:
-// scripts/ref_family.py) against PyTorch in float64, on every backend. Tolerances, norm-wise relative
+// with post-norms and projection-wide q/k norm, phi3 with fused projections and longrope, phi3_long
+// with partial rotary and a sequence past longrope's original context (long factors), its
+// first 8 tokens within it (short factors): scripts/ref_family.py) against PyTorch in float64, on every backend. Tolerances, norm-wise relative
 // error per tensor of fp32 compute against a float64 reference: logits and loss 1e-5 (observed
 // up to 8e-7); gradients TOL_GRAD 2e-5: the backward pass through every layer accumulates more
 // rounding, observed up to 4.5e-6 (qwen2's first layer on the cpu backend), within a factor of
@@ -17,7 +18,7 @@
 
 #include <unistd.h>
 
-static const char *models[] = {"qwen3_tied", "qwen3_untied", "qwen2", "llama", "olmo2", "phi3"};
+static const char *models[] = {"qwen3_tied", "qwen3_untied", "qwen2", "llama", "olmo2", "phi3", "phi3_long"};
 static const char *backends[] = {"ref", "cpu"};
 
 static double rel_norm_err(const float *a, const float *b, size_t n) {
@@ -89,6 +90,19 @@ static void check_model(const char *name, const char *bename) {
         n_checked++;
     }
     EXPECT(n_checked == m->tt.n);
+    const StTensor *pl = st_find(&exp, "prefix_logits");
+    if (pl) {  // the first Tp tokens alone: a call within longrope's original context
+        int Tp = (int)(pl->numel / (size_t)V);
+        Plan *ps;
+        EXPECT(plan_get(m, PLAN_SCORE, 1, Tp, &ps, &e) == ST_OK);
+        qwen3_set_inputs(m, ps, ids, pos, seg, NULL, NULL);
+        EXPECT(m->rope_long == 0);
+        qwen3_forward(m, ps);
+        qwen3_logits(m, ps, 0, Tp, dev);
+        be->download(be, logits, dev, (size_t)Tp * V * sizeof(float));
+        err = rel_norm_err(logits, pl->data, (size_t)Tp * V);
+        EXPECT_MSG(err <= 1e-5, "%s/%s prefix logits (short factors) rel err %.3g", name, bename, err);
+    }
     free(grads);
     free(logits);
     be->free(be, dev);
@@ -174,6 +188,8 @@ CASE(4, 0)
 CASE(4, 1)
 CASE(5, 0)
 CASE(5, 1)
+CASE(6, 0)
+CASE(6, 1)
 
 int main(void) {
     test_run("qwen3_tied_ref", test_0_0);
@@ -188,6 +204,8 @@ int main(void) {
     test_run("olmo2_cpu", test_4_1);
     test_run("phi3_longrope_fused_ref", test_5_0);
     test_run("phi3_longrope_fused_cpu", test_5_1);
+    test_run("phi3_long_factors_partial_rotary_ref", test_6_0);
+    test_run("phi3_long_factors_partial_rotary_cpu", test_6_1);
     RUN(test_cli_qwen3_tied);
     RUN(test_cli_qwen3_untied);
     RUN(test_cli_qwen2);

@@ -179,31 +179,33 @@ static void test_matmul(void) {
     ops_rng = saved;
 }
 
-static void check_rope(int N, int NH, int HD, float mscale) {
+static void check_rope(int N, int NH, int HD, int RD, float mscale) {
     char what[96];
     size_t n = (size_t)N * NH * HD;
     int32_t *pos = xmalloc(N * 4);
     for (int i = 0; i < N; i++) pos[i] = i == N - 1 ? 40000 : (int32_t)rng_below(&ops_rng, 3000);
-    float *inv = xmalloc(HD / 2 * 4);
-    for (int i = 0; i < HD / 2; i++) inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / HD));
-    float *x = new_normal(n, 1), *d_x = dev_from(x, n * 4), *d_inv = dev_from(inv, HD / 2 * 4);
+    float *inv = xmalloc(RD / 2 * 4);
+    for (int i = 0; i < RD / 2; i++) inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / RD));
+    float *x = new_normal(n, 1), *d_x = dev_from(x, n * 4), *d_inv = dev_from(inv, RD / 2 * 4);
     int32_t *d_pos = dev_from(pos, N * 4);
-    R->rope_forward(R, x, pos, inv, mscale, N, NH, HD);
-    X->rope_forward(X, d_x, d_pos, d_inv, mscale, N, NH, HD);
-    snprintf(what, sizeof what, "rope fwd N%d NH%d HD%d", N, NH, HD);
+    R->rope_forward(R, x, pos, inv, mscale, N, NH, HD, RD);
+    X->rope_forward(X, d_x, d_pos, d_inv, mscale, N, NH, HD, RD);
+    snprintf(what, sizeof what, "rope fwd N%d NH%d HD%d RD%d", N, NH, HD, RD);
     expect_close(what, d_x, x, n, TOL_EW);
-    R->rope_backward(R, x, pos, inv, mscale, N, NH, HD);
-    X->rope_backward(X, d_x, d_pos, d_inv, mscale, N, NH, HD);
-    snprintf(what, sizeof what, "rope bwd N%d NH%d HD%d", N, NH, HD);
+    R->rope_backward(R, x, pos, inv, mscale, N, NH, HD, RD);
+    X->rope_backward(X, d_x, d_pos, d_inv, mscale, N, NH, HD, RD);
+    snprintf(what, sizeof what, "rope bwd N%d NH%d HD%d RD%d", N, NH, HD, RD);
     expect_close(what, d_x, x, n, TOL_EW);
     X->free(X, d_x), X->free(X, d_inv), X->free(X, d_pos);
     free(pos), free(inv), free(x);
 }
 
 static void test_rope(void) {
-    check_rope(7, 6, 10, 1.0f);
-    check_rope(1, 2, 4, 1.25f);
-    check_rope(200, 4, 64, 1.1f);
+    check_rope(7, 6, 10, 10, 1.0f);
+    check_rope(1, 2, 4, 4, 1.25f);
+    check_rope(200, 4, 64, 64, 1.1f);
+    check_rope(9, 3, 12, 8, 1.2f);     // partial rotary: dims [8, 12) pass through
+    check_rope(33, 2, 64, 48, 1.0f);
 }
 
 static void check_attention(int B, int T, int NH, int NKV, int HD, const int32_t *seg, const char *label) {

@@ -202,6 +202,32 @@ static void test_aux(void) {
     check_aux(1, 8, 2, 1);
 }
 
+// GPT-OSS's clamped SwiGLU over interleaved gate / up: values spread over [-8, 8] so that both
+// clamps (limit 7, and a small limit 1) hold some of them; an exact limit value included.
+static void check_swiglu_clamp(size_t n, float limit) {
+    char what[96];
+    float *gu = new_normal(2 * n, 3.5f), *out = xmalloc(n * 4), *dout = new_normal(n, 1), *dgu = new_normal(2 * n, 1);
+    gu[0] = limit, gu[1] = -limit;
+    float *d_gu = dev_from(gu, 2 * n * 4), *d_out = dev_nan(n), *d_dout = dev_from(dout, n * 4);
+    float *d_dgu = dev_from(dgu, 2 * n * 4);
+    R->swiglu_clamp_forward(R, out, gu, 1.702f, limit, n);
+    X->swiglu_clamp_forward(X, d_out, d_gu, 1.702f, limit, n);
+    snprintf(what, sizeof what, "swiglu_clamp fwd n%zu limit %g", n, limit);
+    expect_close(what, d_out, out, n, TOL_EW);
+    R->swiglu_clamp_backward(R, dgu, dout, gu, 1.702f, limit, n);
+    X->swiglu_clamp_backward(X, d_dgu, d_dout, d_gu, 1.702f, limit, n);
+    snprintf(what, sizeof what, "swiglu_clamp bwd n%zu limit %g", n, limit);
+    expect_close(what, d_dgu, dgu, 2 * n, TOL_EW);
+    free(gu), free(out), free(dout), free(dgu);
+    X->free(X, d_gu), X->free(X, d_out), X->free(X, d_dout), X->free(X, d_dgu);
+}
+
+static void test_swiglu_clamp(void) {
+    check_swiglu_clamp(37 * 21, 7.0f);
+    check_swiglu_clamp(1, 1.0f);
+    check_swiglu_clamp(40000, 1.0f);  // past the cpu loop's threading threshold
+}
+
 int main(void) {
     (void)expect_close_entropy;  // parity_util.h's, for the heads tests
     R = backend_ref_create(1);
@@ -215,6 +241,7 @@ int main(void) {
         RUN_OWN(test_route);
         RUN_OWN(test_experts);
         RUN_OWN(test_aux);
+        RUN_OWN(test_swiglu_clamp);
         backend_destroy(X);
     }
     backend_destroy(R);

@@ -85,6 +85,7 @@ typedef struct {
     Backend *be;
     MoeDims d;
     float *x, *router, *gate, *up, *down, *probe;  // probe (N,C): loss = probe . out + coef aux
+    float *rbias, *gbias, *dbias;                   // fused (GPT-OSS) blocks: (E), (E,2FF), (E,C)
     int32_t *seg;
     float coef;
     MoeActs a;
@@ -92,7 +93,8 @@ typedef struct {
 } Block;
 
 static MoeWeights block_weights(Block *b) {
-    return (MoeWeights){b->router, b->gate, b->up, b->down, DT_F32, DT_F32};
+    return (MoeWeights){.router = b->router, .router_bias = b->rbias, .gate = b->gate, .up = b->up, .down = b->down,
+                        .gate_bias = b->gbias, .down_bias = b->dbias, .router_dt = DT_F32, .wdt = DT_F32};
 }
 
 static double block_loss(void *ctx) {
@@ -122,12 +124,18 @@ static double block_loss(void *ctx) {
     return loss + b->coef * aux;
 }
 
-static void check_block(int norm, int capacity) {
+// fused: GPT-OSS's experts (biased router, interleaved gate_up with biases, biased down, the
+// clamped SwiGLU with a limit near 1.5 so that both clamps hold some values).
+static void check_block(int norm, int capacity, int fused) {
     Backend *be = backend_ref_create(1);
-    Block b = {.be = be, .d = {.N = 9, .C = 6, .E = 5, .K = 2, .FF = 4, .norm = norm, .capacity = capacity}};
-    int N = b.d.N, C = b.d.C, E = b.d.E, K = b.d.K, FF = b.d.FF, S = N * K;
+    Block b = {.be = be, .d = {.N = 9, .C = 6, .E = 5, .K = 2, .FF = 4, .norm = norm, .capacity = capacity,
+                               .fused = fused, .alpha = 1.702f, .limit = 1.5f}};
+    int N = b.d.N, C = b.d.C, E = b.d.E, K = b.d.K, FF = b.d.FF, S = N * K, GW = fused ? 2 * FF : FF;
     b.x = new_normal((size_t)N * C, 1), b.router = new_normal((size_t)E * C, 0.7f);
-    b.gate = new_normal((size_t)E * FF * C, 0.5f), b.up = new_normal((size_t)E * FF * C, 0.5f);
+    b.gate = new_normal((size_t)E * GW * C, fused ? 1.0f : 0.5f), b.up = new_normal((size_t)E * FF * C, 0.5f);
+    if (fused)
+        b.rbias = new_normal((size_t)E, 0.5f), b.gbias = new_normal((size_t)E * GW, 0.5f),
+        b.dbias = new_normal((size_t)E * C, 0.5f);
     b.down = new_normal((size_t)E * C * FF, 0.5f), b.probe = new_normal((size_t)N * C, 1);
     b.seg = xmalloc(N * 4);
     for (int n = 0; n < N; n++) b.seg[n] = n % 4 != 3;
@@ -137,27 +145,52 @@ static void check_block(int norm, int capacity) {
     a->offsets = xmalloc((size_t)(E + 1) * 4), a->slot_token = xmalloc((size_t)S * 4);
     a->token_slot = xmalloc((size_t)S * 4), a->dropped = xmalloc(4);
     a->xs = xmalloc((size_t)S * C * 4), a->ys = xmalloc((size_t)S * C * 4);
-    a->g = xmalloc((size_t)S * FF * 4), a->u = xmalloc((size_t)S * FF * 4), a->h = xmalloc((size_t)S * FF * 4);
+    a->g = xmalloc((size_t)S * GW * 4), a->u = xmalloc((size_t)S * FF * 4), a->h = xmalloc((size_t)S * FF * 4);
     b.out = xmalloc((size_t)N * C * 4), b.stats = xmalloc((2 * (size_t)E + 1) * 4);
     MoeScratch s = {xmalloc((size_t)N * E * 4), xmalloc((size_t)S * 4), xmalloc((size_t)S * C * 4),
-                    xmalloc((size_t)S * C * 4), xmalloc((size_t)S * FF * 4), xmalloc((size_t)S * FF * 4),
+                    xmalloc((size_t)S * C * 4), xmalloc((size_t)S * FF * 4), xmalloc((size_t)S * GW * 4),
                     xmalloc((size_t)S * FF * 4)};
-    size_t nx = (size_t)N * C, nr = (size_t)E * C, ng = (size_t)E * FF * C;
-    float *dx = xcalloc(nx, 4), *dr = xcalloc(nr, 4), *dg = xcalloc(ng, 4), *du = xcalloc(ng, 4), *dd = xcalloc(ng, 4);
+    size_t nx = (size_t)N * C, nr = (size_t)E * C, ng = (size_t)E * FF * C, ngw = (size_t)E * GW * C;
+    float *dx = xcalloc(nx, 4), *dr = xcalloc(nr, 4), *dg = xcalloc(ngw, 4), *du = xcalloc(ng, 4), *dd = xcalloc(ng, 4);
+    float *drb = xcalloc(E, 4), *dgb = xcalloc((size_t)E * GW, 4), *ddb = xcalloc((size_t)E * C, 4);
     block_loss(&b);
+    if (fused) {
+        // The clamps are kinks of the loss: a difference quotient whose step carries a gate or up
+        // value across the limit is not the derivative. The limit is the one in [1, 2] farthest
+        // from every value the block computes (a step of 3e-3 moves a value by about 1e-2).
+        float best = 1.5f, best_gap = 0;
+        for (float lim = 1.0f; lim <= 2.0f; lim += 0.005f) {
+            float gap = INFINITY;
+            for (int i = 0; i < a->offsets[E] * FF; i++)
+                gap = fminf(gap, fminf(fabsf(a->g[2 * i] - lim), fabsf(fabsf(a->g[2 * i + 1]) - lim)));
+            if (gap > best_gap) best_gap = gap, best = lim;
+        }
+        EXPECT_MSG(best_gap > 0.02f, "no limit in [1, 2] keeps 0.02 from every clamp input (best %.3g)", best_gap);
+        b.d.limit = best;
+        block_loss(&b);
+    }
     EXPECT_MSG((capacity > 0) == (*a->dropped > 0), "capacity %d dropped %d", capacity, *a->dropped);
     MoeWeights W = block_weights(&b);
-    MoeGrads G = {dr, dg, du, dd};
+    MoeGrads G = {.router = dr, .gate = dg, .up = du, .down = dd};
+    if (fused) G.router_bias = drb, G.gate_bias = dgb, G.down_bias = ddb;
     moe_block_backward(be, dx, &G, b.probe, b.x, &W, a, &s, &b.d, b.stats, b.coef, b.seg);
     char what[64];
     struct {
         const char *name;
         float *p, *g;
         size_t n;
-    } params[] = {{"x", b.x, dx, nx}, {"router", b.router, dr, nr}, {"gate", b.gate, dg, ng}, {"up", b.up, du, ng},
-                  {"down", b.down, dd, ng}};
+    } params[] = {{"x", b.x, dx, nx}, {"router", b.router, dr, nr}, {"gate", b.gate, dg, ngw}, {"up", b.up, du, ng},
+                  {"down", b.down, dd, ng}, {"router_bias", b.rbias, drb, E}, {"gate_up_bias", b.gbias, dgb, (size_t)E * GW},
+                  {"down_bias", b.dbias, ddb, (size_t)E * C}};
+    if (fused) {  // both clamps hold some of the values the block computed
+        int above = 0, outside = 0;
+        for (int i = 0; i < a->offsets[E] * FF; i++)
+            above += a->g[2 * i] > b.d.limit, outside += fabsf(a->g[2 * i + 1]) > b.d.limit;
+        EXPECT_MSG(above > 0 && outside > 0, "clamped values: %d gates, %d ups", above, outside);
+    }
     for (size_t i = 0; i < ARRAY_LEN(params); i++) {
-        snprintf(what, sizeof what, "d%s norm%d cap%d", params[i].name, norm, capacity);
+        if (!params[i].p || (fused && params[i].p == b.up)) continue;
+        snprintf(what, sizeof what, "d%s norm%d cap%d fused%d", params[i].name, norm, capacity, fused);
         // step 3e-3: at 1e-2 the SiLU's curvature moves a difference quotient by ~1e-4 relative;
         // floor 2e-2 of max |grad|: the fp32 block output's rounding (~1e-7 of a loss of ~10,
         // over a step of 6e-3) is ~1e-4 absolute, against grads up to ~7. ref is scalar code
@@ -168,14 +201,16 @@ static void check_block(int norm, int capacity) {
     free(a->logits), free(a->idx), free(a->w), free(a->offsets), free(a->slot_token), free(a->token_slot);
     free(a->dropped), free(a->xs), free(a->ys), free(a->g), free(a->u), free(a->h), free(b.out), free(b.stats);
     free(s.dlogits), free(s.dw), free(s.dys), free(s.dxs), free(s.dh), free(s.dg), free(s.du);
-    free(dx), free(dr), free(dg), free(du), free(dd);
+    free(dx), free(dr), free(dg), free(du), free(dd), free(drb), free(dgb), free(ddb);
+    free(b.rbias), free(b.gbias), free(b.dbias);
     backend_destroy(be);
 }
 
 static void test_block_gradients(void) {
-    check_block(0, 0);
-    check_block(1, 0);
-    check_block(1, 3);  // capacity 3 of 18 slots over 5 experts: some dropped
+    check_block(0, 0, 0);
+    check_block(1, 0, 0);
+    check_block(1, 3, 0);  // capacity 3 of 18 slots over 5 experts: some dropped
+    check_block(1, 0, 1);
 }
 
 int main(void) {

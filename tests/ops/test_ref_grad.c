@@ -134,41 +134,49 @@ typedef struct {
     float *x, *tmp, *inv_freq, *r;
     int32_t *pos;
     float mscale;
-    int N, NH, HD;
+    int N, NH, HD, RD;
 } RopeCtx;
 
 static double rope_loss(void *p) {
     RopeCtx *c = p;
     size_t n = (size_t)c->N * c->NH * c->HD;
     memcpy(c->tmp, c->x, n * 4);
-    R->rope_forward(R, c->tmp, c->pos, c->inv_freq, c->mscale, c->N, c->NH, c->HD);
+    R->rope_forward(R, c->tmp, c->pos, c->inv_freq, c->mscale, c->N, c->NH, c->HD, c->RD);
     return dot_d(c->tmp, c->r, n);
 }
 
-static void test_rope(void) {
-    int N = 5, NH = 3, HD = 10;
+// RD = HD: every dim rotates; RD < HD (partial rotary): dims [RD, HD) pass through unscaled.
+static void check_rope_grad(int HD, int RD) {
+    int N = 5, NH = 3;
     size_t n = (size_t)N * NH * HD;
     int32_t pos[5] = {0, 1, 7, 1000, 40000};
-    float inv_freq[5];
-    for (int i = 0; i < HD / 2; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / HD)) * (i == 2 ? 0.25f : 1.0f);
-    RopeCtx c = {new_normal(n, 1), xmalloc(n * 4), inv_freq, new_normal(n, 1), pos, 1.3f, N, NH, HD};
+    float inv_freq[8];
+    for (int i = 0; i < RD / 2; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / RD)) * (i == 2 ? 0.25f : 1.0f);
+    RopeCtx c = {new_normal(n, 1), xmalloc(n * 4), inv_freq, new_normal(n, 1), pos, 1.3f, N, NH, HD, RD};
     rope_loss(&c);
-    // forward against the formula: pairs (i, i + HD/2) rotate by pos*inv_freq, scaled by mscale
+    // forward against the formula: pairs (i, i + RD/2) rotate by pos*inv_freq, scaled by mscale
     for (int t = 0; t < N; t++)
-        for (int h = 0; h < NH; h++)
-            for (int i = 0; i < HD / 2; i++) {
-                size_t o = ((size_t)t * NH + h) * HD;
+        for (int h = 0; h < NH; h++) {
+            size_t o = ((size_t)t * NH + h) * HD;
+            for (int i = 0; i < RD / 2; i++) {
                 double a = (float)pos[t] * inv_freq[i];
-                double x0 = c.x[o + i], x1 = c.x[o + i + HD / 2];
+                double x0 = c.x[o + i], x1 = c.x[o + i + RD / 2];
                 double e0 = 1.3 * (x0 * cos(a) - x1 * sin(a)), e1 = 1.3 * (x1 * cos(a) + x0 * sin(a));
-                EXPECT(fabs(c.tmp[o + i] - e0) < 1e-5 && fabs(c.tmp[o + i + HD / 2] - e1) < 1e-5);
+                EXPECT(fabs(c.tmp[o + i] - e0) < 1e-5 && fabs(c.tmp[o + i + RD / 2] - e1) < 1e-5);
             }
+            for (int i = RD; i < HD; i++) EXPECT(c.tmp[o + i] == c.x[o + i]);
+        }
     float *g = new_copy(c.r, n);
-    R->rope_backward(R, g, pos, inv_freq, 1.3f, N, NH, HD);
+    R->rope_backward(R, g, pos, inv_freq, 1.3f, N, NH, HD, RD);
     gradcheck("rope dx", rope_loss, &c, c.x, n, g, 300, 0.25, 1e-4, 1e-2);
-    // at position 0 the rotation is the identity times mscale
-    for (int i = 0; i < NH * HD; i++) EXPECT(fabsf(c.tmp[i] - 1.3f * c.x[i]) < 1e-6f);
+    // at position 0 the rotation is the identity times mscale (the pass-through dims unscaled)
+    for (int i = 0; i < NH * HD; i++) EXPECT(fabsf(c.tmp[i] - (i % HD < RD ? 1.3f : 1.0f) * c.x[i]) < 1e-6f);
     free(c.x), free(c.tmp), free(c.r), free(g);
+}
+
+static void test_rope(void) {
+    check_rope_grad(10, 10);
+    check_rope_grad(16, 12);
 }
 
 // ---------------------------------------------------------------- swiglu

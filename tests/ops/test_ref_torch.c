@@ -47,9 +47,9 @@ static void test_rope_vs_torch(void) {
     size_t n = (size_t)N * NH * HD;
     float mscale = F("rope.mscale")[0];
     float *x = new_copy(F("rope.x"), n), *g = new_copy(F("rope.dout"), n);
-    R->rope_forward(R, x, I("rope.pos"), F("rope.inv_freq"), mscale, N, NH, HD);
+    R->rope_forward(R, x, I("rope.pos"), F("rope.inv_freq"), mscale, N, NH, HD, HD);
     expect_ref("rope.out", x, n);
-    R->rope_backward(R, g, I("rope.pos"), F("rope.inv_freq"), mscale, N, NH, HD);
+    R->rope_backward(R, g, I("rope.pos"), F("rope.inv_freq"), mscale, N, NH, HD, HD);
     expect_ref("rope.dx", g, n);
     free(x), free(g);
 }

@@ -125,8 +125,8 @@ static void test_rope_parameters_v5(void) {
 static void test_errors_inline(void) {
     ModelConfig c;
     Err e = {0};
-    EXPECT(parse("{\"model_type\":\"gpt_oss\"}", &c, &e) == ST_EUNSUPPORTED);
-    EXPECT_STR_CONTAINS(e.msg, "config.json: model_type \"gpt_oss\" is not supported (supported: qwen3, qwen2, llama");
+    EXPECT(parse("{\"model_type\":\"deepseek_v3\"}", &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "config.json: model_type \"deepseek_v3\" is not supported (supported: qwen3, qwen2, llama");
     EXPECT(parse("{\"model_type\":\"qwen3\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
                  "\"num_hidden_layers\":2,\"num_attention_heads\":6,\"num_key_value_heads\":4}",
                  &c, &e) == ST_EINVAL);
@@ -143,6 +143,69 @@ static void test_errors_inline(void) {
     EXPECT(parse("{\"model_type\":", &c, &e) == ST_EINVAL);
     EXPECT_STR_CONTAINS(e.msg, "config.json: invalid JSON");
     EXPECT(c.raw == NULL);
+}
+
+// gpt-oss-20b's config.json (the release's, with its inert experts_per_token and
+// initial_context_length), without the MXFP4 quantization_config: what the family resolves.
+#define GPT_OSS_20B                                                                                                \
+    "{\"architectures\":[\"GptOssForCausalLM\"],\"attention_bias\":true,\"attention_dropout\":0.0,"             \
+    "\"eos_token_id\":200002,\"experts_per_token\":4,\"head_dim\":64,\"hidden_act\":\"silu\",\"hidden_size\":2880," \
+    "\"initial_context_length\":4096,\"initializer_range\":0.02,\"intermediate_size\":2880,"                     \
+    "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\"],"          \
+    "\"max_position_embeddings\":131072,\"model_type\":\"gpt_oss\",\"num_attention_heads\":64,"                   \
+    "\"num_experts_per_tok\":4,\"num_hidden_layers\":4,\"num_key_value_heads\":8,\"num_local_experts\":32,"        \
+    "\"output_router_logits\":false,\"pad_token_id\":199999,\"rms_norm_eps\":1e-05,"                             \
+    "\"rope_scaling\":{\"beta_fast\":32.0,\"beta_slow\":1.0,\"factor\":32.0,\"original_max_position_embeddings\":4096," \
+    "\"rope_type\":\"yarn\",\"truncate\":false},\"rope_theta\":150000,\"router_aux_loss_coef\":0.9,"               \
+    "\"sliding_window\":128,\"swiglu_limit\":7.0,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","     \
+    "\"transformers_version\":\"4.55.0.dev0\",\"use_cache\":true,\"vocab_size\":201088"
+
+static void test_gpt_oss(void) {
+    ModelConfig c;
+    Err e = {0};
+    EXPECT_MSG(parse(GPT_OSS_20B "}", &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(c.qkv_bias && c.o_bias && !c.mlp_bias && c.attn_sinks && c.router_bias && c.moe_fused);
+    EXPECT(c.num_experts == 32 && c.num_experts_per_tok == 4 && c.norm_topk_prob && c.moe_intermediate_size == 2880);
+    EXPECT(c.swiglu_alpha == 1.702 && c.swiglu_limit == 7.0 && c.router_aux_loss_coef == 0.9 && !c.output_router_logits);
+    EXPECT(c.layer_window[0] == 128 && c.layer_window[1] == 0 && c.layer_window[2] == 128 && c.layer_window[3] == 0);
+    for (int l = 0; l < 4; l++) EXPECT(c.layer_moe[l]);
+    const RopeScaling *rs = &c.rope_scaling;
+    EXPECT(rs->type == ROPE_YARN && rs->factor == 32 && !rs->truncate && rs->original_max_position_embeddings == 4096);
+    EXPECT(c.rope_theta == 150000 && c.head_dim == 64);
+    config_free(&c);
+    // GptOssConfig's defaults: attention_bias true, even layers sliding (window 128), YaRN, theta 150000
+    EXPECT_MSG(parse("{\"model_type\":\"gpt_oss\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":16,"
+                     "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"head_dim\":8,\"num_local_experts\":4}",
+                     &c, &e) == ST_OK, "%s", e.msg);
+    EXPECT(c.qkv_bias && c.o_bias && c.num_experts_per_tok == 4 && c.num_key_value_heads == 4);
+    EXPECT(c.layer_window[0] == 128 && c.layer_window[1] == 0 && c.layer_window[2] == 128);
+    EXPECT(c.rope_scaling.type == ROPE_YARN && c.rope_scaling.factor == 32 && !c.rope_scaling.truncate);
+    EXPECT(c.rope_theta == 150000 && c.router_aux_loss_coef == 0.001);
+    TensorTable tt;
+    tensors_build(&tt, &c, DT_F32);
+    const TensorInfo *gu = tensors_get(&tt, TK_XGU, 1), *sk = tensors_get(&tt, TK_SINKS, 2);
+    EXPECT(gu && !strcmp(gu->name, "model.layers.1.mlp.experts.gate_up_proj") && gu->hf_xpose && gu->hf_ndim == 3);
+    EXPECT(gu && gu->hf_shape[0] == 4 && gu->hf_shape[1] == 32 && gu->hf_shape[2] == 32 && gu->shape[0] == 128);
+    EXPECT(sk && !strcmp(sk->name, "model.layers.2.self_attn.sinks") && sk->numel == 4 && sk->decay);
+    EXPECT(tensors_find(&tt, "model.layers.0.mlp.router.bias") && tensors_find(&tt, "model.layers.0.mlp.experts.down_proj_bias"));
+    EXPECT(tensors_find(&tt, "model.layers.0.self_attn.o_proj.bias") && !tensors_find(&tt, "model.layers.0.mlp.gate.weight"));
+    // the checkpoint's element (e, c, o) of gate_up_proj (E, C, 2FF) is row o, column c of expert e's block
+    EXPECT(gu && tensors_hf_index(gu, (size_t)(2 * 32 * 32) + 3 * 32 + 5) == (size_t)(2 * 32 * 32) + 5 * 32 + 3);
+    tensors_free(&tt);
+    config_free(&c);
+    // refused by name
+    EXPECT(parse(GPT_OSS_20B ",\"quantization_config\":{\"quant_method\":\"mxfp4\"}}", &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "quant_method \"mxfp4\": MXFP4 expert weights");
+    EXPECT(parse(GPT_OSS_20B ",\"router_jitter_noise\":0.1}", &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "field \"router_jitter_noise\" is not known for model_type gpt_oss");
+    EXPECT(parse("{\"model_type\":\"gpt_oss\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":16,"
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_local_experts\":4,\"experts_per_token\":2}",
+                 &c, &e) == ST_EINVAL);
+    EXPECT_STR_CONTAINS(e.msg, "experts_per_token is 2 but num_experts_per_tok is 4");
+    EXPECT(parse("{\"model_type\":\"gpt_oss\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":16,"
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"layer_types\":[\"full_attention\",\"chunked\"]}",
+                 &c, &e) == ST_EUNSUPPORTED);
+    EXPECT_STR_CONTAINS(e.msg, "layer_types[1]");
 }
 
 static void test_to_json(void) {
@@ -281,6 +344,7 @@ int main(void) {
     RUN(test_llama);
     RUN(test_rope_parameters_v5);
     RUN(test_errors_inline);
+    RUN(test_gpt_oss);
     RUN(test_to_json);
     RUN(test_rope_fixtures);
     RUN(test_size_limits);

@@ -142,5 +142,6 @@ Backend *backend_cpu_create(int threads) {
     backend_cpu_install_kv(be);
     backend_cpu_install_family(be);
     backend_cpu_install_moe(be);
+    backend_cpu_install_vocab(be);
     return be;
 }

@@ -129,9 +129,9 @@ void cpu_rmsnorm_forward(Backend *be, float *out, float *rstd, const float *inp,
 void cpu_rmsnorm_backward(Backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           const float *rstd, int N, int C);
 void cpu_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                      int HD);
+                      int HD, int RD);
 void cpu_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                       int HD);
+                       int HD, int RD);
 void cpu_swiglu_forward(Backend *be, float *out, const float *gate, const float *up, size_t n);
 void cpu_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                          size_t n);

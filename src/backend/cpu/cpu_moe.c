@@ -158,6 +158,28 @@ static void cpu_moe_aux_backward(Backend *be, float *dlogits, const float *logit
         if (!seg || seg[n]) moe_aux_backward_row(dlogits + (size_t)n * E, logits + (size_t)n * E, stats, coef, E);
 }
 
+// out (n) = (clamp(up) + 1) * g * sigmoid(alpha g), g = min(gate, limit), from gu (n, 2)
+static void cpu_swiglu_clamp_forward(Backend *be, float *out, const float *gu, float alpha, float limit, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = fminf(gu[2 * i], limit), u = fmaxf(fminf(gu[2 * i + 1], limit), -limit);
+        out[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+    }
+}
+
+// dgu (n, 2) += ; no gradient through an active clamp
+static void cpu_swiglu_clamp_backward(Backend *be, float *dgu, const float *dout, const float *gu, float alpha,
+                                      float limit, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float gate = gu[2 * i], up = gu[2 * i + 1];
+        float g = fminf(gate, limit), u = fmaxf(fminf(up, limit), -limit);
+        float s = 1.0f / (1.0f + expf(-alpha * g));
+        if (gate <= limit) dgu[2 * i] += dout[i] * (u + 1.0f) * (s + alpha * g * s * (1.0f - s));
+        if (up >= -limit && up <= limit) dgu[2 * i + 1] += dout[i] * g * s;
+    }
+}
+
 void backend_cpu_install_moe(Backend *be) {
     be->moe_route_forward = cpu_moe_route_forward;
     be->moe_route_backward = cpu_moe_route_backward;
@@ -170,4 +192,6 @@ void backend_cpu_install_moe(Backend *be) {
     be->moe_combine_backward = cpu_moe_combine_backward;
     be->moe_aux_stats = cpu_moe_aux_stats;
     be->moe_aux_backward = cpu_moe_aux_backward;
+    be->swiglu_clamp_forward = cpu_swiglu_clamp_forward;
+    be->swiglu_clamp_backward = cpu_swiglu_clamp_backward;
 }

@@ -97,11 +97,11 @@ void cpu_rmsnorm_backward(Backend *be, float *dinp, float *dw, const float *dout
             for (int c = 0; c < C; c++) dw[c] += partial[(size_t)part * C + c];
 }
 
-// Rotation by pos*inv_freq (dir = +1) or its transpose (dir = -1), scaled by mscale; the angle
-// is the fp32 product, as in HF.
+// Rotation of the first RD dims by pos*inv_freq (dir = +1) or its transpose (dir = -1), scaled by
+// mscale; the angle is the fp32 product, as in HF. Dims [RD, HD) pass through.
 static void rope_apply(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                       int HD, float dir) {
-    int half = HD / 2;
+                       int HD, int RD, float dir) {
+    int half = RD / 2;
     CHECK_MSG(half <= 128, "rope: head_dim %d (config.json's CONFIG_MAX_HEAD_DIM is 256)", HD);
 #pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)N * NH * HD > PAR_MIN)
     for (int n = 0; n < N; n++) {
@@ -126,13 +126,13 @@ static void rope_apply(Backend *be, float *x, const int32_t *pos, const float *i
 }
 
 void cpu_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                      int HD) {
-    rope_apply(be, x, pos, inv_freq, mscale, N, NH, HD, 1.0f);
+                      int HD, int RD) {
+    rope_apply(be, x, pos, inv_freq, mscale, N, NH, HD, RD, 1.0f);
 }
 
 void cpu_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                       int HD) {
-    rope_apply(be, dx, pos, inv_freq, mscale, N, NH, HD, -1.0f);
+                       int HD, int RD) {
+    rope_apply(be, dx, pos, inv_freq, mscale, N, NH, HD, RD, -1.0f);
 }
 
 // gate, up (n) -> out (n) = silu(gate) * up

@@ -295,6 +295,7 @@ extern "C" Status backend_cuda_create(int threads, Backend **out, Err *e) {
     be->score_head = cu_score_head;
     cu_install_family(be);
     cu_install_moe(be);
+    cu_install_vocab(be);
     if (!graphs || strcmp(graphs, "0")) {  // STILL_CUDA_GRAPHS=0: every step runs eagerly
         be->graph_begin = cuda_graph_begin;
         be->graph_end = cuda_graph_end;

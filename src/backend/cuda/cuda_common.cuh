@@ -196,9 +196,9 @@ void cu_matmul_forward(Backend *be, float *out, const float *inp, const void *w,
 void cu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                         const void *w, DType wdt, int N, int C, int OC);
 void cu_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                     int HD);
+                     int HD, int RD);
 void cu_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                      int HD);
+                      int HD, int RD);
 void cu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                           const int32_t *seg, int B, int T, int NH, int NKV, int HD);
 void cu_attention_backward(Backend *be, float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -275,5 +275,7 @@ void cu_distill_head_cap(Backend *be, float *row_loss, float *row_kl, float *dh_
 void cu_install_family(Backend *be);
 // cuda_moe.cu: installs the mixture-of-experts ops
 void cu_install_moe(Backend *be);
+// cuda_vocab.cu: installs the vocabulary-shard ops
+void cu_install_vocab(Backend *be);
 
 #endif

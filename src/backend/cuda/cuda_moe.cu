@@ -364,6 +364,38 @@ static void cu_moe_aux_backward(Backend *be, float *dlogits, const float *logits
     LAUNCH_CHECK();
 }
 
+// ---- GPT-OSS's clamped SwiGLU (interleaved gate / up) -----------------------------------------
+__global__ void swiglu_clamp_fwd_kernel(float *out, const float *gu, float alpha, float limit, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = fminf(gu[2 * i], limit), u = fmaxf(fminf(gu[2 * i + 1], limit), -limit);
+        out[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+    }
+}
+
+__global__ void swiglu_clamp_bwd_kernel(float *dgu, const float *dout, const float *gu, float alpha, float limit,
+                                        size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gate = gu[2 * i], up = gu[2 * i + 1];
+        float g = fminf(gate, limit), u = fmaxf(fminf(up, limit), -limit);
+        float s = 1.0f / (1.0f + expf(-alpha * g));
+        if (gate <= limit) dgu[2 * i] += dout[i] * (u + 1.0f) * (s + alpha * g * s * (1.0f - s));
+        if (up >= -limit && up <= limit) dgu[2 * i + 1] += dout[i] * g * s;
+    }
+}
+
+static void cu_swiglu_clamp_forward(Backend *be, float *out, const float *gu, float alpha, float limit, size_t n) {
+    if (n == 0) return;
+    swiglu_clamp_fwd_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(out, gu, alpha, limit, n);
+    LAUNCH_CHECK();
+}
+
+static void cu_swiglu_clamp_backward(Backend *be, float *dgu, const float *dout, const float *gu, float alpha,
+                                     float limit, size_t n) {
+    if (n == 0) return;
+    swiglu_clamp_bwd_kernel<<<cu_blocks(n, 256), 256, 0, cu_ctx(be)->stream>>>(dgu, dout, gu, alpha, limit, n);
+    LAUNCH_CHECK();
+}
+
 void cu_install_moe(Backend *be) {
     be->moe_route_forward = cu_moe_route_forward;
     be->moe_route_backward = cu_moe_route_backward;
@@ -376,4 +408,6 @@ void cu_install_moe(Backend *be) {
     be->moe_combine_backward = cu_moe_combine_backward;
     be->moe_aux_stats = cu_moe_aux_stats;
     be->moe_aux_backward = cu_moe_aux_backward;
+    be->swiglu_clamp_forward = cu_swiglu_clamp_forward;
+    be->swiglu_clamp_backward = cu_swiglu_clamp_backward;
 }

@@ -234,8 +234,8 @@ void cu_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const
 
 // ---- RoPE: one thread per (row, frequency); cos/sin in double as the reference --------------
 __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH, int HD,
-                            int dir) {
-    int half = HD / 2;
+                            int RD, int dir) {
+    int half = RD / 2;
     size_t total = (size_t)N * half;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < total; id += (size_t)gridDim.x * blockDim.x) {
         int n = (int)(id / half), i = (int)(id % half);
@@ -253,16 +253,16 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 }
 
 void cu_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                     int HD) {
-    rope_kernel<<<cu_blocks((size_t)N * (HD / 2), 128), 128, 0, cu_ctx(be)->stream>>>(x, pos, inv_freq, mscale, N, NH,
-                                                                                     HD, +1);
+                     int HD, int RD) {
+    rope_kernel<<<cu_blocks((size_t)N * (RD / 2), 128), 128, 0, cu_ctx(be)->stream>>>(x, pos, inv_freq, mscale, N, NH,
+                                                                                     HD, RD, +1);
     LAUNCH_CHECK();
 }
 
 void cu_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                      int HD) {
-    rope_kernel<<<cu_blocks((size_t)N * (HD / 2), 128), 128, 0, cu_ctx(be)->stream>>>(dx, pos, inv_freq, mscale, N,
-                                                                                     NH, HD, -1);
+                      int HD, int RD) {
+    rope_kernel<<<cu_blocks((size_t)N * (RD / 2), 128), 128, 0, cu_ctx(be)->stream>>>(dx, pos, inv_freq, mscale, N,
+                                                                                     NH, HD, RD, -1);
     LAUNCH_CHECK();
 }
 

@@ -63,5 +63,6 @@ Backend *backend_ref_create(int threads) {
     backend_ref_install_kv(be);
     backend_ref_install_family(be);
     backend_ref_install_moe(be);
+    backend_ref_install_vocab(be);
     return be;
 }

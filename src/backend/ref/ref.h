@@ -28,9 +28,9 @@ void ref_matmul_forward(Backend *be, float *out, const float *inp, const void *w
 void ref_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                          const void *w, DType wdt, int N, int C, int OC);
 void ref_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                      int HD);
+                      int HD, int RD);
 void ref_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                       int HD);
+                       int HD, int RD);
 void ref_swiglu_forward(Backend *be, float *out, const float *gate, const float *up, size_t n);
 void ref_swiglu_backward(Backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                          size_t n);

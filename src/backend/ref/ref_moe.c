@@ -5,6 +5,8 @@
 
 #include "../moe_math.h"
 
+#include <math.h>
+
 // idx (N,K), w (N,K) from logits (N,E)
 static void ref_moe_route_forward(Backend *be, int32_t *idx, float *w, const float *logits, int N, int E, int K,
                                   int norm) {
@@ -172,6 +174,26 @@ static void ref_moe_aux_backward(Backend *be, float *dlogits, const float *logit
         if (!seg || seg[n]) moe_aux_backward_row(dlogits + (size_t)n * E, logits + (size_t)n * E, stats, coef, E);
 }
 
+// out (n) = (clamp(up) + 1) * g * sigmoid(alpha g), g = min(gate, limit), from gu (n, 2)
+static void ref_swiglu_clamp_forward(Backend *be, float *out, const float *gu, float alpha, float limit, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double g = fmin(gu[2 * i], limit), u = fmax(fmin(gu[2 * i + 1], limit), -(double)limit);
+        out[i] = (float)((u + 1.0) * g / (1.0 + exp(-(double)alpha * g)));
+    }
+}
+
+// dgu (n, 2) += ; d(g sig(a g))/dg = sig + a g sig (1 - sig); no gradient through an active clamp
+static void ref_swiglu_clamp_backward(Backend *be, float *dgu, const float *dout, const float *gu, float alpha,
+                                      float limit, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double gate = gu[2 * i], up = gu[2 * i + 1];
+        double g = fmin(gate, limit), u = fmax(fmin(up, limit), -(double)limit);
+        double s = 1.0 / (1.0 + exp(-(double)alpha * g));
+        if (gate <= limit) dgu[2 * i] = (float)(dgu[2 * i] + (double)dout[i] * (u + 1.0) * (s + alpha * g * s * (1.0 - s)));
+        if (up >= -limit && up <= limit) dgu[2 * i + 1] = (float)(dgu[2 * i + 1] + (double)dout[i] * g * s);
+    }
+}
+
 void backend_ref_install_moe(Backend *be) {
     be->moe_route_forward = ref_moe_route_forward;
     be->moe_route_backward = ref_moe_route_backward;
@@ -184,4 +206,6 @@ void backend_ref_install_moe(Backend *be) {
     be->moe_combine_backward = ref_moe_combine_backward;
     be->moe_aux_stats = ref_moe_aux_stats;
     be->moe_aux_backward = ref_moe_aux_backward;
+    be->swiglu_clamp_forward = ref_swiglu_clamp_forward;
+    be->swiglu_clamp_backward = ref_swiglu_clamp_backward;
 }

@@ -105,11 +105,12 @@ void ref_matmul_backward(Backend *be, float *dinp, float *dw, float *dbias, cons
     }
 }
 
-// Rotate every head of every row by angle pos*inv_freq[i] (dir = +1) or its inverse (dir = -1),
-// both scaled by mscale; the inverse rotation is the transpose, which is the backward pass.
+// Rotate the first RD dims of every head of every row by angle pos*inv_freq[i] (dir = +1) or its
+// inverse (dir = -1), both scaled by mscale; the inverse rotation is the transpose, which is the
+// backward pass. Dims [RD, HD) are left as they are.
 static void rope_apply(float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH, int HD,
-                       int dir) {
-    int half = HD / 2;
+                       int RD, int dir) {
+    int half = RD / 2;
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < half; i++) {
             // fp32 angle as in HF: freqs = float(pos) * inv_freq (fp32 product)
@@ -125,16 +126,16 @@ static void rope_apply(float *x, const int32_t *pos, const float *inv_freq, floa
     }
 }
 
-// x (N,NH,HD) in place, pos (N), inv_freq (HD/2)
+// x (N,NH,HD) in place, pos (N), inv_freq (RD/2)
 void ref_rope_forward(Backend *be, float *x, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                      int HD) {
-    rope_apply(x, pos, inv_freq, mscale, N, NH, HD, +1);
+                      int HD, int RD) {
+    rope_apply(x, pos, inv_freq, mscale, N, NH, HD, RD, +1);
 }
 
 // dx (N,NH,HD) in place: overwritten with the transpose rotation
 void ref_rope_backward(Backend *be, float *dx, const int32_t *pos, const float *inv_freq, float mscale, int N, int NH,
-                       int HD) {
-    rope_apply(dx, pos, inv_freq, mscale, N, NH, HD, -1);
+                       int HD, int RD) {
+    rope_apply(dx, pos, inv_freq, mscale, N, NH, HD, RD, -1);
 }
 
 static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }

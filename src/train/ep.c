@@ -1,0 +1,266 @@
+// ep.c: a model whose experts are split over an expert-parallel group, the all-to-all exchange of
+// the routed slots, and the gathered model (ep.h).
+#include "ep.h"
+
+#include "../core/alloc.h"
+#include "../core/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int ep_local_kind(TensorKind kind) { return kind == TK_EXP_G || kind == TK_EXP_U || kind == TK_EXP_D; }
+
+Status ep_check_model(const Model *m, int P, Err *e) {
+    const ModelConfig *c = &m->cfg;
+    const char *dir = m->dir ? m->dir : "the model";
+    if (c->num_experts <= 0)
+        return err_set(e, ST_EUSAGE, "--ep_size %d: %s (%s) has no experts to split", P, dir, c->model_type);
+    if (c->num_experts % P)
+        return err_set(e, ST_EUSAGE, "--ep_size %d: the %d experts of %s are not divisible by it (expert parallelism "
+                                     "gives every rank the same number of experts)", P, c->num_experts, dir);
+    if (c->moe_fused)
+        return err_set(e, ST_EUNSUPPORTED, "--ep_size %d: %s keeps each projection of all experts in one tensor "
+                                           "(%s); expert parallelism splits per-expert tensors so far", P, dir,
+                       c->model_type);
+    if (m->lora || m->matrix_dtype != DT_F32)
+        return err_set(e, ST_EUNSUPPORTED, "--ep_size %d: expert parallelism trains every weight in fp32 so far (no "
+                                           "adapter, no bf16 / Q8_0 storage)", P);
+    if (m->moe_capacity_factor > 0)
+        return err_set(e, ST_EUNSUPPORTED, "--ep_size %d with --moe_capacity_factor: dropped slots are not exchanged; "
+                                           "expert parallelism routes capacity-free", P);
+    if (strcmp(m->be->name, "cpu") && strcmp(m->be->name, "ref"))
+        return err_set(e, ST_EUNSUPPORTED, "--ep_size %d: the exchange of routed slots runs on host memory (cpu "
+                                           "backend) so far, not on %s", P, m->be->name);
+    return ST_OK;
+}
+
+// ---- the exchange --------------------------------------------------------------------------
+// Slots a rank sends are its xs rows, sorted by expert: the block for rank p is the slots of p's
+// experts, [offsets[p El], offsets[(p+1) El]). What a rank receives comes source-major (rank r's
+// slots for expert 0, 1, ... of this rank, then rank r+1's); the experts want them expert-major
+// (expert e's slots from rank 0, 1, ...): reorder moves one layout to the other.
+// plan (P, El): plan[r El + e] slots from rank r for this rank's expert e.
+
+static float *stage(Ep *ep, size_t n) {
+    if (n > ep->cap) {
+        free(ep->buf);
+        ep->buf = xmalloc(MAX(n, 1) * sizeof(float));
+        ep->cap = n;
+    }
+    return ep->buf;
+}
+
+// to_expert: source-major src -> expert-major dst; else the reverse. Rows of C floats.
+static void reorder(float *dst, const float *src, const int32_t *plan, int P, int El, int C, int to_expert) {
+    size_t sm = 0;  // the block's first row, source-major
+    for (int r = 0; r < P; r++)
+        for (int e = 0; e < El; e++) {
+            size_t em = 0;  // expert-major: experts before e, then rank r's predecessors for e
+            for (int e2 = 0; e2 < e; e2++)
+                for (int r2 = 0; r2 < P; r2++) em += (size_t)plan[r2 * El + e2];
+            for (int r2 = 0; r2 < r; r2++) em += (size_t)plan[r2 * El + e];
+            size_t n = (size_t)plan[r * El + e] * C;
+            if (to_expert) memcpy(dst + em * C, src + sm * C, n * sizeof(float));
+            else memcpy(dst + sm * C, src + em * C, n * sizeof(float));
+            sm += (size_t)plan[r * El + e];
+        }
+}
+
+static void ep_move(void *ctx, int back, float *dst, const float *src, const int32_t *plan, const int32_t *offsets,
+                    int C) {
+    Ep *ep = ctx;
+    if (ep->st != ST_OK) return;
+    Dist *d = ep->d;
+    int P = d->world, El = ep->El;
+    size_t *xsn = xmalloc(2 * (size_t)P * sizeof(size_t)), *xln = xsn + P, total = 0;
+    for (int p = 0; p < P; p++) {
+        xsn[p] = (size_t)(offsets[(p + 1) * El] - offsets[p * El]) * C;  // this rank's slots for p's experts
+        xln[p] = 0;
+        for (int e = 0; e < El; e++) xln[p] += (size_t)plan[p * El + e];
+        xln[p] *= (size_t)C;  // rank p's slots for this rank's experts
+        total += xln[p];
+    }
+    float *buf = stage(ep, total);
+    if (!back) {
+        ep->st = dist_alltoallv_host_f(d, buf, xln, src, xsn, &ep->err);
+        if (ep->st == ST_OK) reorder(dst, buf, plan, P, El, C, 1);
+    } else {
+        reorder(buf, src, plan, P, El, C, 0);
+        ep->st = dist_alltoallv_host_f(d, dst, xsn, buf, xln, &ep->err);
+    }
+    free(xsn);
+}
+
+static int ep_dispatch(void *ctx, float *xl, int32_t *offl, int32_t *plan, const float *xs, const int32_t *offsets,
+                       int S, int C) {
+    Ep *ep = ctx;
+    Dist *d = ep->d;
+    int P = d->world, El = ep->El;
+    memset(plan, 0, (size_t)P * El * sizeof(int32_t));
+    memset(offl, 0, ((size_t)El + 1) * sizeof(int32_t));
+    if (ep->st != ST_OK) return 0;
+    CHECK_MSG(offsets[P * El] == S, "expert parallel: %d of %d slots kept (no capacity limit)", offsets[P * El], S);
+    int32_t *send = xmalloc((size_t)P * El * sizeof(int32_t));  // slots for each expert of each rank
+    for (int i = 0; i < P * El; i++) send[i] = offsets[i + 1] - offsets[i];
+    ep->st = dist_alltoall_host_i(d, plan, send, (size_t)El, &ep->err);
+    free(send);
+    if (ep->st != ST_OK) {
+        memset(plan, 0, (size_t)P * El * sizeof(int32_t));
+        return 0;
+    }
+    ep_move(ctx, 0, xl, xs, plan, offsets, C);
+    for (int e = 0; e < El; e++) {
+        offl[e + 1] = offl[e];
+        for (int r = 0; r < P; r++) offl[e + 1] += plan[r * El + e];
+    }
+    return offl[El];
+}
+
+// ---- sharding and gathering ------------------------------------------------------------------
+
+Status ep_shard(Ep *ep, Model **mp, Dist *d, Err *e) {
+    Model *m = *mp;
+    int P = d->world, q = d->rank;
+    memset(ep, 0, sizeof *ep);
+    TRY(ep_check_model(m, P, e));
+    ModelConfig lc = m->cfg;
+    lc.ep_size = P;
+    lc.ep_part = m->cfg.num_experts / P;
+    lc.ep_lo = q * lc.ep_part;
+    Model *l = model_alloc(&lc, m->be, m->matrix_dtype);
+    l->dir = m->dir ? xstrdup(m->dir) : NULL;
+    l->ckpt_dtype = m->ckpt_dtype;
+    l->plans.max_plans = m->plans.max_plans;
+    l->grad_ckpt = m->grad_ckpt;
+    l->moe_capacity_factor = m->moe_capacity_factor;
+    for (int i = 0; i < l->tt.n; i++) {
+        const TensorInfo *lt = &l->tt.t[i], *ft = tensors_find(&m->tt, lt->name);
+        CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype && ft->numel == lt->numel, "tensor %s", lt->name);
+        m->be->copy(m->be, l->data[i], m->data[ft - m->tt.t], dtype_bytes(lt->dtype, lt->numel));
+    }
+    log_info("expert parallel over %d ranks: each holds %d of the %d experts of every sparse layer (here [%d, %d))", P,
+             lc.ep_part, m->cfg.num_experts, lc.ep_lo, lc.ep_lo + lc.ep_part);
+    model_free(m);
+    ep->d = d;
+    ep->El = lc.ep_part;
+    ep->ex = (MoeExchange){.ctx = ep, .dispatch = ep_dispatch, .move = ep_move};
+    ep->hooks = (ModelHooks){.moe_ex = &ep->ex};
+    l->hooks = &ep->hooks;
+    *mp = l;
+    return ST_OK;
+}
+
+// name with its expert index x replaced by x - from + to ("...experts.5.gate_proj.weight").
+static void rename_expert(char *out, size_t cap, const char *name, int from, int to) {
+    const char *p = strstr(name, ".experts.");
+    CHECK_MSG(p, "no expert index in %s", name);
+    p += strlen(".experts.");
+    char *end;
+    long x = strtol(p, &end, 10);
+    snprintf(out, cap, "%.*s%ld%s", (int)(p - name), name, x - from + to, end);
+}
+
+Model *ep_full_model(const Model *m) {
+    ModelConfig fc = m->cfg;
+    fc.ep_size = fc.ep_part = fc.ep_lo = 0;
+    Model *f = model_alloc(&fc, m->be, DT_F32);
+    f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
+    return f;
+}
+
+// Local tensors carry their global names: each is the full model's tensor of the same name.
+void ep_slice_model(const Model *full, Model *m) {
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
+        CHECK_MSG(ft && ft->numel == lt->numel, "tensor %s", lt->name);
+        m->be->copy(m->be, m->data[i], full->data[ft - full->tt.t], lt->numel * sizeof(float));
+    }
+}
+
+void ep_slice_flat(const Model *m, const Model *full, float *local, const float *full_flat) {
+    for (int i = 0; i < m->tt.n; i++) {
+        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
+        CHECK_MSG(ft, "tensor %s", lt->name);
+        memcpy(local + lt->goffset, full_flat + ft->goffset, lt->numel * sizeof(float));
+    }
+}
+
+Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, Err *e) {
+    Dist *d = ep->d;
+    int P = d->world, root = d->rank == 0;
+    Model *f = root ? ep_full_model(m) : NULL;  // for its table
+    size_t *counts = xmalloc((size_t)P * sizeof(size_t));
+    Status st = ST_OK;
+    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
+        const TensorInfo *lt = &m->tt.t[i];
+        size_t n = lt->numel;
+        int local_kind = ep_local_kind(lt->kind);
+        float *all = root && local_kind ? xmalloc((size_t)P * n * sizeof(float)) : NULL;
+        if (local_kind) {
+            for (int r = 0; r < P; r++) counts[r] = n;
+            st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
+        }
+        for (int r = 0; st == ST_OK && root && r < (local_kind ? P : 1); r++) {
+            char name[sizeof lt->name];
+            if (local_kind) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
+            else snprintf(name, sizeof name, "%s", lt->name);
+            const TensorInfo *ft = tensors_find(&f->tt, name);
+            CHECK_MSG(ft && ft->numel == n, "tensor %s", name);
+            memcpy(full + ft->goffset, local_kind ? all + (size_t)r * n : local + lt->goffset, n * sizeof(float));
+        }
+        free(all);
+    }
+    free(counts);
+    model_free(f);
+    return st;
+}
+
+Status ep_gather(Ep *ep, const Model *m, Model **full, Err *e) {
+    Dist *d = ep->d;
+    int P = d->world, root = d->rank == 0;
+    Backend *be = m->be;
+    *full = NULL;
+    CHECK_MSG(m->matrix_dtype == DT_F32, "ep_gather: fp32 weights only");
+    Model *f = root ? ep_full_model(m) : NULL;
+    size_t *counts = xmalloc((size_t)P * sizeof(size_t));
+    Status st = ST_OK;
+    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
+        const TensorInfo *lt = &m->tt.t[i];
+        size_t n = lt->numel;
+        int local = ep_local_kind(lt->kind);
+        float *h = xmalloc(n * sizeof(float)), *all = root && local ? xmalloc((size_t)P * n * sizeof(float)) : NULL;
+        be->download(be, h, m->data[i], n * sizeof(float));
+        if (local) {  // rank r's copy of this expert slot is expert r El + (x - ep_lo)
+            for (int r = 0; r < P; r++) counts[r] = n;
+            st = dist_gather_host_f(d, all, h, counts, e);
+        }
+        for (int r = 0; st == ST_OK && root && r < (local ? P : 1); r++) {
+            char name[sizeof lt->name];
+            if (local) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
+            else snprintf(name, sizeof name, "%s", lt->name);
+            const TensorInfo *ft = tensors_find(&f->tt, name);
+            CHECK_MSG(ft && ft->numel == n, "tensor %s", name);
+            be->upload(be, f->data[ft - f->tt.t], local ? all + (size_t)r * n : h, n * sizeof(float));
+        }
+        free(h);
+        free(all);
+    }
+    free(counts);
+    if (st != ST_OK) {
+        model_free(f);
+        return st;
+    }
+    *full = f;
+    return ST_OK;
+}
+
+Status ep_status(Ep *ep, Err *e) {
+    if (ep->st != ST_OK) *e = ep->err;
+    return ep->st;
+}
+
+void ep_free(Ep *ep, Model *m) {
+    if (m && m->hooks == &ep->hooks) m->hooks = NULL;
+    free(ep->buf);
+    memset(ep, 0, sizeof *ep);
+}

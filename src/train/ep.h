@@ -1,0 +1,47 @@
+// ep.h: expert parallelism (--ep_size P, docs/distributed.md "Expert parallel"). Each of P ranks
+// holds E / P experts of every sparse layer (rank q the experts [q E/P, (q+1) E/P)) and every other
+// tensor whole; every rank takes its own batches, as in data parallelism. In each MoE block a rank
+// routes its tokens over all E experts, sends every routed slot to the rank holding its expert and
+// gets the expert's output back (two all-to-alls; the backward pass moves the gradients the same
+// two ways: moe.h MoeExchange). An expert's gradient is therefore complete on its own rank after
+// the backward pass, summed over every rank's tokens: it is never all-reduced, while every other
+// gradient is, as in data parallelism (optim.c). The exchange runs on host memory (cpu backend).
+#ifndef STILL_EP_H
+#define STILL_EP_H
+
+#include "../dist/dist.h"
+#include "../model/model.h"
+#include "../model/moe.h"
+
+typedef struct Ep {
+    Dist *d;            // the expert-parallel group (d->world = P)
+    int El;             // experts per rank
+    Status st;          // the first failed exchange (the step goes on with empty slots; ep_status)
+    Err err;
+    MoeExchange ex;
+    ModelHooks hooks;
+    float *buf;         // host staging of the exchange (cap floats)
+    size_t cap;
+} Ep;
+
+// Whether m can be split P ways: a mixture of experts whose E is divisible by P, experts stored
+// per expert (not gpt_oss's one tensor per projection), no adapter, the cpu backend.
+Status ep_check_model(const Model *m, int P, Err *e);
+// Replace *m by rank d->rank's part of it (the full model is freed) and install the exchange.
+Status ep_shard(Ep *ep, Model **m, Dist *d, Err *e);
+// Collective over the group: the full model (fp32) on its rank 0 (*full), NULL on the others.
+Status ep_gather(Ep *ep, const Model *m, Model **full, Err *e);
+// The same for host buffers in table order (moments): full (the full table's n_params, on rank 0)
+// from every rank's local (its table's n_params).
+Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, Err *e);
+// A full fp32 model of m's config (uninitialised), rank d->rank's part of one into m, and of full
+// host moments into local ones (resuming: every rank reads the checkpoint and keeps its part).
+Model *ep_full_model(const Model *m);
+void ep_slice_model(const Model *full, Model *m);
+void ep_slice_flat(const Model *m, const Model *full, float *local, const float *full_flat);
+// An expert tensor of a sparse layer: this rank's own, its gradient never all-reduced.
+int ep_local_kind(TensorKind kind);
+Status ep_status(Ep *ep, Err *e);
+void ep_free(Ep *ep, Model *m);
+
+#endif

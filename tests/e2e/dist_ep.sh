@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# dist_ep.sh: `mpirun -np 2 still sft --ep_size 2` (expert parallel, docs/distributed.md): each rank
+# holds half the experts of every sparse layer and its own batches, routed slots go to their
+# expert's rank and back. The run ends with the weights of one rank training on both ranks' rows
+# as two accumulated micro-batches (the load-balancing loss is one per micro-batch, as
+# transformers computes it per forward call, so a single batch of 4 rows is another loss), and of
+# plain data parallelism on 2 ranks, with the same per-step loss and grad_norm, for
+# Mixtral and Qwen3-MoE (whose layer 1 is dense), with and without gradient checkpointing; the
+# saved model holds every expert under its global name; checkpoints resume bit for bit (and
+# without expert parallelism); refusals by name.
+set -u
+source tests/e2e/lib.sh
+source tests/mpi_env.sh
+if ! mpi_available "$BIN"; then skip dist_ep "this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
+DIFF="$BUILD/tests/tools/st_diff --norm"
+MPI="timeout -s KILL 120 mpirun $MPI_FLAGS -np 2"
+IDS=tests/data/sft/ids.jsonl
+TOL=1e-5  # equivalent batchings differ by fp32 rounding (observed ~4e-7 norm-wise per tensor)
+
+same_curves() {  # per-step loss and grad_norm of two metrics.jsonl files agree to a relative 1e-5
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm", "num_tokens"):
+        assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
+PY
+}
+
+for m in mixtral qwen3_moe; do
+  C="--model tests/data/models/$m --dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_steps 4 \
+     --logging_steps 1 --threads 1 --max_grad_norm 1.0 --save_strategy no"
+  $BIN sft $C --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --output_dir "$tmp/one_$m" >/dev/null \
+    2>"$tmp/err" \
+    || fail "one_rank_$m" "$(tail -3 "$tmp/err")"
+  for ck in true false; do
+    out=$($MPI $BIN sft $C --per_device_train_batch_size 2 --ep_size 2 --gradient_checkpointing $ck \
+          --output_dir "$tmp/ep_${m}_$ck" 2>&1 >/dev/null); rc=$?
+    d=$($DIFF "$tmp/one_$m/model.safetensors" "$tmp/ep_${m}_$ck/model.safetensors" $TOL 2>&1); drc=$?
+    cur=$(same_curves "$tmp/one_$m/metrics.jsonl" "$tmp/ep_${m}_$ck/metrics.jsonl" 2>&1); crc=$?
+    if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ] && grep -q "each holds 4 of the 8 experts" <<<"$out"; then
+      ok "ep2_matches_one_rank_${m}_ckpt_$ck ($d)"
+    else fail "ep2_matches_one_rank_${m}_ckpt_$ck" "rc=$rc diff: $d; curves: $(tail -1 <<<"$cur"); $(tail -3 <<<"$out")"; fi
+  done
+done
+# and plain data parallelism on the same 2 ranks
+C="--model tests/data/models/mixtral --dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_steps 4 \
+   --logging_steps 1 --threads 1 --max_grad_norm 1.0 --save_strategy no --per_device_train_batch_size 2"
+$MPI $BIN sft $C --output_dir "$tmp/dp" >/dev/null 2>&1
+d=$($DIFF "$tmp/dp/model.safetensors" "$tmp/ep_mixtral_true/model.safetensors" $TOL 2>&1)
+check "ep2_matches_data_parallel ($d)" $? "$d"
+
+# checkpoints during training hold every expert and their moments (gathered); an interrupted run
+# resumed from one (each rank reading it and keeping its experts) ends bit for bit as the whole run
+R="${C/--save_strategy no/} --max_steps 6 --save_steps 2 --ep_size 2"
+$MPI $BIN sft $R --output_dir "$tmp/full" >/dev/null 2>&1
+$MPI $BIN sft $R --output_dir "$tmp/part" --stop_after_steps 3 >/dev/null 2>&1
+out=$($MPI $BIN sft $R --output_dir "$tmp/part" --resume_from_checkpoint latest 2>&1 >/dev/null)
+if grep -q "checkpoint-2 at step 2" <<<"$out" && cmp -s "$tmp/full/model.safetensors" "$tmp/part/model.safetensors" \
+   && cmp -s "$tmp/full/checkpoint-6/optimizer.safetensors" "$tmp/part/checkpoint-6/optimizer.safetensors"; then
+  ok ep_resume_bit_identical
+else fail ep_resume_bit_identical "$(tail -3 <<<"$out")"; fi
+# a checkpoint of the 2-rank run is the plain layout: data parallelism resumes from it too
+out=$($MPI $BIN sft ${R/--ep_size 2/} --output_dir "$tmp/dp2" --resume_from_checkpoint "$tmp/full/checkpoint-4" 2>&1 >/dev/null)
+d=$($DIFF "$tmp/full/model.safetensors" "$tmp/dp2/model.safetensors" $TOL 2>&1)
+check "ep_checkpoint_resumes_without_ep ($d)" $? "$d; $(tail -2 <<<"$out")"
+
+# refusals
+expect_err ep_needs_its_ranks "expert parallelism runs on exactly that many ranks" $BIN sft $C --ep_size 2 \
+  --output_dir "$tmp/r1"
+out=$($MPI $BIN sft ${C/mixtral/gpt_oss} --ep_size 2 --output_dir "$tmp/r3" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "keeps each projection of all experts in one tensor" <<<"$out"; check ep_gpt_oss_refused $? "rc=$rc $(tail -2 <<<"$out")"
+out=$($MPI $BIN sft ${C/mixtral/qwen3_tied} --ep_size 2 --output_dir "$tmp/r4" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "has no experts to split" <<<"$out"; check ep_dense_refused $? "rc=$rc $(tail -2 <<<"$out")"
