@@ -55,6 +55,7 @@ static Status run(const Args *a, Err *e) {
 
 int cmd_demo(int argc, char **argv) {
     return cli_run("demo", "The whole system on a synthetic task it writes itself: a teacher trained with SFT, a "
-                           "smaller student distilled on its own rollouts, then GRPO with an exact-match reward.",
+                           "smaller student self-distilled (OPSD) and distilled on its own rollouts, then GRPO with an "
+                           "exact-match reward.",
                    specs, argc, argv, run);
 }

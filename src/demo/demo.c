@@ -27,6 +27,9 @@ typedef struct DemoPlan {
     int sft_batch;                 // rows per SFT step
     int teacher_steps, student_steps;
     double teacher_lr, student_lr;
+    int opsd_steps;
+    double opsd_lr;
+    TeacherMode opsd_mode;
     int distill_steps, distill_batch;
     double distill_lr;
     float distill_beta;
@@ -45,21 +48,25 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->student = (TaskModel){.hidden = 64, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 192};
     p->pad = 8;
     p->sft_batch = 64;
-    p->teacher_steps = quick ? 700 : 1500;
+    p->teacher_steps = quick ? 500 : 1500;
     p->teacher_lr = 2e-3;
-    p->student_steps = quick ? 150 : 200;
+    p->student_steps = 200;
     p->student_lr = 3e-3;
-    p->distill_steps = quick ? 200 : 400;
+    // self-distillation: the SFT student's frozen weights read the hinted prompt (docs/demo.md)
+    p->opsd_steps = 400;
+    p->opsd_lr = 3e-3;
+    p->opsd_mode = TEACHER_FIXED;
+    p->distill_steps = quick ? 200 : 250;  // where GRPO still has room (docs/demo.md)
     p->distill_batch = 64;
     p->distill_lr = 3e-3;
     p->distill_beta = 0.0f;  // forward KL (docs/demo.md, "Why these settings")
-    // GRPO: 64 prompts x 8 samples a step at temperature 0.5, lr 2e-4 with warmup and cosine decay
+    // GRPO: 64 prompts x 8 samples a step at temperature 0.3, lr 5e-4 with warmup and cosine decay
     // (docs/demo.md, "Why these settings")
-    p->grpo_steps = quick ? 20 : 100;
+    p->grpo_steps = quick ? 30 : 100;
     p->grpo_batch = 512;
     p->grpo_generations = 8;
-    p->grpo_temperature = 0.5f;
-    p->grpo_lr = 2e-4;
+    p->grpo_temperature = 0.3f;
+    p->grpo_lr = 5e-4;
     p->grpo_warmup = 10;
     p->warmup_steps = 20;
     p->logging_steps = quick ? 10 : 25;
@@ -68,7 +75,7 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
 
 static void cap_steps(DemoPlan *p, int max_steps) {
     if (max_steps <= 0) return;
-    int *steps[] = {&p->teacher_steps, &p->student_steps, &p->distill_steps, &p->grpo_steps};
+    int *steps[] = {&p->teacher_steps, &p->student_steps, &p->opsd_steps, &p->distill_steps, &p->grpo_steps};
     for (size_t i = 0; i < ARRAY_LEN(steps); i++) *steps[i] = MIN(*steps[i], max_steps);
     p->warmup_steps = MIN(p->warmup_steps, max_steps / 2);
     p->grpo_warmup = MIN(p->grpo_warmup, max_steps / 2);
@@ -202,7 +209,9 @@ static Status sft_stage(const DemoConfig *dc, const DemoPlan *p, const char *mod
 // One `still distill` run: the student samples completions of the prompts and the teacher scores
 // them on the student's tokens.
 typedef struct DistillStage {
-    const char *teacher;        // a model directory
+    const char *teacher;        // a model directory, or NULL: the student itself (--teacher self)
+                                // reading the hinted prompt (TASK_HINT_TEMPLATE) in `mode`
+    TeacherMode mode;
     float beta;                 // generalized JSD: 0 forward KL(teacher || student), 1 reverse KL
     int steps;
     double lr;
@@ -215,8 +224,15 @@ static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char 
     cmd_begin(cmd, dc, "distill");
     c.model_dir = student, c.teacher_dir = ds->teacher, c.dataset = prompts;
     flag_s(cmd, "model", student);
-    flag_s(cmd, "teacher", ds->teacher);
+    flag_s(cmd, "teacher", ds->teacher ? ds->teacher : "self");
     flag_s(cmd, "dataset", prompts);
+    c.teacher_mode = TEACHER_FIXED, c.teacher_ema_decay = 0.999;
+    if (!ds->teacher) {
+        c.teacher_mode = ds->mode;
+        flag_s(cmd, "teacher_mode", distill_teacher_mode_name(ds->mode));
+        c.teacher_prompt_template = TASK_HINT_TEMPLATE;
+        flag_s(cmd, "teacher_prompt_template", TASK_HINT_TEMPLATE);
+    }
     c.backend = dc->backend, c.threads = dc->threads;
     c.dtype = -1, c.save_dtype = -1, c.teacher_dtype = (DType)-1;
     c.loss = (DistillLoss){.kind = DISTILL_LOSS_JSD, .beta = ds->beta, .top_k = 0, .tau = 1.0f};
@@ -229,7 +245,6 @@ static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char 
     g->max_new_tokens = p->task.digits + 4;
     flag_i(cmd, "max_completion_length", g->max_new_tokens);
     c.lmbda = 0.5;
-    c.teacher_mode = TEACHER_FIXED, c.teacher_ema_decay = 0.999;
     c.shuffle = 1;
     c.pad_to_multiple_of = p->pad;
     flag_i(cmd, "pad_to_multiple_of", p->pad);
@@ -390,9 +405,24 @@ static Status train_student(const DemoConfig *dc, const DemoPlan *p, const Paths
     DemoStage *s = &r->stages[DEMO_STUDENT];
     char *cfg = join(ps->configs, "student.json"), *init = join(ps->root, "student-init");
     Status st = init_model(dc, &p->student, cfg, tf->tokenizer_dir, init, &s->params, cmd, e);
-    if (st == ST_OK) st = sft_stage(dc, p, init, tf->train, s->model_dir, p->student_steps, p->student_lr, res, cmd, e);
-    free(cfg), free(init);
+    if (st == ST_OK)
+        st = sft_stage(dc, p, init, tf->train_hinted, s->model_dir, p->student_steps, p->student_lr, res, cmd, e);
+    // the same student on the held-out problems with their answers: its self-distillation teacher
+    char *eval_dir = join(ps->eval, "student-sft-hinted");
+    double seconds;
+    if (st == ST_OK)
+        st = eval_stage(dc, p, s->model_dir, tf->test_hinted, eval_dir, &r->hinted_accuracy, &seconds, cmd, e);
+    free(cfg), free(init), free(eval_dir);
     return st;
+}
+
+static Status train_opsd(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf, DemoReport *r,
+                         TrainResult *res, StrBuf *cmd, Err *e) {
+    r->stages[DEMO_OPSD].params = r->stages[DEMO_STUDENT].params;
+    DistillStage ds = {.teacher = NULL, .mode = p->opsd_mode, .beta = p->distill_beta, .steps = p->opsd_steps,
+                       .lr = p->opsd_lr};
+    return distill_stage(dc, p, r->stages[DEMO_STUDENT].model_dir, &ds, tf->prompts, r->stages[DEMO_OPSD].model_dir,
+                         res, cmd, e);
 }
 
 static Status train_distill(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
@@ -400,7 +430,7 @@ static Status train_distill(const DemoConfig *dc, const DemoPlan *p, const Paths
     r->stages[DEMO_DISTILL].params = r->stages[DEMO_STUDENT].params;
     DistillStage ds = {.teacher = r->stages[DEMO_TEACHER].model_dir, .beta = p->distill_beta, .steps = p->distill_steps,
                        .lr = p->distill_lr};
-    return distill_stage(dc, p, r->stages[DEMO_STUDENT].model_dir, &ds, tf->prompts, r->stages[DEMO_DISTILL].model_dir,
+    return distill_stage(dc, p, r->stages[DEMO_OPSD].model_dir, &ds, tf->prompts, r->stages[DEMO_DISTILL].model_dir,
                          res, cmd, e);
 }
 
@@ -438,13 +468,16 @@ Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
         TrainFn fn;
     } stages[] = {
         {DEMO_TEACHER, "teacher SFT", "teacher", "teacher", "SFT from scratch", train_teacher},
-        {DEMO_STUDENT, "student SFT", "student-sft", "student", "brief SFT from scratch", train_student},
+        {DEMO_STUDENT, "student SFT", "student-sft", "student",
+         "brief SFT from scratch (problems as they are and with their answer first)", train_student},
+        {DEMO_OPSD, "student OPSD", "student-opsd", "student",
+         "on-policy self-distillation (its SFT weights, given the answer, as the teacher)", train_opsd},
         {DEMO_DISTILL, "student distill", "student-distill", "student",
          "on-policy distillation from the teacher (on the student's own rollouts)", train_distill},
         {DEMO_GRPO, "student GRPO", "student-grpo", "student", "GRPO with the exact-match reward", train_grpo},
     };
-    const int steps[DEMO_N_STAGES] = {p.teacher_steps, p.student_steps, p.distill_steps, p.grpo_steps};
-    const TaskModel *shapes[DEMO_N_STAGES] = {&p.teacher, &p.student, NULL, NULL};
+    const int steps[DEMO_N_STAGES] = {p.teacher_steps, p.student_steps, p.opsd_steps, p.distill_steps, p.grpo_steps};
+    const TaskModel *shapes[DEMO_N_STAGES] = {&p.teacher, &p.student, NULL, NULL, NULL};
     for (size_t i = 0; st == ST_OK && i < ARRAY_LEN(stages); i++) {
         DemoStageId id = stages[i].id;
         stage_begin((int)id, stages[i].who, shapes[id], stages[i].what, steps[id]);
@@ -469,8 +502,10 @@ void demo_print_report(FILE *f, const DemoConfig *c, const DemoReport *r) {
     }
     fprintf(f, "%-17s %9s %6s %9s %7.1fs\n", "total", "", "", "", r->seconds);
     // each of the student's stages against the one before it
-    if (r->n_stages > DEMO_DISTILL) fprintf(f, "\n");
-    for (int i = DEMO_DISTILL; i < r->n_stages; i++)
+    if (r->n_stages > DEMO_STUDENT)
+        fprintf(f, "\nstudent SFT with the answer written before the problem (the OPSD teacher): %.1f%%\n",
+                100 * r->hinted_accuracy);
+    for (int i = DEMO_OPSD; i < r->n_stages; i++)
         fprintf(f, "%s: %+.1f points over %s\n", r->stages[i].name, 100 * (r->stages[i].accuracy - r->stages[i - 1].accuracy),
                 r->stages[i - 1].name);
     fprintf(f, "\nmodels (Hugging Face layout; metrics.jsonl and loss.svg beside each):\n");
@@ -489,6 +524,7 @@ Status demo_write_json(const DemoConfig *c, const DemoReport *r, Err *e) {
     cJSON_AddBoolToObject(o, "quick", c->quick);
     if (c->max_steps > 0) cJSON_AddNumberToObject(o, "max_steps", c->max_steps);
     cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+    if (r->n_stages > DEMO_STUDENT) cJSON_AddNumberToObject(o, "student_sft_hinted_accuracy", r->hinted_accuracy);
     cJSON *arr = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < r->n_stages; i++) {
         const DemoStage *s = &r->stages[i];

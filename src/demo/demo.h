@@ -1,7 +1,10 @@
 // demo.h: `still demo` — the whole system on a task it generates itself (task.h), with nothing
 // to download: (1) a teacher trained from scratch with SFT, (2) a smaller student trained briefly
-// with SFT, (3) the student distilled from the teacher on its own rollouts, (4) GRPO on the student
-// with an exact-match reward. After each stage the student (or teacher) is measured by greedy
+// with SFT (on problems as they are and with their answer written first), (3) the student
+// self-distilled on its own rollouts with the answer as the teacher's privileged context (OPSD:
+// the teacher is the student's frozen SFT weights reading the hinted prompt), (4) the student
+// distilled from the teacher on its own rollouts, (5) GRPO on the student with an exact-match
+// reward. After each stage the student (or teacher) is measured by greedy
 // exact match on held-out problems. Every stage is one call of the library function behind its
 // command (sft_run, distill_run, grpo_run, eval_run) with the configuration that command builds
 // from the flags the demo prints, so each stage can be re-run by hand. docs/demo.md.
@@ -23,6 +26,7 @@ typedef struct DemoConfig {
 typedef enum {
     DEMO_TEACHER = 0,   // teacher: SFT from scratch
     DEMO_STUDENT,       // student: brief SFT from scratch
+    DEMO_OPSD,          // student: on-policy self-distillation, the answer as privileged context
     DEMO_DISTILL,       // student: on-policy distillation from the teacher
     DEMO_GRPO,          // student: GRPO with an exact-match reward
     DEMO_N_STAGES
@@ -45,6 +49,8 @@ typedef struct DemoReport {
     DemoStage stages[DEMO_N_STAGES];
     int n_stages;              // stages completed
     int n_train, n_test;       // problems in the training pool / held out
+    double hinted_accuracy;    // the student after SFT on the held-out problems with their answer
+                               // written first: its self-distillation teacher's accuracy
     int digits;
     int threads;
     double data_seconds, seconds;

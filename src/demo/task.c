@@ -121,13 +121,17 @@ size_t task_model_params(const TaskModel *m) {
 
 typedef struct Problem {
     int a, b;
+    int hinted;  // the prompt starts with the answer (TASK_HINT_TEMPLATE)
 } Problem;
 
 // Rows "prompt" + (completion | answer) for problems p[0..n).
 static Status write_rows(const char *path, const Problem *p, int n, const char *answer_key, Err *e) {
     StrBuf sb = {0};
-    for (int i = 0; i < n; i++)
-        sb_printf(&sb, "{\"prompt\": \"%d+%d=\", \"%s\": \"%d\"}\n", p[i].a, p[i].b, answer_key, p[i].a + p[i].b);
+    for (int i = 0; i < n; i++) {
+        sb_puts(&sb, "{\"prompt\": \"");
+        if (p[i].hinted) sb_printf(&sb, "%d=", p[i].a + p[i].b);
+        sb_printf(&sb, "%d+%d=\", \"%s\": \"%d\"}\n", p[i].a, p[i].b, answer_key, p[i].a + p[i].b);
+    }
     Status st = file_write_atomic(path, sb.data, sb.len, e);
     sb_free(&sb);
     return st;
@@ -154,10 +158,12 @@ Status task_write(const TaskConfig *c, const char *dir, TaskFiles *out, Err *e) 
     out->train = path_join(dir, "train.jsonl");
     out->prompts = path_join(dir, "prompts.jsonl");
     out->test = path_join(dir, "test.jsonl");
+    out->train_hinted = path_join(dir, "train_hinted.jsonl");
+    out->test_hinted = path_join(dir, "test_hinted.jsonl");
     out->n_test = c->n_test;
     out->n_train = n - c->n_test;
     Problem *p = xmalloc((size_t)n * sizeof(Problem));
-    for (int i = 0; i < n; i++) p[i] = (Problem){i / range, i % range};
+    for (int i = 0; i < n; i++) p[i] = (Problem){i / range, i % range, 0};
     Rng r;
     rng_init(&r, c->seed, 0x7461736bu);  // "task"
     shuffle(p, n, &r);
@@ -168,11 +174,23 @@ Status task_write(const TaskConfig *c, const char *dir, TaskFiles *out, Err *e) 
     if (st == ST_OK) st = write_rows(out->train, p + c->n_test, out->n_train, "completion", e);
     shuffle(p + c->n_test, out->n_train, &r);
     if (st == ST_OK) st = write_rows(out->prompts, p + c->n_test, out->n_train, "answer", e);
+    // the student's SFT rows: the training pool as it is and hinted, in a third order
+    Problem *h = xmalloc(2 * (size_t)out->n_train * sizeof(Problem));
+    for (int i = 0; i < out->n_train; i++) {
+        h[2 * i] = p[c->n_test + i];
+        h[2 * i + 1] = (Problem){p[c->n_test + i].a, p[c->n_test + i].b, 1};
+    }
+    shuffle(h, 2 * out->n_train, &r);
+    if (st == ST_OK) st = write_rows(out->train_hinted, h, 2 * out->n_train, "completion", e);
+    free(h);
+    for (int i = 0; i < c->n_test; i++) p[i].hinted = 1;
+    if (st == ST_OK) st = write_rows(out->test_hinted, p, c->n_test, "answer", e);
     free(p);
     return st;
 }
 
 void task_files_free(TaskFiles *f) {
     free(f->tokenizer_dir), free(f->train), free(f->prompts), free(f->test);
+    free(f->train_hinted), free(f->test_hinted);
     memset(f, 0, sizeof *f);
 }

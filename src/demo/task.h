@@ -6,6 +6,11 @@
 //   prompts.jsonl  {"prompt": "12+34=", "answer": "46"}       (distillation / GRPO prompts; the
 //                                                              reward exact_match:answer)
 //   test.jsonl     {"prompt": ..., "answer": ...}             held-out problems (eval)
+//   train_hinted.jsonl  every training problem twice, shuffled: as in train.jsonl and with the
+//                  answer written before it, {"prompt": "46=12+34=", "completion": "46"} (the
+//                  student's SFT: it learns to read the answer off a hinted prompt, which makes it
+//                  its own privileged teacher for self-distillation, TASK_HINT_TEMPLATE)
+//   test_hinted.jsonl   the held-out problems with the hint (how good that teacher is)
 // Every problem (a, b) is in exactly one of the training pool and the test set; the order of both
 // is a seeded shuffle, so the files are the same for the same (digits, n_test, seed).
 #ifndef STILL_DEMO_TASK_H
@@ -19,6 +24,10 @@
 #define TASK_N_TOKENS 14
 #define TASK_VOCAB_SIZE 16      // the models' vocabulary (the embedding rows), >= TASK_N_TOKENS
 
+// The hinted prompt: the answer, '=', the problem. As a teacher prompt template (`still distill
+// --teacher self --teacher_prompt_template`), filled from a prompts.jsonl row.
+#define TASK_HINT_TEMPLATE "{answer}={prompt}"
+
 typedef struct TaskConfig {
     int digits;       // operands in [0, 10^digits), 1..4
     int n_test;       // held-out problems, fewer than the (10^digits)^2 problems
@@ -28,6 +37,7 @@ typedef struct TaskConfig {
 typedef struct TaskFiles {
     char *tokenizer_dir;   // tokenizer.json, tokenizer_config.json
     char *train, *prompts, *test;
+    char *train_hinted, *test_hinted;
     int n_train, n_test;
 } TaskFiles;
 

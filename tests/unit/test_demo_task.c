@@ -2,7 +2,9 @@
 // writes (one id per character, EOS and pad special, decode inverts encode); every problem is in
 // exactly one of the training pool and the test set, with the right sums; the files repeat for a
 // seed and change with it; the model configs load and have the parameter count the demo prints;
-// the data loaders read the rows as SFT prompt-completion and as prompts with an answer column.
+// the data loaders read the rows as SFT prompt-completion and as prompts with an answer column; the
+// student's SFT rows hold every training problem once as it is and once hinted, and the teacher
+// template of self-distillation, filled from a prompts.jsonl row, is the hinted prompt.
 #include "test.h"
 
 #include "core/alloc.h"
@@ -90,6 +92,82 @@ static void test_split(void) {
     }
     EXPECT_MSG(bad == 0, "%d problems misplaced", bad);
     free(seen), free(pool);
+    task_files_free(&f);
+}
+
+// Hinted rows "c=a+b=" (c the sum) into seen[a*100+b] += mark, plain ones as scan_rows; -1 on a bad row.
+static int scan_mixed(const char *path, const char *key, int *plain, int *hinted) {
+    char *text = read_text(path);
+    int n = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int a, b, c, h;
+        char fmt[96];
+        snprintf(fmt, sizeof fmt, "{\"prompt\": \"%%d=%%d+%%d=\", \"%s\": \"%%d\"}", key);
+        if (sscanf(line, fmt, &h, &a, &b, &c) == 4) {
+            if (a < 0 || a > 99 || b < 0 || b > 99 || c != a + b || h != c) return free(text), -1;
+            hinted[a * 100 + b]++;
+        } else {
+            snprintf(fmt, sizeof fmt, "{\"prompt\": \"%%d+%%d=\", \"%s\": \"%%d\"}", key);
+            if (sscanf(line, fmt, &a, &b, &c) != 3 || a < 0 || a > 99 || b < 0 || b > 99 || c != a + b)
+                return free(text), -1;
+            plain[a * 100 + b]++;
+        }
+        n++;
+    }
+    free(text);
+    return n;
+}
+
+static void test_hinted(void) {
+    TaskFiles f = write_task("hint", 5);
+    int *train = xcalloc(10000, sizeof(int)), *test = xcalloc(10000, sizeof(int));
+    int *plain = xcalloc(10000, sizeof(int)), *hinted = xcalloc(10000, sizeof(int));
+    EXPECT(scan_rows(f.train, "completion", train, 1) == 9800);
+    EXPECT(scan_rows(f.test, "answer", test, 1) == 200);
+    EXPECT(scan_mixed(f.train_hinted, "completion", plain, hinted) == 2 * 9800);
+    int bad = 0;
+    for (int i = 0; i < 10000; i++) bad += plain[i] != train[i] || hinted[i] != train[i];
+    EXPECT_MSG(bad == 0, "%d training problems not once plain and once hinted", bad);
+    memset(plain, 0, 10000 * sizeof(int)), memset(hinted, 0, 10000 * sizeof(int));
+    EXPECT(scan_mixed(f.test_hinted, "answer", plain, hinted) == 200);
+    bad = 0;
+    for (int i = 0; i < 10000; i++) bad += plain[i] != 0 || hinted[i] != test[i];
+    EXPECT_MSG(bad == 0, "%d held-out problems not hinted once", bad);
+    // the plain and hinted rows are mixed, not in two blocks
+    char *text = read_text(f.train_hinted);
+    int first_half_hinted = 0, n = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line && n < 9800; line = strtok(NULL, "\n"), n++) {
+        int h, a, b;
+        first_half_hinted += sscanf(line, "{\"prompt\": \"%d=%d+%d=", &h, &a, &b) == 3;
+    }
+    free(text);
+    EXPECT_MSG(first_half_hinted > 4000 && first_half_hinted < 5800, "%d hinted rows in the first half",
+               first_half_hinted);
+    // the self-distillation teacher's prompt, rendered from a prompts.jsonl row, is the hinted prompt
+    char *dir = path_join(tmpdir, "hint/tokenizer");
+    ModelCodec mc = {0};
+    Err e = {0};
+    EXPECT_MSG(model_codec_load(&mc, dir, NULL, &e) == ST_OK, "%s", e.msg);
+    PromptConfig pc = {.vocab_size = TASK_VOCAB_SIZE};
+    PromptSet ps = {0};
+    EXPECT_MSG(prompts_load(f.prompts, &pc, &mc.codec, &ps, &e) == ST_OK, "%s", e.msg);
+    if (ps.n > 0) {
+        PromptRow tp;
+        EXPECT_MSG(prompts_render_template(&ps, 0, TASK_HINT_TEMPLATE, &pc, &mc.codec, &tp, &e) == ST_OK, "%s", e.msg);
+        const cJSON *ans = cJSON_GetObjectItemCaseSensitive(ps.rows[0].row, "answer");
+        const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(ps.rows[0].row, "prompt");
+        char want[64];
+        snprintf(want, sizeof want, "%s=%s", cJSON_IsString(ans) ? ans->valuestring : "?",
+                 cJSON_IsString(prompt) ? prompt->valuestring : "?");
+        EXPECT_MSG(tp.text && !strcmp(tp.text, want), "teacher prompt '%s', expected '%s'", tp.text ? tp.text : "",
+                   want);
+        EXPECT(tp.n == (int)strlen(want));
+        prompt_row_free(&tp);
+    }
+    prompts_free(&ps);
+    model_codec_free(&mc);
+    free(dir);
+    free(train), free(test), free(plain), free(hinted);
     task_files_free(&f);
 }
 
@@ -184,6 +262,7 @@ int main(void) {
     }
     RUN(test_tokenizer);
     RUN(test_split);
+    RUN(test_hinted);
     RUN(test_seeded);
     RUN(test_model_config);
     RUN(test_loaders);
