@@ -273,6 +273,37 @@ static Status run_eval_and_log(Model *m, StepSource *src, Metrics *mt, int lead,
     return st;
 }
 
+// The moments of a split model (tensor or expert parallel) gathered into the whole model's layout:
+// *fmh, *fvh (whole's n_params, allocated where whole is, i.e. on the writer) from mo (device
+// moments through host copies); mo then points at them.
+typedef Status (*GatherFlat)(void *ctx, const Model *m, float *full, const float *local, Err *e);
+static Status gather_flat_tp(void *ctx, const Model *m, float *full, const float *local, Err *e) {
+    return tp_gather_flat(ctx, m, full, local, e);
+}
+static Status gather_flat_ep(void *ctx, const Model *m, float *full, const float *local, Err *e) {
+    return ep_gather_flat(ctx, m, full, local, e);
+}
+static Status gather_moments(const Model *m, const Model *whole, CkptMoments *mo, GatherFlat gather, void *ctx,
+                             float **fmh, float **fvh, Err *e) {
+    size_t n = m->tt.n_params;
+    const float *lm = mo->m, *lv = mo->v;
+    float *hm = NULL, *hv = NULL;
+    if (mo->on_device) {
+        lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
+        m->be->download(m->be, hm, mo->m, n * sizeof(float));
+        m->be->download(m->be, hv, mo->v, n * sizeof(float));
+    }
+    if (whole) {
+        *fmh = xmalloc(whole->tt.n_params * sizeof(float));
+        *fvh = xmalloc(whole->tt.n_params * sizeof(float));
+    }
+    Status st = gather(ctx, m, *fmh, lm, e);
+    if (st == ST_OK) st = gather(ctx, m, *fvh, lv, e);
+    free(hm), free(hv);
+    *mo = (CkptMoments){*fmh, *fvh, 0};
+    return st;
+}
+
 // Every rank calls it; rank 0 writes the checkpoint, streaming the moments from the optimizer's
 // buffers (with ZeRO-1 on several ranks they are gathered to rank 0 first); all ranks learn
 // whether it worked. *secs accumulates the time spent.
@@ -296,47 +327,13 @@ static Status save_checkpoint(Model *m, Optim *opt, Dist *d, StepSource *src, co
     float *fmh = NULL, *fvh = NULL;
     if (st == ST_OK && tp && d->rank == 0) {
         st = tp_gather(tp, m, &whole, e);
-        if (st == ST_OK && mop) {
-            size_t n = m->tt.n_params;
-            const float *lm = mo.m, *lv = mo.v;
-            float *hm = NULL, *hv = NULL;  // device moments through host copies
-            if (mo.on_device) {
-                lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
-                m->be->download(m->be, hm, mo.m, n * sizeof(float));
-                m->be->download(m->be, hv, mo.v, n * sizeof(float));
-            }
-            if (whole) {
-                fmh = xmalloc(whole->tt.n_params * sizeof(float));
-                fvh = xmalloc(whole->tt.n_params * sizeof(float));
-            }
-            st = tp_gather_flat(tp, m, fmh, lm, e);
-            if (st == ST_OK) st = tp_gather_flat(tp, m, fvh, lv, e);
-            free(hm), free(hv);
-            mo = (CkptMoments){fmh, fvh, 0};
-        }
+        if (st == ST_OK && mop) st = gather_moments(m, whole, &mo, gather_flat_tp, tp, &fmh, &fvh, e);
     }
     // expert parallel: every rank's experts, and their moments, gathered to rank 0
     Ep *ep = m->hooks && m->hooks->moe_ex ? m->hooks->moe_ex->ctx : NULL;
     if (st == ST_OK && ep) {
         st = ep_gather(ep, m, &whole, e);
-        if (st == ST_OK && mop) {
-            size_t n = m->tt.n_params;
-            const float *lm = mo.m, *lv = mo.v;
-            float *hm = NULL, *hv = NULL;
-            if (mo.on_device) {
-                lm = hm = xmalloc(n * sizeof(float)), lv = hv = xmalloc(n * sizeof(float));
-                m->be->download(m->be, hm, mo.m, n * sizeof(float));
-                m->be->download(m->be, hv, mo.v, n * sizeof(float));
-            }
-            if (whole) {
-                fmh = xmalloc(whole->tt.n_params * sizeof(float));
-                fvh = xmalloc(whole->tt.n_params * sizeof(float));
-            }
-            st = ep_gather_flat(ep, m, fmh, lm, e);
-            if (st == ST_OK) st = ep_gather_flat(ep, m, fvh, lv, e);
-            free(hm), free(hv);
-            mo = (CkptMoments){fmh, fvh, 0};
-        }
+        if (st == ST_OK && mop) st = gather_moments(m, whole, &mo, gather_flat_ep, ep, &fmh, &fvh, e);
     }
     if (st == ST_OK && dist_lead(d)) {
         if (mt) {
