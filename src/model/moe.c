@@ -116,8 +116,7 @@ void moe_block_backward(Backend *be, float *dx, const MoeGrads *G, const float *
     int Se = S, Ee = E;
     float *dye = s->dys, *dxe = s->dxs;
     if (W->ex) {  // the forward's exchange again: Se = the slots this rank's experts received
-        Se = 0;
-        for (int i = 0; i < d->P * d->El; i++) Se += a->ep_plan[i];
+        Se = a->offl[d->El];  // host memory (the exchange runs on host-memory backends only)
         xe = a->xl, offs = a->offl, Ee = d->El, dye = s->dyl, dxe = s->dxl;
     }
     be->zero(be, s->dlogits, (size_t)N * E * sizeof(float));

@@ -160,9 +160,14 @@ static void rename_expert(char *out, size_t cap, const char *name, int from, int
     snprintf(out, cap, "%.*s%ld%s", (int)(p - name), name, x - from + to, end);
 }
 
+static ModelConfig full_config(const ModelConfig *c) {
+    ModelConfig f = *c;
+    f.ep_size = f.ep_part = f.ep_lo = 0;
+    return f;
+}
+
 Model *ep_full_model(const Model *m) {
-    ModelConfig fc = m->cfg;
-    fc.ep_size = fc.ep_part = fc.ep_lo = 0;
+    ModelConfig fc = full_config(&m->cfg);
     Model *f = model_alloc(&fc, m->be, DT_F32);
     f->ckpt_dtype = m->ckpt_dtype, f->dir = m->dir ? xstrdup(m->dir) : NULL;
     return f;
@@ -185,10 +190,12 @@ void ep_slice_flat(const Model *m, const Model *full, float *local, const float 
     }
 }
 
-Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, Err *e) {
+// Host floats in table order: full (ft's layout, on rank 0) from every rank's local (m's table):
+// replicated tensors from rank 0, each expert slot from every rank (rank r's copy of local expert
+// x is expert r El + (x - ep_lo)).
+static Status gather_into(Ep *ep, const Model *m, const TensorTable *ft, float *full, const float *local, Err *e) {
     Dist *d = ep->d;
     int P = d->world, root = d->rank == 0;
-    Model *f = root ? ep_full_model(m) : NULL;  // for its table
     size_t *counts = xmalloc((size_t)P * sizeof(size_t));
     Status st = ST_OK;
     for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
@@ -204,48 +211,43 @@ Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, E
             char name[sizeof lt->name];
             if (local_kind) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
             else snprintf(name, sizeof name, "%s", lt->name);
-            const TensorInfo *ft = tensors_find(&f->tt, name);
-            CHECK_MSG(ft && ft->numel == n, "tensor %s", name);
-            memcpy(full + ft->goffset, local_kind ? all + (size_t)r * n : local + lt->goffset, n * sizeof(float));
+            const TensorInfo *t = tensors_find(ft, name);
+            CHECK_MSG(t && t->numel == n, "tensor %s", name);
+            memcpy(full + t->goffset, local_kind ? all + (size_t)r * n : local + lt->goffset, n * sizeof(float));
         }
         free(all);
     }
     free(counts);
-    model_free(f);
+    return st;
+}
+
+Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, Err *e) {
+    TensorTable ft = {0};
+    int root = ep->d->rank == 0;
+    if (root) {
+        ModelConfig fc = full_config(&m->cfg);
+        tensors_build(&ft, &fc, DT_F32);
+    }
+    Status st = gather_into(ep, m, &ft, full, local, e);
+    if (root) tensors_free(&ft);
     return st;
 }
 
 Status ep_gather(Ep *ep, const Model *m, Model **full, Err *e) {
-    Dist *d = ep->d;
-    int P = d->world, root = d->rank == 0;
+    int root = ep->d->rank == 0;
     Backend *be = m->be;
     *full = NULL;
     CHECK_MSG(m->matrix_dtype == DT_F32, "ep_gather: fp32 weights only");
+    float *local = xmalloc(MAX(m->tt.n_params, 1) * sizeof(float));  // the weights in table order
+    for (int i = 0; i < m->tt.n; i++)
+        be->download(be, local + m->tt.t[i].goffset, m->data[i], m->tt.t[i].numel * sizeof(float));
     Model *f = root ? ep_full_model(m) : NULL;
-    size_t *counts = xmalloc((size_t)P * sizeof(size_t));
-    Status st = ST_OK;
-    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
-        const TensorInfo *lt = &m->tt.t[i];
-        size_t n = lt->numel;
-        int local = ep_local_kind(lt->kind);
-        float *h = xmalloc(n * sizeof(float)), *all = root && local ? xmalloc((size_t)P * n * sizeof(float)) : NULL;
-        be->download(be, h, m->data[i], n * sizeof(float));
-        if (local) {  // rank r's copy of this expert slot is expert r El + (x - ep_lo)
-            for (int r = 0; r < P; r++) counts[r] = n;
-            st = dist_gather_host_f(d, all, h, counts, e);
-        }
-        for (int r = 0; st == ST_OK && root && r < (local ? P : 1); r++) {
-            char name[sizeof lt->name];
-            if (local) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
-            else snprintf(name, sizeof name, "%s", lt->name);
-            const TensorInfo *ft = tensors_find(&f->tt, name);
-            CHECK_MSG(ft && ft->numel == n, "tensor %s", name);
-            be->upload(be, f->data[ft - f->tt.t], local ? all + (size_t)r * n : h, n * sizeof(float));
-        }
-        free(h);
-        free(all);
-    }
-    free(counts);
+    float *whole = root ? xmalloc(MAX(f->tt.n_params, 1) * sizeof(float)) : NULL;
+    Status st = gather_into(ep, m, root ? &f->tt : NULL, whole, local, e);
+    for (int i = 0; st == ST_OK && root && i < f->tt.n; i++)
+        be->upload(be, f->data[i], whole + f->tt.t[i].goffset, f->tt.t[i].numel * sizeof(float));
+    free(local);
+    free(whole);
     if (st != ST_OK) {
         model_free(f);
         return st;
