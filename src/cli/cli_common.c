@@ -173,8 +173,6 @@ Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t
     return ST_OK;
 }
 
-int cli_round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
-
 // A mesh size from its flag, else its environment variable (TP_SIZE, FSDP_SIZE), else 0.
 static Status mesh_size(const Args *a, const char *flag, const char *env, int *out, Err *e) {
     *out = 0;

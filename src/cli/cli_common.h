@@ -68,7 +68,5 @@ void cli_print_train_result(const TrainResult *r);
 // The sampling flags transformers' GenerationConfig refuses together (ST_EUSAGE): a temperature
 // <= 0 when sampling, several sequences per prompt without sampling.
 Status cli_check_sampling(int do_sample, double temperature, int num_return_sequences, Err *e);
-// Round n up to a multiple of m (m <= 1: unchanged).
-int cli_round_up(int n, int m);
 
 #endif

@@ -63,7 +63,7 @@ static Status session_forward(Session *s, const Args *a, PlanMode mode, Err *e) 
     const char *ids = args_str(a, "ids");
     if (!ids) return err_set(e, ST_EINVAL, "--ids \"1 2 3\" is required");
     TRY(cli_parse_ids(ids, "--ids", s->m->cfg.vocab_size, &s->ids, &s->n, e));
-    s->T = cli_round_up(s->n, (int)args_int(a, "pad_to_multiple_of"));
+    s->T = round_up(s->n, (int)args_int(a, "pad_to_multiple_of"));
     TRY(plan_get(s->m, mode, 1, s->T, &s->p, e));
     int T = s->T;
     int32_t *ids_p = xcalloc((size_t)T, sizeof(int32_t)), *pos = xcalloc((size_t)T, sizeof(int32_t)),

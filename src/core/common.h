@@ -81,6 +81,8 @@ static inline size_t size_add(size_t a, size_t b) {
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+// n rounded up to a multiple of m (m <= 1: n itself): a padded length (--pad_to_multiple_of)
+static inline int round_up(int n, int m) { return m > 1 ? (n + m - 1) / m * m : n; }
 #define UNUSED(x) (void)(x)
 
 #endif

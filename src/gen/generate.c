@@ -252,7 +252,6 @@ Status gen_config_check(const GenConfig *c, int V, Err *e) {
     return ST_OK;
 }
 
-static int round_up(int n, int m) { return m <= 1 ? n : (n + m - 1) / m * m; }
 
 // Prefill schedule of a batch whose longest prompt has n tokens: the batch is left-padded to P
 // slots, run as a first chunk of *first slots, then chunks of prefill_chunk_size. With

@@ -34,7 +34,6 @@ const char *distill_teacher_mode_name(TeacherMode m) {
     return "?";
 }
 
-static int round_up(int n, int m) { return m > 1 ? (n + m - 1) / m * m : n; }
 
 // ---- scoring one micro-batch ------------------------------------------------------------------
 

@@ -1,7 +1,6 @@
 // dpo.c: DPO = preference pairs (pref_data) + one concatenated static-shape batch per micro-batch
 // (pref_batch) + dpo_math + the shared trainer loop.
 #include "dpo.h"
-#include "tp.h"
 
 #include "../core/alloc.h"
 #include "../core/log.h"
@@ -54,7 +53,6 @@ typedef struct Dpo {
     double *mb;                // (GA, S_N)
 } Dpo;
 
-static int round_up(int n, int m) { return m > 1 ? (n + m - 1) / m * m : n; }
 
 // LD-DPO weights: targets past the shorter completion of the pair (chosen vs rejected) count ld_alpha.
 static void ld_weights(const DpoConfig *c, SeqRows *s, int B) {
@@ -278,9 +276,8 @@ static Status dpo_create(DpoConfig *c, Model *m, Dpo **out, Err *e) {
         free(d);
         return st;
     }
-    int n = d->ps.n, gb = d->B * d->W;
-    d->n_batches = c->drop_last ? n / gb : (n + gb - 1) / gb;
-    if (d->n_batches == 0) st = err_set(e, ST_EINVAL, "%s has %d pairs, fewer than one batch of %d (drop_last)", c->dataset, n, gb);
+    int n = d->ps.n;
+    st = pref_batch_count(c->dataset, "pairs", n, d->B * d->W, c->drop_last, &d->n_batches, e);
     int longest = 1;
     for (int i = 0; i < n; i++) {
         const PrefExample *x = &d->ps.ex[i];
@@ -323,20 +320,10 @@ static Status dpo_create(DpoConfig *c, Model *m, Dpo **out, Err *e) {
 
 Status dpo_run(DpoConfig *c, TrainResult *res, Err *e) {
     if (!c->dist || c->dist->rank == 0) TRY(preflight_output_dir(c->train.output_dir, e));
-    Backend *be = NULL;
-    Model *m = NULL;
+    PrefPolicy p;
     Dpo *d = NULL;
-    PrefPolicySpec ps = {.backend = c->backend, .model_dir = c->model_dir, .threads = c->threads, .dtype = c->dtype,
-                         .max_plans = c->max_plans, .gradient_checkpointing = c->train.gradient_checkpointing,
-                         .max_memory = c->max_memory, .seed = c->train.seed, .peft = &c->train.peft, .dist = c->dist};
-    Status st = pref_load_policy(&ps, &be, &m, e);
-    Tp tp = {0};  // --tp_size T: this rank's part of the policy (tp.h; the reference stays whole)
-    Dist *world = c->dist;
-    if (st == ST_OK && dist_data_axis(c->dist) != c->dist) {
-        st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
-        c->dist = dist_data_axis(c->dist);
-    }
-    if (st == ST_OK) st = dpo_create(c, m, &d, e);
+    Status st = pref_policy_open(&p, &PREF_POLICY_SPEC(c), &c->dist, e);
+    if (st == ST_OK) st = dpo_create(c, p.m, &d, e);
     if (st == ST_OK) {
         char types[256];
         int k = 0;
@@ -345,19 +332,14 @@ Status dpo_run(DpoConfig *c, TrainResult *res, Err *e) {
         log_info("dpo: %d pairs, %d per micro-batch x %d ranks, %d micro-batches per epoch, loss %s, beta %g", d->ps.n,
                  d->B, d->W, d->n_batches, types, c->loss.beta);
         c->train.src_model_dir = c->model_dir;
-        c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
-                              : c->dtype >= 0     ? (DType)c->dtype
-                                                  : m->ckpt_dtype;
+        c->train.save_dtype = pref_save_dtype(c->save_dtype, c->dtype, p.m);
         int GA = MAX(1, c->train.grad_accum);
         StepSource src = {.ctx = d, .what = "pairs", .n_items = d->ps.n,
                           .steps_per_epoch = trainer_steps_per_epoch(d->n_batches, GA), .micro_batches = d->n_batches,
                           .batch_size = d->B, .grad_accum = GA, .step = dpo_step, .dist = d->dist, .sharded_ok = 1};
-        st = trainer_loop(m, &src, &c->train, res, e);
+        st = trainer_loop(p.m, &src, &c->train, res, e);
     }
     dpo_free(d);
-    tp_free(&tp, m);
-    model_free(m);
-    c->dist = world;
-    if (be) backend_destroy(be);
+    pref_policy_close(&p, &c->dist);
     return st;
 }

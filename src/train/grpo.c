@@ -99,7 +99,6 @@ static const char *loss_name(const GrpoConfig *c) {
     return c->algo == GRPO_ALGO_RLOO ? "rloo" : names[c->loss_type];
 }
 
-static int round_up(int n, int m) { return m > 1 ? (n + m - 1) / m * m : n; }
 
 int grpo_prompts(const Grpo *g) { return g->ps.n; }
 const int *grpo_round_order(const Grpo *g) { return g->order; }

@@ -1,7 +1,6 @@
 // kto.c: KTO = unpaired rows with their KL rows (pref_data) + static-shape batches (pref_batch) +
 // kto_loss (dpo_math) + the shared trainer loop.
 #include "kto.h"
-#include "tp.h"
 
 #include "../core/alloc.h"
 #include "../core/log.h"
@@ -50,7 +49,6 @@ typedef struct Kto {
     double *mb;                // (GA, K_N)
 } Kto;
 
-static int round_up(int n, int m) { return m > 1 ? (n + m - 1) / m * m : n; }
 
 // Rows idx[0..n) into the main rows and their KL rows.
 static void build_rows(Kto *k, const int *idx, int n) {
@@ -240,9 +238,8 @@ static Status kto_create(KtoConfig *c, Model *m, Kto **out, Err *e) {
         free(k);
         return st;
     }
-    int n = k->us.n, gb = k->B * k->W;
-    k->n_batches = c->drop_last ? n / gb : (n + gb - 1) / gb;
-    if (k->n_batches == 0) st = err_set(e, ST_EINVAL, "%s has %d rows, fewer than one batch of %d (drop_last)", c->dataset, n, gb);
+    int n = k->us.n;
+    st = pref_batch_count(c->dataset, "rows", n, k->B * k->W, c->drop_last, &k->n_batches, e);
     int longest = 1;
     for (int i = 0; i < n; i++) {
         const UnpairedExample *x = &k->us.ex[i];
@@ -280,37 +277,22 @@ static Status kto_create(KtoConfig *c, Model *m, Kto **out, Err *e) {
 
 Status kto_run(KtoConfig *c, TrainResult *res, Err *e) {
     if (!c->dist || c->dist->rank == 0) TRY(preflight_output_dir(c->train.output_dir, e));
-    Backend *be = NULL;
-    Model *m = NULL;
+    PrefPolicy p;
     Kto *k = NULL;
-    PrefPolicySpec ps = {.backend = c->backend, .model_dir = c->model_dir, .threads = c->threads, .dtype = c->dtype,
-                         .max_plans = c->max_plans, .gradient_checkpointing = c->train.gradient_checkpointing,
-                         .max_memory = c->max_memory, .seed = c->train.seed, .peft = &c->train.peft, .dist = c->dist};
-    Status st = pref_load_policy(&ps, &be, &m, e);
-    Tp tp = {0};  // --tp_size T: this rank's part of the policy (tp.h; the reference stays whole)
-    Dist *world = c->dist;
-    if (st == ST_OK && dist_data_axis(c->dist) != c->dist) {
-        st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
-        c->dist = dist_data_axis(c->dist);
-    }
-    if (st == ST_OK) st = kto_create(c, m, &k, e);
+    Status st = pref_policy_open(&p, &PREF_POLICY_SPEC(c), &c->dist, e);
+    if (st == ST_OK) st = kto_create(c, p.m, &k, e);
     if (st == ST_OK) {
         log_info("kto: %d rows, %d per micro-batch x %d ranks, %d micro-batches per epoch, loss %s, beta %g", k->us.n,
                  k->B, k->W, k->n_batches, c->loss.type == KTO_LOSS_KTO ? "kto" : "apo_zero_unpaired", c->loss.beta);
         c->train.src_model_dir = c->model_dir;
-        c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
-                              : c->dtype >= 0     ? (DType)c->dtype
-                                                  : m->ckpt_dtype;
+        c->train.save_dtype = pref_save_dtype(c->save_dtype, c->dtype, p.m);
         int GA = MAX(1, c->train.grad_accum);
         StepSource src = {.ctx = k, .what = "rows", .n_items = k->us.n,
                           .steps_per_epoch = trainer_steps_per_epoch(k->n_batches, GA), .micro_batches = k->n_batches,
                           .batch_size = k->B, .grad_accum = GA, .step = kto_step, .dist = k->dist, .sharded_ok = 1};
-        st = trainer_loop(m, &src, &c->train, res, e);
+        st = trainer_loop(p.m, &src, &c->train, res, e);
     }
     kto_free(k);
-    tp_free(&tp, m);
-    model_free(m);
-    c->dist = world;
-    if (be) backend_destroy(be);
+    pref_policy_close(&p, &c->dist);
     return st;
 }

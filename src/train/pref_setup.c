@@ -17,6 +17,35 @@ Status pref_load_policy(const PrefPolicySpec *s, Backend **be, Model **m, Err *e
     return st;
 }
 
+Status pref_policy_open(PrefPolicy *p, const PrefPolicySpec *s, Dist **dist, Err *e) {
+    memset(p, 0, sizeof *p);
+    p->world = *dist;
+    Status st = pref_load_policy(s, &p->be, &p->m, e);
+    if (st == ST_OK && dist_data_axis(*dist) != *dist) {
+        st = tp_shard(&p->tp, &p->m, &(*dist)->mesh->tp_axis, e);
+        *dist = dist_data_axis(*dist);
+    }
+    return st;
+}
+
+void pref_policy_close(PrefPolicy *p, Dist **dist) {
+    tp_free(&p->tp, p->m);
+    model_free(p->m);
+    *dist = p->world;
+    if (p->be) backend_destroy(p->be);
+    memset(p, 0, sizeof *p);
+}
+
+DType pref_save_dtype(int save_dtype, int dtype, const Model *m) {
+    return save_dtype >= 0 ? (DType)save_dtype : dtype >= 0 ? (DType)dtype : m->ckpt_dtype;
+}
+
+Status pref_batch_count(const char *dataset, const char *what, int n, int gb, int drop_last, int *out, Err *e) {
+    *out = drop_last ? n / gb : (n + gb - 1) / gb;
+    if (*out == 0) return err_set(e, ST_EINVAL, "%s has %d %s, fewer than one batch of %d (drop_last)", dataset, n, what, gb);
+    return ST_OK;
+}
+
 Status pref_load_reference(const char *ref_dir, const char *model_dir, Model *m, int dtype, Model **out, Err *e) {
     *out = NULL;
     if (!ref_dir && m->lora) {
