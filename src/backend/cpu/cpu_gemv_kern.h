@@ -87,8 +87,14 @@ static inline vf v_load_q8(const int8_t *p) {
 }
 #endif
 
-// a Q8_0 scale (fp16) as fp32: F16C is part of both targets
-static inline float k_f16(uint16_t h) { return _cvtsh_ss(h); }
+// a Q8_0 scale (fp16) as fp32 in every lane: the half broadcast, then widened (F16C is part of
+// both targets) — two operations, where a scalar conversion and a broadcast of it take three
+// with a dependence on the register the scalar was inserted into.
+#if defined(GEMV_AVX512)
+static inline vf v_set1_f16(uint16_t h) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)h)); }
+#else
+static inline vf v_set1_f16(uint16_t h) { return _mm256_cvtph_ps(_mm_set1_epi16((short)h)); }
+#endif
 
 // Rows [o, o+R) of w against the N input rows: out[n, o+r] = x_n . w_{o+r} (+ bias).
 // R and N are compile-time constants at every call site, so acc stays in registers.
@@ -152,7 +158,7 @@ static inline __attribute__((always_inline)) void gemv_block_q8(const CpuGemvArg
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const BlockQ8_0 *blk = w + (size_t)(o + r) * nb + b;
-            vf d = v_set1(k_f16(blk->d)), wv[K];
+            vf d = v_set1_f16(blk->d), wv[K];
 #pragma GCC unroll 4
             for (int k = 0; k < K; k++) wv[k] = DQ ? v_mul(d, v_load_q8(blk->qs + k * VW)) : v_load_q8(blk->qs + k * VW);
 #pragma GCC unroll 8
@@ -182,7 +188,7 @@ static inline __attribute__((always_inline)) void gemv_block_q8(const CpuGemvArg
 static inline __attribute__((always_inline)) void q8_block(vf *acc, const BlockQ8_0 *blk, const float *x, int C,
                                                            const int N, const int DQ) {
     enum { K = Q8_0_BLOCK / VW };
-    vf d = v_set1(k_f16(blk->d)), wv[K];
+    vf d = v_set1_f16(blk->d), wv[K];
 #pragma GCC unroll 4
     for (int k = 0; k < K; k++) wv[k] = DQ ? v_mul(d, v_load_q8(blk->qs + k * VW)) : v_load_q8(blk->qs + k * VW);
 #pragma GCC unroll 8
