@@ -207,6 +207,13 @@ Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e) {
     return dist_mesh_init(d, tp, fsdp, e);
 }
 
+Status cli_train_done(const char *command, Dist *d, Status st, const TrainResult *res, const Err *e) {
+    if (st == ST_OK && d->rank == 0) cli_print_train_result(res);
+    if (st != ST_OK && d->world > 1) cli_dist_finish(command, d, st, e);
+    dist_finalize(d);
+    return st;
+}
+
 int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e) {
     int rc = st == ST_OK ? 0 : cli_fail(command, e);
     if (rc && d->world > 1 && st != ST_EINTR) dist_abort(d, rc);  // interrupted: every rank stopped together

@@ -65,6 +65,10 @@ void cli_print_json(cJSON *o);
 // A trainer's result line: steps, steps_run, loss (last window), train_loss (run mean),
 // eval_loss, train_seconds and save_seconds apart, tokens_per_second.
 void cli_print_train_result(const TrainResult *r);
+// The end of a training command's run: the trainer's result (st == ST_OK) printed on rank 0; with
+// several ranks a failure aborts the job here (the others wait in a collective); MPI finalised.
+// Returns st, for cli_run to print.
+Status cli_train_done(const char *command, Dist *d, Status st, const TrainResult *res, const Err *e);
 // The sampling flags transformers' GenerationConfig refuses together (ST_EUSAGE): a temperature
 // <= 0 when sampling, several sequences per prompt without sampling.
 Status cli_check_sampling(int do_sample, double temperature, int num_return_sequences, Err *e);

@@ -141,29 +141,25 @@ static Status build(const Args *a, DpoConfig *c, char **model_dir, char **ref_di
     return ST_OK;
 }
 
-static int run(int argc, char **argv) {
-    Args a;
-    int done;
-    ArgSpec *all = cli_train_specs(specs, train_defaults, 0);
-    int rc = cli_parse(&a, "dpo", "Preference optimisation with TRL DPOTrainer semantics (every DPO loss type).", all,
-                       argc, argv, &done);
-    if (rc || done) return free(all), rc;
-    Err e = {0};
+static Status run(const Args *a, Err *e) {
     DpoConfig c;
     char *dir = NULL, *ref = NULL;
     Dist d;
-    Status st = build(&a, &c, &dir, &ref, &e);
-    if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
+    Status st = build(a, &c, &dir, &ref, e);
+    if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;
     TrainResult res;
-    if (st == ST_OK) st = dpo_run(&c, &res, &e);
-    if (st == ST_OK && d.rank == 0) cli_print_train_result(&res);
+    if (st == ST_OK) st = dpo_run(&c, &res, e);
     free(dir);
     free(ref);
-    args_free(&a);
-    free(all);
-    return cli_dist_finish("dpo", &d, st, &e);
+    return cli_train_done("dpo", &d, st, &res, e);
 }
 
-int cmd_dpo(int argc, char **argv) { return run(argc, argv); }
+int cmd_dpo(int argc, char **argv) {
+    ArgSpec *all = cli_train_specs(specs, train_defaults, 0);
+    int rc = cli_run("dpo", "Preference optimisation with TRL DPOTrainer semantics (every DPO loss type).", all, argc,
+                     argv, run);
+    free(all);
+    return rc;
+}

@@ -72,27 +72,24 @@ static Status build(const Args *a, KtoConfig *c, char **model_dir, char **ref_di
     return ST_OK;
 }
 
-int cmd_kto(int argc, char **argv) {
-    Args a;
-    int done;
-    ArgSpec *all = cli_train_specs(specs, train_defaults, 0);
-    int rc = cli_parse(&a, "kto", "Unpaired preference optimisation with TRL KTOTrainer semantics.", all, argc, argv,
-                       &done);
-    if (rc || done) return free(all), rc;
-    Err e = {0};
+static Status run(const Args *a, Err *e) {
     KtoConfig c;
     char *dir = NULL, *ref = NULL;
     Dist d;
-    Status st = build(&a, &c, &dir, &ref, &e);
-    if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
+    Status st = build(a, &c, &dir, &ref, e);
+    if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;
     TrainResult res;
-    if (st == ST_OK) st = kto_run(&c, &res, &e);
-    if (st == ST_OK && d.rank == 0) cli_print_train_result(&res);
+    if (st == ST_OK) st = kto_run(&c, &res, e);
     free(dir);
     free(ref);
-    args_free(&a);
+    return cli_train_done("kto", &d, st, &res, e);
+}
+
+int cmd_kto(int argc, char **argv) {
+    ArgSpec *all = cli_train_specs(specs, train_defaults, 0);
+    int rc = cli_run("kto", "Unpaired preference optimisation with TRL KTOTrainer semantics.", all, argc, argv, run);
     free(all);
-    return cli_dist_finish("kto", &d, st, &e);
+    return rc;
 }

@@ -76,11 +76,8 @@ static Status run(const Args *a, Err *e) {
     c.dist = &d;
     TrainResult res;
     if (st == ST_OK) st = reward_run(&c, &res, e);
-    if (st == ST_OK && d.rank == 0) cli_print_train_result(&res);
     free(dir);
-    if (st != ST_OK && d.world > 1) cli_dist_finish("reward", &d, st, e);
-    dist_finalize(&d);
-    return st;
+    return cli_train_done("reward", &d, st, &res, e);
 }
 
 int cmd_reward(int argc, char **argv) {

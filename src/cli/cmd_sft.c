@@ -103,13 +103,8 @@ static Status run(const Args *a, Err *e) {
     c.dist = &d;
     TrainResult res;
     if (st == ST_OK) st = sft_run(&c, &res, e);
-    if (st == ST_OK && d.rank == 0)
-        cli_print_train_result(&res);
     free(dir);
-    // several ranks: a failure aborts the job here (the others wait in a collective)
-    if (st != ST_OK && d.world > 1) cli_dist_finish("sft", &d, st, e);
-    dist_finalize(&d);
-    return st;
+    return cli_train_done("sft", &d, st, &res, e);
 }
 
 int cmd_sft(int argc, char **argv) {

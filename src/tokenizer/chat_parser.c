@@ -570,6 +570,14 @@ static Status parse_body(Ps *p, const char *tag, int line, const char *const *en
     return ST_OK;
 }
 
+// The body of a block with one end tag ({% set %} ... {% endset %}) and the end tag's close.
+static Status parse_block_body(Ps *p, const char *tag, int line, const char *end, NodeList *body) {
+    const char *const ends[] = {end, NULL};
+    const char *which;
+    TRY(parse_body(p, tag, line, ends, body, &which));
+    return expect_block_end(p);
+}
+
 static Status parse_targets(Ps *p, Node *n, int allow_attr) {
     for (;;) {
         const char *nm;
@@ -653,10 +661,7 @@ static Status parse_set(Ps *p, int line, Node **out) {
     }
     n->a = chain;
     TRY(expect_block_end(p));
-    static const char *const ends[] = {"endset", NULL};
-    const char *which;
-    TRY(parse_body(p, "set", line, ends, &n->body, &which));
-    TRY(expect_block_end(p));
+    TRY(parse_block_body(p, "set", line, "endset", &n->body));
     *out = n;
     return ST_OK;
 }
@@ -704,10 +709,7 @@ static Status parse_callblock(Ps *p, int line, Node **out) {
     TRY(parse_expr(p, 1, &n->a));
     if (n->a->k != N_CALL) return fail(p, line, "expected a macro call after {%% call %%}");
     TRY(expect_block_end(p));
-    static const char *const ends[] = {"endcall", NULL};
-    const char *which;
-    TRY(parse_body(p, "call", line, ends, &n->body, &which));
-    TRY(expect_block_end(p));
+    TRY(parse_block_body(p, "call", line, "endcall", &n->body));
     *out = n;
     return ST_OK;
 }
@@ -722,10 +724,7 @@ static Status parse_filterblock(Ps *p, int line, Node **out) {
     }
     n->a = chain;
     TRY(expect_block_end(p));
-    static const char *const ends[] = {"endfilter", NULL};
-    const char *which;
-    TRY(parse_body(p, "filter", line, ends, &n->body, &which));
-    TRY(expect_block_end(p));
+    TRY(parse_block_body(p, "filter", line, "endfilter", &n->body));
     *out = n;
     return ST_OK;
 }
@@ -743,10 +742,7 @@ static Status parse_with(Ps *p, int line, Node **out) {
         nl_push(&n->kwvals, v);
     }
     adv(p);
-    static const char *const ends[] = {"endwith", NULL};
-    const char *which;
-    TRY(parse_body(p, "with", line, ends, &n->body, &which));
-    TRY(expect_block_end(p));
+    TRY(parse_block_body(p, "with", line, "endwith", &n->body));
     *out = n;
     return ST_OK;
 }
@@ -780,10 +776,7 @@ static Status parse_statement(Ps *p, Node **out) {
     if (!strcmp(tag, "generation")) {
         Node *n = mk(p, S_GENERATION, line);
         TRY(expect_block_end(p));
-        static const char *const ends[] = {"endgeneration", NULL};
-        const char *which;
-        TRY(parse_body(p, "generation", line, ends, &n->body, &which));
-        TRY(expect_block_end(p));
+        TRY(parse_block_body(p, "generation", line, "endgeneration", &n->body));
         *out = n;
         return ST_OK;
     }

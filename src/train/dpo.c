@@ -20,14 +20,7 @@ void dpo_config_default(DpoConfig *c) {
     c->shuffle = 1;
     c->loss = (DpoLossConfig){.n_types = 1, .type = {DPO_SIGMOID}, .weight = {1.0}, .beta = 0.1,
                               .discopop_tau = 0.05, .fdiv = DPO_F_REVERSE_KL, .f_alpha = 0.5};
-    TrainConfig *t = &c->train;
-    t->grad_accum = 1;
-    t->num_train_epochs = 3;
-    t->max_steps = -1;
-    t->opt = (OptimConfig){.lr = 1e-6, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0,
-                           .sched = SCHED_LINEAR};
-    t->logging_steps = 10;
-    t->save_steps = 500;
+    trainer_config_trl_default(&c->train, 1e-6);
 }
 
 // Per micro-batch sums, summed over the ranks (TRL gathers every value before averaging).

@@ -84,14 +84,7 @@ void grpo_config_default(GrpoConfig *c, GrpoAlgo algo) {
     c->num_iterations = 1;
     c->scale_rewards = RL_SCALE_GROUP;
     c->loss_type = RL_LOSS_DAPO;
-    TrainConfig *t = &c->train;
-    t->grad_accum = 1;
-    t->num_train_epochs = 3;
-    t->max_steps = -1;
-    t->opt = (OptimConfig){.lr = 1e-6, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0,
-                           .sched = SCHED_LINEAR};
-    t->logging_steps = 10;
-    t->save_steps = 500;
+    trainer_config_trl_default(&c->train, 1e-6);
 }
 
 static const char *loss_name(const GrpoConfig *c) {

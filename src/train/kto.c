@@ -18,14 +18,7 @@ void kto_config_default(KtoConfig *c) {
     c->pad_to_multiple_of = 128;
     c->per_device_train_batch_size = 8;
     c->loss = (KtoLossConfig){.type = KTO_LOSS_KTO, .beta = 0.1, .desirable_weight = 1.0, .undesirable_weight = 1.0};
-    TrainConfig *t = &c->train;
-    t->grad_accum = 1;
-    t->num_train_epochs = 3;
-    t->max_steps = -1;
-    t->opt = (OptimConfig){.lr = 1e-6, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0,
-                           .sched = SCHED_LINEAR};
-    t->logging_steps = 10;
-    t->save_steps = 500;
+    trainer_config_trl_default(&c->train, 1e-6);
 }
 
 // Per micro-batch sums over the ranks.

@@ -15,6 +15,16 @@
 #include <string.h>
 #include <unistd.h>
 
+void trainer_config_trl_default(TrainConfig *t, double lr) {
+    t->grad_accum = 1;
+    t->num_train_epochs = 3;
+    t->max_steps = -1;
+    t->opt = (OptimConfig){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .max_grad_norm = 1.0,
+                           .sched = SCHED_LINEAR};
+    t->logging_steps = 10;
+    t->save_steps = 500;
+}
+
 int trainer_steps_per_epoch(int micro_batches, int grad_accum) {
     return MAX(1, (micro_batches + grad_accum - 1) / grad_accum);
 }

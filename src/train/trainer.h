@@ -107,6 +107,11 @@ Status trainer_check_mesh(const Model *m, const Dist *d, Err *e);
 // The loop every trainer shares: steps, AdamW, logging, evaluation, checkpoints, resume.
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e);
 
+// TrainingArguments' defaults as TRL's trainer configs set them (DPOConfig, KTOConfig, GRPOConfig):
+// learning rate lr, AdamW (0.9, 0.999, 1e-8), max_grad_norm 1, linear schedule, 3 epochs, no step
+// limit, no gradient accumulation, logging every 10 steps, saving every 500.
+void trainer_config_trl_default(TrainConfig *t, double lr);
+
 // Steps of one epoch: micro-batches / grad_accum, rounded up (the last step of an epoch may
 // take fewer micro-batches, as transformers does).
 int trainer_steps_per_epoch(int micro_batches, int grad_accum);
