@@ -169,6 +169,35 @@ static void norm_bwd(Model *m, float *dinp, float *dw, const float *dout, const 
     else be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
+// RMSNorm over the whole q (or k) projection, C of its features here: under tensor parallelism
+// the rows' sums of squares are summed over the group (QKNORM_PROJ heads are split).
+static void proj_norm_fwd(Model *m, float *out, float *rstd, const float *inp, const float *w, int N, int C) {
+    Backend *be = m->be;
+    int T = config_tp_size(&m->cfg);
+    if (T == 1) {
+        norm_fwd(m, out, rstd, inp, w, N, C);
+        return;
+    }
+    be->rmsnorm_part_stat(be, rstd, inp, inp, NULL, N, C);
+    model_reduce(m, rstd, (size_t)N);
+    be->rmsnorm_part_forward(be, out, rstd, inp, w, rstd, N, C, C * T, (float)m->cfg.rms_norm_eps);
+}
+
+// Its backward: the rows' dot of the output gradient, the weights and the input summed over the
+// group (dot: N floats of scratch).
+static void proj_norm_bwd(Model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, float *dot, int N, int C) {
+    Backend *be = m->be;
+    int T = config_tp_size(&m->cfg);
+    if (T == 1) {
+        norm_bwd(m, dinp, dw, dout, inp, w, rstd, N, C);
+        return;
+    }
+    be->rmsnorm_part_stat(be, dot, dout, inp, w, N, C);
+    model_reduce(m, dot, (size_t)N);
+    be->rmsnorm_part_backward(be, dinp, dw, dout, inp, w, rstd, dot, N, C, C * T);
+}
+
 // The gated MLP's activation: act(gate) * up with the family's act.
 static void act_fwd(Model *m, float *out, const float *gate, const float *up, size_t n) {
     if (m->cfg.act == ACT_GELU_TANH) m->be->geglu_forward(m->be, out, gate, up, n);
@@ -215,8 +244,8 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
         norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD);
         norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD);
     } else if (cfg->qk_norm == QKNORM_PROJ) {
-        norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
-        norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
+        proj_norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
+        proj_norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
     }
     be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
     be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
@@ -582,8 +611,11 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             norm_bwd(m, p->dpost, G(TK_LNF, l), p->dres, a->mo, F(TK_LNF, l), a->rstdm, N, C);
             dmo = p->dpost;
         }
+        // Tensor parallel: a split block's input gradient is a partial sum, kept apart (dln) and
+        // all-reduced before it joins the residual's.
+        int split = config_tp_size(cfg) > 1;
         float *dx = p->dres;
-        if (cfg->norms & NORM_PRE_MLP) {
+        if ((cfg->norms & NORM_PRE_MLP) || split) {
             be->zero(be, p->dln, (size_t)N * C * fs);
             dx = p->dln;
         }
@@ -608,6 +640,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             // replicated, their input gradient whole on every rank
             if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
             norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
+        } else if (split) {
+            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
+            be->add(be, p->dres, p->dres, p->dln, (size_t)N * C);
         }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
         // dres = d(res_mid).
@@ -632,16 +667,18 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
         be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
         if (cfg->qk_norm) {
-            int per_head = cfg->qk_norm == QKNORM_HEAD;
             be->zero(be, p->dq, (size_t)N * QD * fs);
             be->zero(be, p->dk, (size_t)N * KD * fs);
-            norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, per_head ? N * NH : N,
-                     per_head ? HD : QD);
-            norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, per_head ? N * NKV : N,
-                     per_head ? HD : KD);
+        }
+        if (cfg->qk_norm == QKNORM_HEAD) {
+            norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, N * NH, HD);
+            norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, N * NKV, HD);
+        } else if (cfg->qk_norm == QKNORM_PROJ) {
+            proj_norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, p->norm_dot, N, QD);
+            proj_norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, p->norm_dot, N, KD);
         }
         dx = p->dres;
-        if (cfg->norms & NORM_PRE_ATTN) {
+        if ((cfg->norms & NORM_PRE_ATTN) || split) {
             be->zero(be, p->dln, (size_t)N * C * fs);
             dx = p->dln;
         }
@@ -651,6 +688,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         if (cfg->norms & NORM_PRE_ATTN) {
             model_reduce(m, p->dln, (size_t)N * C);
             norm_bwd(m, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        } else if (split) {
+            model_reduce(m, p->dln, (size_t)N * C);
+            be->add(be, p->dres, p->dres, p->dln, (size_t)N * C);
         }
         model_grads_done(m, l);
     }

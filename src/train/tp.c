@@ -7,8 +7,9 @@
 
 #include <string.h>
 
-int tp_split_dim(TensorKind kind) {
+int tp_split_dim(const ModelConfig *c, TensorKind kind) {
     switch (kind) {
+    case TK_QN: case TK_KN: return c->qk_norm == QKNORM_PROJ ? 0 : -1;  // over the projection: with its heads
     case TK_WQ: case TK_BQ: case TK_WK: case TK_BK: case TK_WV: case TK_BV:
     case TK_WG: case TK_BG: case TK_WU: case TK_BU: return 0;
     case TK_EMBED: case TK_LM_HEAD: return 0;  // rows: the rank's shard of the vocabulary
@@ -16,6 +17,10 @@ int tp_split_dim(TensorKind kind) {
     case TK_WO: case TK_WD: return 1;
     default: return -1;
     }
+}
+
+int tp_grad_summed(const ModelConfig *c, TensorKind kind) {
+    return (kind == TK_QN || kind == TK_KN) && c->qk_norm == QKNORM_HEAD;
 }
 
 Status tp_check_model(const Model *m, int T, Err *e) {
@@ -29,10 +34,9 @@ Status tp_check_model(const Model *m, int T, Err *e) {
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
                                          "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
                            dims[i].n, dir);
-    if (!(c->norms & NORM_PRE_ATTN) || !(c->norms & NORM_PRE_MLP) || (c->qk_norm && c->qk_norm != QKNORM_HEAD))
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has no pre-attention / pre-MLP norm or a q/k norm over "
-                                           "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
-                                           "norms so far", T, dir);
+    if (c->qk_norm == QKNORM_PROJ && c->norm_plus_one)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has (1 + w) q/k norms over the whole projection; tensor "
+                                           "parallelism splits those with plain weights only", T, dir);
     for (int i = 0; i < m->tt.n; i++)  // experts are replicated (tp_split_dim -1); sinks are per head
         if (m->tt.t[i].kind == TK_SINKS)
             return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has attention sinks (%s); tensor parallelism does "
@@ -85,7 +89,7 @@ static int row_parts(const ModelConfig *lc, const TensorInfo *l, int64_t *rows) 
 static void copy_part_es(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
                          const TensorInfo *l, int t, int to_full, size_t es) {
     if (!es) es = dtype_size(l->dtype);
-    int dim = tp_split_dim(l->kind);
+    int dim = tp_split_dim(lc, l->kind);
     char *F = full, *Lp = local;
     if (dim < 0) {
         if (to_full) copy_bytes(be, F, Lp, l->numel * es);
@@ -207,7 +211,7 @@ Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, E
         for (int r = 0; r < T; r++) counts[r] = n;
         float *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
         st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
-        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++)
+        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(&m->cfg, lt->kind) < 0 ? 1 : T); r++)
             copy_part_es(NULL, &m->cfg, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
         free(all);
     }
@@ -235,7 +239,7 @@ Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e) {
         if (st == ST_OK && root) {  // rank r's part from its block, through a device stage
             const TensorInfo *ft = tensors_find(&f->tt, lt->name);
             float *stage = be->alloc(be, n * sizeof(float));
-            for (int r = 0; r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++) {
+            for (int r = 0; r < (tp_split_dim(&m->cfg, lt->kind) < 0 ? 1 : T); r++) {
                 be->upload(be, stage, all + (size_t)r * n, n * sizeof(float));
                 copy_part(be, &m->cfg, f->data[ft - f->tt.t], ft, stage, lt, r, 1);
             }

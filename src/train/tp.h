@@ -7,8 +7,11 @@
 // all-reduced over the group through the model's reduce hook (model.h) before each residual add,
 // and the activation gradients entering the two norms of a layer are all-reduced in the backward
 // pass, so the residual stream and every replicated tensor's gradient are the same on every rank
-// of the group. q_norm / k_norm see only their rank's heads: their gradients are summed over the
-// group before the update (optim.c).
+// of the group (a block without a pre-norm, OLMo 2's, all-reduces its input gradient before it
+// joins the residual's). Per-head q_norm / k_norm see only their rank's heads: their gradients are
+// summed over the group before the update (optim.c). q_norm / k_norm over the whole projection
+// (OLMo 2) are split with the heads, the rows' sums of squares all-reduced in the forward pass and
+// the norm's dot in the backward pass.
 #ifndef STILL_TP_H
 #define STILL_TP_H
 
@@ -22,8 +25,12 @@ typedef struct Tp {
     ModelHooks hooks;
 } Tp;
 
-// How kind is split: 0 by rows (output features), 1 by columns (input features), -1 replicated.
-int tp_split_dim(TensorKind kind);
+// How kind is split in a model of config c: 0 by rows (output features), 1 by columns (input
+// features), -1 replicated.
+int tp_split_dim(const ModelConfig *c, TensorKind kind);
+// Whether a replicated tensor's gradient is each rank's share, summed over the group before the
+// update: the per-head q/k norms (every rank's heads).
+int tp_grad_summed(const ModelConfig *c, TensorKind kind);
 // Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
 // (usage errors naming the one that is not), and what is not supported yet (biases on o_proj /
 // down_proj, classifiers, adapters, Q8_0 weights). A frozen model (generation) is copied.

@@ -58,6 +58,11 @@ same_as_one tp2_fsdp2_matches_one_rank $M 4 2 --tp_size 2 --fsdp_size 2
 same_as_one tp2_phi3_fused_matches_one_rank tests/data/models/phi3 2 4 --tp_size 2
 # Qwen3-MoE (sparse layers and a dense one): the experts replicated, the dense MLP split
 same_as_one tp2_moe_matches_one_rank tests/data/models/qwen3_moe 2 4 --tp_size 2
+# OLMo 2: q/k norms over the whole projection split with the heads (the rows' sums of squares
+# and the backward's dot all-reduced), post-norm blocks (the split projections' input gradients
+# all-reduced before they join the residual's); and under FSDP too
+same_as_one tp2_olmo2_matches_one_rank tests/data/models/olmo2 2 4 --tp_size 2
+same_as_one tp2_fsdp2_olmo2_matches_one_rank tests/data/models/olmo2 4 2 --tp_size 2 --fsdp_size 2
 
 # the model TP wrote is the plain layout: one process loads it and scores it as the TP run ended
 if $BIN generate --model "$tmp/tp2_matches_one_rank.n" --ids "5 9 17" --max_new_tokens 2 --do_sample false \
@@ -102,6 +107,21 @@ for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperatu
   eval timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN generate $G --tp_size 2 >"$tmp/g2" 2>"$tmp/g2.err"; rc=$?
   if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/g1")" -eq $n ] && cmp -s "$tmp/g1" "$tmp/g2"; then ok "$name"
   else fail "$name" "rc=$rc $(diff "$tmp/g1" "$tmp/g2" | head -3) $(tail -2 "$tmp/g2.err")"; fi
+done
+
+# the families with their own pieces under TP (q/k norms over the projection, post-norms): one
+# process's greedy and sampled tokens
+for model in olmo2; do
+  for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperature 1.0 --top_k 0 --seed 3"; do
+    set -- $mode
+    name=generate_tp2_${model}_same_tokens_$1 n=$2; shift 2
+    G="--model tests/data/models/$model --ids '5 9 17 33 2 8' --max_new_tokens 12 $* --num_return_sequences $n \
+       --batch_size 4 --print_ids"
+    eval $BIN generate $G >"$tmp/g1" 2>/dev/null
+    eval timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN generate $G --tp_size 2 >"$tmp/g2" 2>"$tmp/g2.err"; rc=$?
+    if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/g1")" -eq $n ] && cmp -s "$tmp/g1" "$tmp/g2"; then ok "$name"
+    else fail "$name" "rc=$rc $(diff "$tmp/g1" "$tmp/g2" | head -3) $(tail -2 "$tmp/g2.err")"; fi
+  done
 done
 
 # GRPO and distillation under TP=2: the TP-split policy generates one process's rollouts (the
