@@ -104,11 +104,18 @@ static float *head_grad(const Model *m) {
 
 // out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias is kind wk + 1), plus the
 // adapter's share when it has one.
+// The bias of projection wk, or NULL. Tensor parallel: o_proj's and down_proj's outputs are
+// partial sums over the group, their whole bias is added once (on its rank 0).
+static const float *proj_bias(const Model *m, TensorKind wk, int l) {
+    if ((wk == TK_WO || wk == TK_WD) && config_tp_rank(&m->cfg) > 0) return NULL;
+    return F(wk + 1, l);
+}
+
 static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C,
                            int OC) {
     DType dt;
     const void *w = weight(m, wk, l, &dt);
-    m->be->matmul_forward(m->be, out, inp, w, dt, F(wk + 1, l), N, C, OC);
+    m->be->matmul_forward(m->be, out, inp, w, dt, proj_bias(m, wk, l), N, C, OC);
     lora_forward(m, p, l, wk, out, inp, N, C, OC);
 }
 
@@ -124,7 +131,7 @@ static void linear_forward_multi(Model *m, Plan *p, int l, int count, const Tens
     MatmulPart parts[4] = {{0}};
     CHECK(count >= 1 && count <= 4);
     for (int i = 0; i < count; i++) {
-        parts[i] = (MatmulPart){.out = out[i], .bias = F(wk[i] + 1, l), .OC = OC[i]};
+        parts[i] = (MatmulPart){.out = out[i], .bias = proj_bias(m, wk[i], l), .OC = OC[i]};
         parts[i].w = weight(m, wk[i], l, &parts[i].wdt);
     }
     be->matmul_forward_multi(be, parts, count, inp, N, C);
@@ -279,8 +286,15 @@ static MoeDims moe_dims(const Model *m, int N) {
 }
 
 // The block's weights, with the adapter's share (ml: its storage) when one is active.
-static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
+static void moe_reduce(void *ctx, float *buf, size_t n) { model_reduce(ctx, buf, n); }
+
+// The block's weights, tensor parallel (ms: its storage) with every expert's columns split.
+static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml, MoeSplit *ms) {
     MoeWeights w = {0};
+    if (config_tp_size(&m->cfg) > 1) {
+        *ms = (MoeSplit){.ctx = m, .reduce = moe_reduce, .lead = config_tp_rank(&m->cfg) == 0};
+        w.split = ms;
+    }
     w.lora = lora_moe(m, p, l, ml);
     w.ex = m->hooks ? m->hooks->moe_ex : NULL;  // expert parallel (src/train/ep.c)
     w.router = weight(m, TK_ROUTER, l, &w.router_dt);
@@ -289,7 +303,7 @@ static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
         w.gate = weight(m, TK_XGU, l, &w.wdt);
         w.down = weight(m, TK_XD, l, NULL);
         w.gate_bias = F(TK_XGU_B, l);
-        w.down_bias = F(TK_XD_B, l);
+        w.down_bias = w.split && !w.split->lead ? NULL : F(TK_XD_B, l);  // partial sums: added once
         return w;
     }
     w.gate = weight(m, TK_EXP_G, l, &w.wdt);
@@ -331,8 +345,10 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N
     if (cfg->layer_moe[l]) {
         MoeDims d = moe_dims(m, N);
         MoeLora ml;
-        MoeWeights w = moe_weights(m, p, l, &ml);
+        MoeSplit ms;
+        MoeWeights w = moe_weights(m, p, l, &ml, &ms);
         moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
+        model_reduce(m, y, (size_t)N * C);  // tensor parallel: the experts' columns' partial sums
     } else {
         linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2,
                              N, C, (const int[]){FF, FF});
@@ -622,7 +638,8 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         if (cfg->layer_moe[l]) {
             MoeDims d = moe_dims(m, N);
             MoeLora ml;
-            MoeWeights w = moe_weights(m, p, l, &ml);
+            MoeSplit ms;
+            MoeWeights w = moe_weights(m, p, l, &ml, &ms);
             MoeGrads g = moe_grads(m, l);
             moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
                                moe_aux_coef(m, p), p->seg);
@@ -636,12 +653,10 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
         }
         if (cfg->norms & NORM_PRE_MLP) {
-            // tensor parallel (pre-norm families): every rank's share; a sparse layer's experts are
-            // replicated, their input gradient whole on every rank
-            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
+            model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel: every rank's share
             norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
         } else if (split) {
-            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
+            model_reduce(m, p->dln, (size_t)N * C);
             be->add(be, p->dres, p->dres, p->dln, (size_t)N * C);
         }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
