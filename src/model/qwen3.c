@@ -102,14 +102,15 @@ static float *head_grad(const Model *m) {
 #define W(kind, l) weight(m, (kind), (l), NULL)
 #define F(kind, l) ((const float *)weight(m, (kind), (l), NULL))
 
-// out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias is kind wk + 1), plus the
-// adapter's share when it has one.
-// The bias of projection wk, or NULL. Tensor parallel: o_proj's and down_proj's outputs are
-// partial sums over the group, their whole bias is added once (on its rank 0).
+// The bias of projection wk (kind wk + 1), or NULL. Tensor parallel: o_proj's and down_proj's
+// outputs are partial sums over the group, their whole bias is added once (on its rank 0).
 static const float *proj_bias(const Model *m, TensorKind wk, int l) {
     if ((wk == TK_WO || wk == TK_WD) && config_tp_rank(&m->cfg) > 0) return NULL;
     return F(wk + 1, l);
 }
+
+// out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias: proj_bias), plus the
+// adapter's share when it has one.
 
 static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C,
                            int OC) {
@@ -285,10 +286,10 @@ static MoeDims moe_dims(const Model *m, int N) {
     return d;
 }
 
-// The block's weights, with the adapter's share (ml: its storage) when one is active.
 static void moe_reduce(void *ctx, float *buf, size_t n) { model_reduce(ctx, buf, n); }
 
-// The block's weights, tensor parallel (ms: its storage) with every expert's columns split.
+// The block's weights, with the adapter's share (ml: its storage) when one is active and, tensor
+// parallel, the group's split of every expert (ms: its storage).
 static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml, MoeSplit *ms) {
     MoeWeights w = {0};
     if (config_tp_size(&m->cfg) > 1) {
