@@ -77,6 +77,14 @@ C="$C --adam_epsilon 1e-4" base="2 --fsdp_size 2" \
 # the group's rank 0 only, fused gate_up blocks split expert by expert, sliding layers
 want_log="each holds 12 of 24 columns of each of the 6 experts" \
   same_as_one tp2_gpt_oss_matches_one_rank tests/data/models/gpt_oss 2 4 --tp_size 2
+# Llama with attention_bias and mlp_bias: q/k/v and gate/up biases split with their rows, the
+# o_proj and down_proj biases whole and added on the group's rank 0 (zero at init, trained after
+# the first step). k_proj's bias gets a near-zero gradient (it shifts a query's scores almost
+# alike), whose AdamW steps at the default epsilon turn rounding into 6e-4 of it: epsilon 1e-4
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(attention_bias=True, mlp_bias=True)
+json.dump(c, open(sys.argv[2], "w"))' tests/data/models/llama/config.json "$tmp/llama_bias.json"
+$BIN init --model_config "$tmp/llama_bias.json" --output_dir "$tmp/llama_bias" --seed 3 2>/dev/null
+C="$C --adam_epsilon 1e-4" same_as_one tp2_llama_biases_matches_one_rank "$tmp/llama_bias" 2 4 --tp_size 2
 # OLMo 2: q/k norms over the whole projection split with the heads (the rows' sums of squares
 # and the backward's dot all-reduced), post-norm blocks (the split projections' input gradients
 # all-reduced before they join the residual's); and under FSDP too
