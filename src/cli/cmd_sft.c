@@ -34,7 +34,7 @@ static const ArgSpec specs[] = {
     {"per_device_eval_batch_size", ARG_INT, "8", "rows per eval batch", "[1,inf)"},
     CLI_MOE_FLAG,
     {"ep_size", ARG_INT, "1", "expert parallel: the experts of every sparse layer split over this many ranks, each "
-                              "rank its own batches (mpirun -np EP_SIZE)", "[1,4096]"},
+                              "rank its own batches (mpirun -np EP_SIZE x data-parallel replicas)", "[1,4096]"},
     {NULL, 0, NULL, NULL},
 };
 

@@ -118,11 +118,23 @@ static int ep_dispatch(void *ctx, float *xl, int32_t *offl, int32_t *plan, const
 
 // ---- sharding and gathering ------------------------------------------------------------------
 
-Status ep_shard(Ep *ep, Model **mp, Dist *d, Err *e) {
+Status ep_shard(Ep *ep, Model **mp, Dist *d, int P, Err *e) {
     Model *m = *mp;
-    int P = d->world, q = d->rank;
     memset(ep, 0, sizeof *ep);
     TRY(ep_check_model(m, P, e));
+    CHECK(P >= 1 && d->world % P == 0);
+    ep->R = d->world / P;
+    ep->d = d;
+    if (ep->R > 1) {  // groups of P consecutive ranks; the replicas of a shard: the ranks of one q
+        Status st = dist_split(d, d->rank / P, d->rank % P, &ep->group, e);
+        if (st == ST_OK) st = dist_split(d, d->rank % P, d->rank / P, &ep->reps, e);
+        if (st != ST_OK) {
+            dist_split_free(&ep->group), dist_split_free(&ep->reps);
+            return st;
+        }
+        ep->d = &ep->group;
+    }
+    int q = ep->d->rank;
     ModelConfig lc = m->cfg;
     lc.ep_size = P;
     lc.ep_part = m->cfg.num_experts / P;
@@ -138,10 +150,11 @@ Status ep_shard(Ep *ep, Model **mp, Dist *d, Err *e) {
         CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype && ft->numel == lt->numel, "tensor %s", lt->name);
         m->be->copy(m->be, l->data[i], m->data[ft - m->tt.t], dtype_bytes(lt->dtype, lt->numel));
     }
-    log_info("expert parallel over %d ranks: each holds %d of the %d experts of every sparse layer (here [%d, %d))", P,
-             lc.ep_part, m->cfg.num_experts, lc.ep_lo, lc.ep_lo + lc.ep_part);
+    char reps[64] = "";
+    if (ep->R > 1) snprintf(reps, sizeof reps, " (x %d data-parallel replicas, this one %d)", ep->R, ep->reps.rank);
+    log_info("expert parallel over %d ranks%s: each holds %d of the %d experts of every sparse layer (here [%d, %d))",
+             P, reps, lc.ep_part, m->cfg.num_experts, lc.ep_lo, lc.ep_lo + lc.ep_part);
     model_free(m);
-    ep->d = d;
     ep->El = lc.ep_part;
     ep->ex = (MoeExchange){.ctx = ep, .dispatch = ep_dispatch, .move = ep_move};
     ep->hooks = (ModelHooks){.moe_ex = &ep->ex};
@@ -261,8 +274,30 @@ Status ep_status(Ep *ep, Err *e) {
     return ep->st;
 }
 
+Status ep_reduce_experts(Ep *ep, const Model *m, float *grads, double *ss_own, Err *e) {
+    Backend *be = m->be;
+    const TensorTable *tt = &m->tt;
+    double ss = 0;
+    for (int i = 0; i < tt->n;) {  // runs of expert tensors, all-reduced run by run
+        if (!ep_local_kind(tt->t[i].kind)) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < tt->n && ep_local_kind(tt->t[j].kind)) j++;
+        size_t lo = tt->t[i].goffset, n = tt->t[j - 1].goffset + tt->t[j - 1].numel - lo;
+        if (ep->R > 1) TRY(dist_allreduce_sum(&ep->reps, be, grads + lo, n, e));
+        ss += be->sumsq(be, grads + lo, n);
+        i = j;
+    }
+    TRY(dist_allreduce_sum_host_d(ep->d, &ss, 1, e));  // the group's experts, each once
+    *ss_own = ss;
+    return ST_OK;
+}
+
 void ep_free(Ep *ep, Model *m) {
     if (m && m->hooks == &ep->hooks) m->hooks = NULL;
+    if (ep->R > 1) dist_split_free(&ep->group), dist_split_free(&ep->reps);
     free(ep->buf);
     memset(ep, 0, sizeof *ep);
 }

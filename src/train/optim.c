@@ -188,13 +188,13 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
         *grad_norm = sqrt(ss);
         return ST_OK;
     }
-    if (m->cfg.ep_part > 0) {  // expert parallel: the experts' gradients are whole on their rank already
-        CHECK(o->zero_stage == 0 && !m->lora);
+    if (m->cfg.ep_part > 0) {  // expert parallel: the experts' gradients are whole in their group already
+        CHECK(o->zero_stage == 0 && !m->lora && m->hooks && m->hooks->moe_ex);
         const TensorTable *tt = &m->tt;
         double ss_own = 0, ss = 0;
-        for (int i = 0; i < tt->n;) {  // runs of tensors other ranks hold too, all-reduced run by run
+        TRY(ep_reduce_experts(m->hooks->moe_ex->ctx, m, grads, &ss_own, e));  // over the replicas
+        for (int i = 0; i < tt->n;) {  // runs of tensors every rank holds, all-reduced run by run
             if (ep_local_kind(tt->t[i].kind)) {
-                ss_own += be->sumsq(be, grads + tt->t[i].goffset, tt->t[i].numel);
                 i++;
                 continue;
             }
@@ -205,7 +205,6 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
             ss += be->sumsq(be, grads + lo, n);
             i = j;
         }
-        TRY(dist_allreduce_sum_host_d(d, &ss_own, 1, e));  // the group's experts, each once
         *grad_norm = sqrt(ss + ss_own);
         return ST_OK;
     }
