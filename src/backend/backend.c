@@ -26,7 +26,8 @@ static int default_threads(int threads) {
     X(attention_ring) X(rmsnorm_forward_off) X(rmsnorm_backward_off) X(geglu_forward) X(geglu_backward)            \
     X(softcap_forward) X(softcap_backward) X(ce_head_cap) X(logprob_head_cap) X(distill_head_cap)          \
     X(attention_sinks_backward) X(swiglu_clamp_forward) X(swiglu_clamp_backward) X(embedding_forward_part)         \
-    X(embedding_backward_part) X(vocab_stats) X(vocab_grad) X(vocab_jsd) X(vocab_jsd_grad)
+    X(embedding_backward_part) X(vocab_stats) X(vocab_grad) X(vocab_jsd) X(vocab_jsd_grad)                       \
+    X(rmsnorm_part_stat) X(rmsnorm_part_forward) X(rmsnorm_part_backward)
 
 // The first required op the table lacks, or NULL when it is complete.
 static const char *missing_op(const Backend *be) {

@@ -476,6 +476,22 @@ struct Backend {
     void (*vocab_jsd_grad)(Backend *be, float *zs, const float *zt, const float *rows, float tau, float beta,
                            float softcap, int M, int V);
     // ---- end of vocabulary shards --------------------------------------------------------------
+
+    // ---- RMSNorm over a feature dimension split across ranks (tensor parallelism: OLMo 2's q/k
+    // norms over the whole projection, src/model/qwen3.c). Each rank holds C of the D features of
+    // every row; the per-row sums below are all-reduced over the group between the calls.
+    // stat (N) = sum_c a[n,c] b[n,c] (w ? w[c] : 1): with a = b = inp the sum of squares, with
+    // a = dout, b = inp and the weights the backward's dot
+    void (*rmsnorm_part_stat)(Backend *be, float *stat, const float *a, const float *b, const float *w, int N, int C);
+    // out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(ss / D + eps) from the group's ss (N) (may
+    // alias rstd)
+    void (*rmsnorm_part_forward)(Backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                 const float *ss, int N, int C, int D, float eps);
+    // dinp (N,C) += r (dout w - inp r^2 dot / D) from the group's dot (N); dw (C) += sum_n dout inp r
+    // (either may be NULL)
+    void (*rmsnorm_part_backward)(Backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, const float *rstd, const float *dot, int N, int C, int D);
+    // ---- end of split RMSNorm ------------------------------------------------------------------
 };
 
 // Create a backend by name ("ref", "cpu", "cuda"). threads <= 0: OMP_NUM_THREADS, else all

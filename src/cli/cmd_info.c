@@ -6,6 +6,7 @@
 #include "../model/lora.h"
 #include "../model/mem_plan.h"
 #include "../model/tensors.h"
+#include "../train/tp.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -158,7 +159,7 @@ static Status mesh_arg(const Args *a, const char *flag, const char *env, int *ou
 }
 
 // Per-rank training memory on a tp x fsdp mesh (src/train/tp.c, fsdp.c): the rank's part of the
-// model (heads, kv-heads, MLP columns and vocabulary rows / tp; norms whole), its parameters,
+// model (heads, kv-heads, MLP and expert columns and vocabulary rows / tp; norms whole), its parameters,
 // gradients and AdamW moments / fsdp, the working buffers of FSDP (the largest layer and the rest
 // with their gradients), and the train plan of the local shapes.
 static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err *e) {
@@ -166,15 +167,8 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
     TRY(mesh_arg(a, "tp_size", "TP_SIZE", &tp, e));
     TRY(mesh_arg(a, "fsdp_size", "FSDP_SIZE", &fsdp, e));
     if (tp == 1 && fsdp == 1) return ST_OK;
-    struct { const char *what; int n; } dims[] = {
-        {"num_attention_heads", c->num_attention_heads}, {"num_key_value_heads", c->num_key_value_heads},
-        {"intermediate_size", c->intermediate_size}, {"vocab_size", c->vocab_size}};
-    for (size_t i = 0; i < ARRAY_LEN(dims); i++)
-        if (dims[i].n % tp)
-            return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d is not divisible by it", tp, dims[i].what, dims[i].n);
-    ModelConfig lc = *c;
-    lc.num_attention_heads /= tp, lc.num_key_value_heads /= tp, lc.intermediate_size /= tp;
-    if (tp > 1) lc.vocab_part = c->vocab_size / tp, lc.vocab_lo = 0;  // the embedding and LM head's rows
+    TRY(tp_check_dims(c, tp, NULL, e));
+    ModelConfig lc = tp > 1 ? tp_local_config(c, tp, 0) : *c;
     TensorTable tt;
     tensors_build(&tt, &lc, DT_F32);
     size_t layer = 0, rest = 0;

@@ -57,8 +57,7 @@ Status dist_init(Dist *d, double timeout_s, Err *e) {
 #endif
 }
 
-// One axis: the ranks of d with the same color, ordered by key.
-static Status split(Dist *d, int color, int key, Dist *out, Err *e) {
+Status dist_split(Dist *d, int color, int key, Dist *out, Err *e) {
     dist_single(out);
     out->timeout_s = d->timeout_s;
     out->local_world = d->local_world;
@@ -68,7 +67,7 @@ static Status split(Dist *d, int color, int key, Dist *out, Err *e) {
         MPI_Comm *c = xmalloc(sizeof *c);
         if (MPI_Comm_split(MPI_COMM_WORLD, color, key, c) != MPI_SUCCESS) {
             free(c);
-            return err_set(e, ST_ERUNTIME, "rank %d: MPI_Comm_split of the mesh failed", d->rank);
+            return err_set(e, ST_ERUNTIME, "rank %d: MPI_Comm_split failed", d->rank);
         }
         MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
         MPI_Comm_rank(*c, &out->rank);
@@ -82,7 +81,7 @@ static Status split(Dist *d, int color, int key, Dist *out, Err *e) {
     return ST_OK;
 }
 
-static void axis_free(Dist *a) {
+void dist_split_free(Dist *a) {
 #if defined(STILL_CUDA) && defined(STILL_MPI)
     if (a->nccl) dist_nccl_free(a);
 #endif
@@ -101,10 +100,10 @@ Status dist_mesh_init(Dist *d, int tp, int fsdp, Err *e) {
     DistMesh *m = xcalloc(1, sizeof *m);
     m->tp = tp, m->fsdp = fsdp, m->dp = d->world / (tp * fsdp);
     int t = d->rank % tp, f = d->rank / tp % fsdp, r = d->rank / (tp * fsdp);
-    Status st = split(d, d->rank / tp, t, &m->tp_axis, e);
-    if (st == ST_OK) st = split(d, t + tp * r, f, &m->fsdp_axis, e);
-    if (st == ST_OK) st = split(d, t + tp * f, r, &m->dp_axis, e);
-    if (st == ST_OK) st = split(d, t, d->rank / tp, &m->data_axis, e);
+    Status st = dist_split(d, d->rank / tp, t, &m->tp_axis, e);
+    if (st == ST_OK) st = dist_split(d, t + tp * r, f, &m->fsdp_axis, e);
+    if (st == ST_OK) st = dist_split(d, t + tp * f, r, &m->dp_axis, e);
+    if (st == ST_OK) st = dist_split(d, t, d->rank / tp, &m->data_axis, e);
     m->data_axis.mesh = m;  // the trainers' ranks reach the other axes through it (not its owner)
     d->mesh = m;
     return st;
@@ -120,8 +119,8 @@ Dist *dist_data_axis(Dist *d) { return d && d->mesh && d->mesh->tp > 1 ? &d->mes
 
 void dist_mesh_free(Dist *d) {
     if (!d->mesh || d == &d->mesh->data_axis) return;  // the owner only
-    axis_free(&d->mesh->tp_axis), axis_free(&d->mesh->fsdp_axis), axis_free(&d->mesh->dp_axis);
-    axis_free(&d->mesh->data_axis);
+    dist_split_free(&d->mesh->tp_axis), dist_split_free(&d->mesh->fsdp_axis), dist_split_free(&d->mesh->dp_axis);
+    dist_split_free(&d->mesh->data_axis);
     free(d->mesh);
     d->mesh = NULL;
 }

@@ -53,6 +53,10 @@ Dist *dist_data_axis(Dist *d);
 int dist_lead(const Dist *d);
 // Free the axes (dist_finalize does).
 void dist_mesh_free(Dist *d);
+// One axis of the world (collective: every rank calls it): the ranks with this rank's color,
+// ordered by key, as *out (its own communicator; free it with dist_split_free). d is the world.
+Status dist_split(Dist *d, int color, int key, Dist *out, Err *e);
+void dist_split_free(Dist *a);
 // Abort every process of the job (after a fatal error on one rank).
 void dist_abort(Dist *d, int code);
 

@@ -151,6 +151,10 @@ void config_rope_local_inv_freq(const ModelConfig *cfg, float *inv_freq);
 
 // The rows of the embedding and the LM head this model holds (vocab_part, or the whole V).
 static inline int config_vocab_rows(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_part : c->vocab_size; }
+// Tensor parallelism (src/train/tp.c gives every rank of the group a vocabulary shard): the
+// group's size and this rank's place in it; 1 and 0 for a whole model.
+static inline int config_tp_size(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_size / c->vocab_part : 1; }
+static inline int config_tp_rank(const ModelConfig *c) { return c->vocab_part > 0 ? c->vocab_lo / c->vocab_part : 0; }
 // The experts of each sparse layer this model holds (ep_part, or all E), and the ranks that share them.
 static inline int config_local_experts(const ModelConfig *c) { return c->ep_part > 0 ? c->ep_part : c->num_experts; }
 static inline int config_ep_size(const ModelConfig *c) { return c->ep_size > 1 ? c->ep_size : 1; }

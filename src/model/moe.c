@@ -127,6 +127,9 @@ void moe_block_backward(Backend *be, float *dx, const MoeGrads *G, const float *
     be->zero(be, s->dg, (size_t)Se * FF * (d->fused ? 2 : 1) * sizeof(float));
     if (!d->fused) be->zero(be, s->du, (size_t)Se * FF * sizeof(float));
     be->moe_combine_backward(be, s->dys, s->dw, dout, a->ys, a->w, a->token_slot, N, K, C);
+    // tensor parallel: ys holds this rank's share of each expert's output, so is the routing
+    // weights' gradient (dys is whole: dout is)
+    if (W->split) W->split->reduce(W->split->ctx, s->dw, (size_t)N * K);
     if (W->ex) W->ex->move(W->ex->ctx, 0, s->dyl, s->dys, a->ep_plan, a->offsets, C);  // to the experts' ranks
     be->moe_grouped_matmul_backward(be, s->dh, G->down, G->down_bias, dye, a->h, W->down, W->wdt, offs, Se, Ee, FF, C);
     lora_grouped_bwd(be, W->lora, MOE_LORA_DOWN, s->dh, dye, a->h, offs, Se, Ee, FF, C);
@@ -145,7 +148,8 @@ void moe_block_backward(Backend *be, float *dx, const MoeGrads *G, const float *
     be->moe_gather_backward(be, dx, s->dxs, a->token_slot, N, K, C);
     be->moe_route_backward(be, s->dlogits, s->dw, a->logits, a->idx, N, E, K, d->norm);
     if (stats && aux_coef != 0.0f) be->moe_aux_backward(be, s->dlogits, a->logits, seg, stats, aux_coef, N, E);
-    be->matmul_backward(be, dx, G->router, G->router_bias, s->dlogits, x, W->router, W->router_dt, N, C, E);
+    float *dxr = W->split && !W->split->lead ? NULL : dx;  // whole on every rank: added once
+    be->matmul_backward(be, dxr, G->router, G->router_bias, s->dlogits, x, W->router, W->router_dt, N, C, E);
     lora_router_bwd(be, W->lora, dx, s->dlogits, x, N, C, E);
 }
 

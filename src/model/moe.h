@@ -53,6 +53,15 @@ typedef struct MoeLora {
     float *xd, *dxd;       // (S, widest input) with dropout: the dropped input and its gradient
 } MoeLora;
 
+// Tensor parallel (src/train/tp.c): every expert's intermediate columns are split over a group
+// (gate / up rows, down columns), so the block's output and input gradient are partial sums the
+// caller all-reduces; the router is whole on every rank.
+typedef struct MoeSplit {
+    void *ctx;
+    void (*reduce)(void *ctx, float *buf, size_t n);  // buf (n floats, device) summed over the group
+    int lead;  // rank 0 of the group: adds the router's share of the input gradient (once)
+} MoeSplit;
+
 typedef struct MoeWeights {
     const void *router;        // (E,C)
     const float *router_bias;  // (E) or NULL
@@ -62,6 +71,8 @@ typedef struct MoeWeights {
     DType router_dt, wdt;      // storage of the router and of the experts
     const MoeLora *lora;       // the adapter's share, or NULL
     const MoeExchange *ex;     // expert parallel, or NULL; gate / up / down then hold the El local experts
+    const MoeSplit *split;     // tensor parallel, or NULL; gate / up / down then hold FF of each expert's
+                               // columns (down_bias NULL on the ranks but the group's first)
 } MoeWeights;
 
 typedef struct MoeGrads {  // accumulated into (+=); any may be NULL

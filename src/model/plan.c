@@ -227,6 +227,7 @@ static void plan_layout(Arena *a, Plan *p, const ModelConfig *cfg, PlanMode mode
             p->dgate = TAKE_F(N * FF);
             p->dup = TAKE_F(N * FF);
         }
+        p->norm_dot = cfg->qk_norm == QKNORM_PROJ && config_tp_size(cfg) > 1 ? TAKE_F(N) : NULL;
         p->dpost = (cfg->norms & (NORM_POST_ATTN | NORM_POST_MLP)) ? TAKE_F(N * C) : NULL;
         if (any_mlps(cfg) & MLP_MOE) {
             size_t E = cfg->num_experts, S = N * cfg->num_experts_per_tok, FFE = cfg->moe_intermediate_size;

@@ -85,6 +85,7 @@ typedef struct Plan {
     float *dqr, *dkr;      // (N,NH*HD), (N,NKV*HD)
     float *datt;           // (N,NH*HD)
     float *dact, *dgate, *dup;  // (N,FF)
+    float *norm_dot;       // (N) tensor parallel QKNORM_PROJ: the split q/k norm's backward dot, else NULL
     float *dpost;          // (N,C) d(sublayer output) before a post-norm (NORM_POST_*), else NULL
     // DECODE only: the static KV cache and one decoding step's head and sampler buffers
     float *kcache, *vcache;  // per layer (B,NKV,slots,HD) at plan_cache_offset: keys after q/k norm and RoPE; values

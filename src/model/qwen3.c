@@ -102,13 +102,21 @@ static float *head_grad(const Model *m) {
 #define W(kind, l) weight(m, (kind), (l), NULL)
 #define F(kind, l) ((const float *)weight(m, (kind), (l), NULL))
 
-// out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias is kind wk + 1), plus the
+// The bias of projection wk (kind wk + 1), or NULL. Tensor parallel: o_proj's and down_proj's
+// outputs are partial sums over the group, their whole bias is added once (on its rank 0).
+static const float *proj_bias(const Model *m, TensorKind wk, int l) {
+    if ((wk == TK_WO || wk == TK_WD) && config_tp_rank(&m->cfg) > 0) return NULL;
+    return F(wk + 1, l);
+}
+
+// out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias: proj_bias), plus the
 // adapter's share when it has one.
+
 static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C,
                            int OC) {
     DType dt;
     const void *w = weight(m, wk, l, &dt);
-    m->be->matmul_forward(m->be, out, inp, w, dt, F(wk + 1, l), N, C, OC);
+    m->be->matmul_forward(m->be, out, inp, w, dt, proj_bias(m, wk, l), N, C, OC);
     lora_forward(m, p, l, wk, out, inp, N, C, OC);
 }
 
@@ -124,7 +132,7 @@ static void linear_forward_multi(Model *m, Plan *p, int l, int count, const Tens
     MatmulPart parts[4] = {{0}};
     CHECK(count >= 1 && count <= 4);
     for (int i = 0; i < count; i++) {
-        parts[i] = (MatmulPart){.out = out[i], .bias = F(wk[i] + 1, l), .OC = OC[i]};
+        parts[i] = (MatmulPart){.out = out[i], .bias = proj_bias(m, wk[i], l), .OC = OC[i]};
         parts[i].w = weight(m, wk[i], l, &parts[i].wdt);
     }
     be->matmul_forward_multi(be, parts, count, inp, N, C);
@@ -167,6 +175,35 @@ static void norm_bwd(Model *m, float *dinp, float *dw, const float *dout, const 
     Backend *be = m->be;
     if (m->cfg.norm_plus_one) be->rmsnorm_backward_off(be, dinp, dw, dout, inp, w, 1.0f, rstd, N, C);
     else be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+// RMSNorm over the whole q (or k) projection, C of its features here: under tensor parallelism
+// the rows' sums of squares are summed over the group (QKNORM_PROJ heads are split).
+static void proj_norm_fwd(Model *m, float *out, float *rstd, const float *inp, const float *w, int N, int C) {
+    Backend *be = m->be;
+    int T = config_tp_size(&m->cfg);
+    if (T == 1) {
+        norm_fwd(m, out, rstd, inp, w, N, C);
+        return;
+    }
+    be->rmsnorm_part_stat(be, rstd, inp, inp, NULL, N, C);
+    model_reduce(m, rstd, (size_t)N);
+    be->rmsnorm_part_forward(be, out, rstd, inp, w, rstd, N, C, C * T, (float)m->cfg.rms_norm_eps);
+}
+
+// Its backward: the rows' dot of the output gradient, the weights and the input summed over the
+// group (dot: N floats of scratch).
+static void proj_norm_bwd(Model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, float *dot, int N, int C) {
+    Backend *be = m->be;
+    int T = config_tp_size(&m->cfg);
+    if (T == 1) {
+        norm_bwd(m, dinp, dw, dout, inp, w, rstd, N, C);
+        return;
+    }
+    be->rmsnorm_part_stat(be, dot, dout, inp, w, N, C);
+    model_reduce(m, dot, (size_t)N);
+    be->rmsnorm_part_backward(be, dinp, dw, dout, inp, w, rstd, dot, N, C, C * T);
 }
 
 // The gated MLP's activation: act(gate) * up with the family's act.
@@ -215,8 +252,8 @@ static void layer_qkv(Model *m, Plan *p, LayerActs *a, int l, int N) {
         norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N * NH, HD);
         norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N * NKV, HD);
     } else if (cfg->qk_norm == QKNORM_PROJ) {
-        norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
-        norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
+        proj_norm_fwd(m, a->qr, a->rstdq, a->q, F(TK_QN, l), N, QD);
+        proj_norm_fwd(m, a->kr, a->rstdk, a->k, F(TK_KN, l), N, KD);
     }
     be->rope_forward(be, a->qr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
     be->rope_forward(be, a->kr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
@@ -249,9 +286,16 @@ static MoeDims moe_dims(const Model *m, int N) {
     return d;
 }
 
-// The block's weights, with the adapter's share (ml: its storage) when one is active.
-static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
+static void moe_reduce(void *ctx, float *buf, size_t n) { model_reduce(ctx, buf, n); }
+
+// The block's weights, with the adapter's share (ml: its storage) when one is active and, tensor
+// parallel, the group's split of every expert (ms: its storage).
+static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml, MoeSplit *ms) {
     MoeWeights w = {0};
+    if (config_tp_size(&m->cfg) > 1) {
+        *ms = (MoeSplit){.ctx = m, .reduce = moe_reduce, .lead = config_tp_rank(&m->cfg) == 0};
+        w.split = ms;
+    }
     w.lora = lora_moe(m, p, l, ml);
     w.ex = m->hooks ? m->hooks->moe_ex : NULL;  // expert parallel (src/train/ep.c)
     w.router = weight(m, TK_ROUTER, l, &w.router_dt);
@@ -260,7 +304,7 @@ static MoeWeights moe_weights(Model *m, Plan *p, int l, MoeLora *ml) {
         w.gate = weight(m, TK_XGU, l, &w.wdt);
         w.down = weight(m, TK_XD, l, NULL);
         w.gate_bias = F(TK_XGU_B, l);
-        w.down_bias = F(TK_XD_B, l);
+        w.down_bias = w.split && !w.split->lead ? NULL : F(TK_XD_B, l);  // partial sums: added once
         return w;
     }
     w.gate = weight(m, TK_EXP_G, l, &w.wdt);
@@ -302,8 +346,10 @@ static void layer_out(Model *m, Plan *p, LayerActs *a, int l, float *next, int N
     if (cfg->layer_moe[l]) {
         MoeDims d = moe_dims(m, N);
         MoeLora ml;
-        MoeWeights w = moe_weights(m, p, l, &ml);
+        MoeSplit ms;
+        MoeWeights w = moe_weights(m, p, l, &ml, &ms);
         moe_block_forward(be, y, a->ln2, &w, &a->moe, &d, p->moe_aux ? p->moe_stats : NULL, p->seg);
+        model_reduce(m, y, (size_t)N * C);  // tensor parallel: the experts' columns' partial sums
     } else {
         linear_forward_multi(m, p, l, 2, (const TensorKind[]){TK_WG, TK_WU}, (float *const[]){a->gate, a->up}, a->ln2,
                              N, C, (const int[]){FF, FF});
@@ -582,15 +628,19 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             norm_bwd(m, p->dpost, G(TK_LNF, l), p->dres, a->mo, F(TK_LNF, l), a->rstdm, N, C);
             dmo = p->dpost;
         }
+        // Tensor parallel: a split block's input gradient is a partial sum, kept apart (dln) and
+        // all-reduced before it joins the residual's.
+        int split = config_tp_size(cfg) > 1;
         float *dx = p->dres;
-        if (cfg->norms & NORM_PRE_MLP) {
+        if ((cfg->norms & NORM_PRE_MLP) || split) {
             be->zero(be, p->dln, (size_t)N * C * fs);
             dx = p->dln;
         }
         if (cfg->layer_moe[l]) {
             MoeDims d = moe_dims(m, N);
             MoeLora ml;
-            MoeWeights w = moe_weights(m, p, l, &ml);
+            MoeSplit ms;
+            MoeWeights w = moe_weights(m, p, l, &ml, &ms);
             MoeGrads g = moe_grads(m, l);
             moe_block_backward(be, dx, &g, dmo, a->ln2, &w, &a->moe, &p->moe_scr, &d, p->moe_aux ? p->moe_stats : NULL,
                                moe_aux_coef(m, p), p->seg);
@@ -604,10 +654,11 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
             linear_backward(m, p, l, TK_WU, dx, p->dup, a->ln2, N, C, FF);
         }
         if (cfg->norms & NORM_PRE_MLP) {
-            // tensor parallel (pre-norm families): every rank's share; a sparse layer's experts are
-            // replicated, their input gradient whole on every rank
-            if (!cfg->layer_moe[l]) model_reduce(m, p->dln, (size_t)N * C);
+            model_reduce(m, p->dln, (size_t)N * C);  // tensor parallel: every rank's share
             norm_bwd(m, p->dres, G(TK_LN2, l), p->dln, a->res_mid, F(TK_LN2, l), a->rstd2, N, C);
+        } else if (split) {
+            model_reduce(m, p->dln, (size_t)N * C);
+            be->add(be, p->dres, p->dres, p->dln, (size_t)N * C);
         }
         // attention block: res_mid = res_in + [norm](o(attn(rope(qk_norm(q)), rope(qk_norm(k)), v)));
         // dres = d(res_mid).
@@ -632,16 +683,18 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         be->rope_backward(be, p->dqr, p->pos, rope_table(m, l), m->rope_mscale, N, NH, HD, cfg->rotary_dim);
         be->rope_backward(be, p->dkr, p->pos, rope_table(m, l), m->rope_mscale, N, NKV, HD, cfg->rotary_dim);
         if (cfg->qk_norm) {
-            int per_head = cfg->qk_norm == QKNORM_HEAD;
             be->zero(be, p->dq, (size_t)N * QD * fs);
             be->zero(be, p->dk, (size_t)N * KD * fs);
-            norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, per_head ? N * NH : N,
-                     per_head ? HD : QD);
-            norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, per_head ? N * NKV : N,
-                     per_head ? HD : KD);
+        }
+        if (cfg->qk_norm == QKNORM_HEAD) {
+            norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, N * NH, HD);
+            norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, N * NKV, HD);
+        } else if (cfg->qk_norm == QKNORM_PROJ) {
+            proj_norm_bwd(m, p->dq, G(TK_QN, l), p->dqr, a->q, F(TK_QN, l), a->rstdq, p->norm_dot, N, QD);
+            proj_norm_bwd(m, p->dk, G(TK_KN, l), p->dkr, a->k, F(TK_KN, l), a->rstdk, p->norm_dot, N, KD);
         }
         dx = p->dres;
-        if (cfg->norms & NORM_PRE_ATTN) {
+        if ((cfg->norms & NORM_PRE_ATTN) || split) {
             be->zero(be, p->dln, (size_t)N * C * fs);
             dx = p->dln;
         }
@@ -651,6 +704,9 @@ void qwen3_backward_from_lnf(Model *m, Plan *p) {
         if (cfg->norms & NORM_PRE_ATTN) {
             model_reduce(m, p->dln, (size_t)N * C);
             norm_bwd(m, p->dres, G(TK_LN1, l), p->dln, a->res_in, F(TK_LN1, l), a->rstd1, N, C);
+        } else if (split) {
+            model_reduce(m, p->dln, (size_t)N * C);
+            be->add(be, p->dres, p->dres, p->dln, (size_t)N * C);
         }
         model_grads_done(m, l);
     }

@@ -105,7 +105,10 @@ static int is_eos(const Grpo *g, int32_t id) {
 
 // ---- log-probs of completion tokens ----------------------------------------------------------
 
-// Rows rows[0..B) of the round as a scoring batch (B rows, T = padded longest prompt + C).
+// Rows rows[0..B) of the round as a scoring batch (B rows, T = padded longest prompt + C). A
+// completion that mask_truncated_completions masks keeps only its prompt: TRL's attention_mask
+// is cat(prompt_mask, completion_mask) with that row's completion_mask zeroed, which takes its
+// tokens out of a mixture of experts' load-balancing loss (nothing else reads them: mask 0).
 static Status build_batch(Grpo *g, const int *rows, ScoreBatch *sb, Err *e) {
     const int32_t **pp = g->mb_p, **cc = g->mb_c;
     int *pl = g->mb_pl, *cl = g->mb_cl;
@@ -113,7 +116,8 @@ static Status build_batch(Grpo *g, const int *rows, ScoreBatch *sb, Err *e) {
         int i = rows[b];
         const PromptRow *pr = &g->ps.rows[g->prompt[i]];
         pp[b] = pr->ids, pl[b] = pr->n;
-        cc[b] = g->ids + (size_t)i * g->C, cl[b] = g->mlen[i];
+        cc[b] = g->ids + (size_t)i * g->C;
+        cl[b] = g->c->mask_truncated_completions && g->truncated[i] ? 0 : g->mlen[i];
     }
     TRY(score_batch_build(sb, pp, pl, cc, cl, g->B, g->C, g->c->pad_to_multiple_of, g->gen.eos, g->gen.n_eos, e));
     CHECK(sb->T <= g->Tmax && sb->B == g->B);

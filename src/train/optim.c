@@ -131,6 +131,7 @@ size_t optim_state_bytes(const Optim *o) { return 2 * (o->hi - o->lo) * sizeof(f
 // group; the squared norm counting replicated tensors (the same on every rank) once.
 typedef struct TpPieces {
     Backend *be;
+    const ModelConfig *cfg;
     float *g;
     Dist *tp;
     double ss;
@@ -141,10 +142,10 @@ typedef struct TpPieces {
 static void tp_piece(void *ctx, const TensorInfo *t, size_t elem, size_t at, size_t len) {
     TpPieces *c = ctx;
     (void)elem;
-    if (c->st == ST_OK && (t->kind == TK_QN || t->kind == TK_KN))
+    if (c->st == ST_OK && tp_grad_summed(c->cfg, t->kind))
         c->st = dist_allreduce_sum(c->tp, c->be, c->g + at, len, c->e);
     double s = c->be->sumsq(c->be, c->g + at, len);
-    c->ss += tp_split_dim(t->kind) >= 0 ? s : s / c->tp->world;
+    c->ss += tp_split_dim(c->cfg, t->kind) >= 0 ? s : s / c->tp->world;
 }
 
 Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
@@ -157,7 +158,7 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
         if (f->dp) TRY(dist_allreduce_sum(f->dp, be, f->g, f->n, e));
         double ss;
         if (d->mesh && d->mesh->tp > 1) {  // TP x FSDP: the blocks of q_norm / k_norm summed over the group
-            TpPieces c = {be, f->g, &d->mesh->tp_axis, 0, ST_OK, e};
+            TpPieces c = {be, &m->cfg, f->g, &d->mesh->tp_axis, 0, ST_OK, e};
             fsdp_for_pieces(f, tp_piece, &c);
             TRY(c.st);
             TRY(dist_allreduce_sum_host_d(c.tp, &c.ss, 1, e));
@@ -175,25 +176,25 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
         Dist *tp = &mesh->tp_axis;
         const TensorTable *tt = &m->tt;
         for (int i = 0; i < tt->n; i++)  // per-head norms: each rank's heads' share
-            if (tt->t[i].kind == TK_QN || tt->t[i].kind == TK_KN)
+            if (tp_grad_summed(&m->cfg, tt->t[i].kind))
                 TRY(dist_allreduce_sum(tp, be, grads + tt->t[i].goffset, tt->t[i].numel, e));
         TRY(dist_allreduce_sum(d, be, grads, o->n, e));
         double ss = 0;  // split tensors once per rank, replicated ones (the same on every rank) once
         for (int i = 0; i < tt->n; i++) {
             double s = be->sumsq(be, grads + tt->t[i].goffset, tt->t[i].numel);
-            ss += tp_split_dim(tt->t[i].kind) >= 0 ? s : s / tp->world;
+            ss += tp_split_dim(&m->cfg, tt->t[i].kind) >= 0 ? s : s / tp->world;
         }
         TRY(dist_allreduce_sum_host_d(tp, &ss, 1, e));
         *grad_norm = sqrt(ss);
         return ST_OK;
     }
-    if (m->cfg.ep_part > 0) {  // expert parallel: the experts' gradients are whole on their rank already
-        CHECK(o->zero_stage == 0 && !m->lora);
+    if (m->cfg.ep_part > 0) {  // expert parallel: the experts' gradients are whole in their group already
+        CHECK(o->zero_stage == 0 && !m->lora && m->hooks && m->hooks->moe_ex);
         const TensorTable *tt = &m->tt;
         double ss_own = 0, ss = 0;
-        for (int i = 0; i < tt->n;) {  // runs of tensors other ranks hold too, all-reduced run by run
+        TRY(ep_reduce_experts(m->hooks->moe_ex->ctx, m, grads, &ss_own, e));  // over the replicas
+        for (int i = 0; i < tt->n;) {  // runs of tensors every rank holds, all-reduced run by run
             if (ep_local_kind(tt->t[i].kind)) {
-                ss_own += be->sumsq(be, grads + tt->t[i].goffset, tt->t[i].numel);
                 i++;
                 continue;
             }
@@ -204,7 +205,6 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
             ss += be->sumsq(be, grads + lo, n);
             i = j;
         }
-        TRY(dist_allreduce_sum_host_d(d, &ss_own, 1, e));  // the group's experts, each once
         *grad_norm = sqrt(ss + ss_own);
         return ST_OK;
     }

@@ -316,9 +316,9 @@ Status score_batch_build(ScoreBatch *sb, const int32_t *const *prompts, const in
         int32_t *ids = sb->ids + (size_t)r * T, *pos = sb->pos + (size_t)r * T, *seg = sb->seg + (size_t)r * T;
         int32_t *tgt = sb->targets + (size_t)r * T;
         int pl = prompt_lens[r], cl = completion_lens[r], off = P - pl;
-        for (int t = 0; t < pl; t++) ids[off + t] = prompts[r][t], pos[off + t] = t, seg[off + t] = 1;
-        for (int k = 0; k < cl; k++) ids[P + k] = completions[r][k], pos[P + k] = pl + k, seg[P + k] = 1;
         int m = rollout_mask_len(completions[r], cl, eos, n_eos);
+        for (int t = 0; t < pl; t++) ids[off + t] = prompts[r][t], pos[off + t] = t, seg[off + t] = 1;
+        for (int k = 0; k < m; k++) ids[P + k] = completions[r][k], pos[P + k] = pl + k, seg[P + k] = 1;
         for (int k = 0; k < m; k++) tgt[P - 1 + k] = completions[r][k];
         sb->comp_len[r] = m;
         // truncated: the completion ends without an EOS (max_new_tokens reached)

@@ -73,12 +73,13 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     Ep ep = {0};  // --ep_size P: this rank's experts (ep.h)
     if (st == ST_OK && c->ep_size > 1) {
         int world = c->dist ? c->dist->world : 1;
-        if (world != c->ep_size || dd != c->dist || c->train.zero_stage != 0)
-            st = err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism runs on exactly that many ranks (mpirun -np %d; "
-                                       "here %d), without --tp_size, --fsdp_size or --zero_stage so far", c->ep_size,
-                         c->ep_size, world);
+        if (world % c->ep_size || dd != c->dist || c->train.zero_stage != 0)
+            st = err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism runs on a multiple of that many ranks (ep_size x "
+                                       "data-parallel replicas: mpirun -np %d, %d, ...; here %d), without --tp_size, "
+                                       "--fsdp_size or --zero_stage so far", c->ep_size, c->ep_size, 2 * c->ep_size,
+                         world);
         else
-            st = ep_shard(&ep, &m, c->dist, e);
+            st = ep_shard(&ep, &m, c->dist, c->ep_size, e);
     }
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)

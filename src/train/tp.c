@@ -7,39 +7,47 @@
 
 #include <string.h>
 
-int tp_split_dim(TensorKind kind) {
+int tp_split_dim(const ModelConfig *c, TensorKind kind) {
     switch (kind) {
+    case TK_QN: case TK_KN: return c->qk_norm == QKNORM_PROJ ? 0 : -1;  // over the projection: with its heads
     case TK_WQ: case TK_BQ: case TK_WK: case TK_BK: case TK_WV: case TK_BV:
     case TK_WG: case TK_BG: case TK_WU: case TK_BU: return 0;
     case TK_EMBED: case TK_LM_HEAD: return 0;  // rows: the rank's shard of the vocabulary
     case TK_WQKV: case TK_WGU: return 0;       // rows of each part: [q_t; k_t; v_t], [gate_t; up_t]
-    case TK_WO: case TK_WD: return 1;
+    case TK_SINKS: return 0;                   // one per query head
+    case TK_EXP_G: case TK_EXP_U: return 0;    // every expert's columns (moe_intermediate_size)
+    case TK_XGU: case TK_XGU_B: return 0;      // rows of each expert's block (gate, up interleaved)
+    case TK_EXP_D: case TK_XD: return 1;       // the router and down's biases (TK_XD_B) whole
+    case TK_WO: case TK_WD: return 1;          // their biases whole, added on rank 0 of the group (qwen3.c)
     default: return -1;
     }
 }
 
-Status tp_check_model(const Model *m, int T, Err *e) {
-    const ModelConfig *c = &m->cfg;
-    const char *dir = m->dir ? m->dir : "the model";
+int tp_grad_summed(const ModelConfig *c, TensorKind kind) {
+    return (kind == TK_QN || kind == TK_KN) && c->qk_norm == QKNORM_HEAD;
+}
+
+Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e) {
+    if (!dir) dir = "the model";
     struct { const char *what; int n; } dims[] = {
         {"num_attention_heads", c->num_attention_heads}, {"num_key_value_heads", c->num_key_value_heads},
-        {"intermediate_size", c->intermediate_size}, {"vocab_size", c->vocab_size}};
+        {"intermediate_size", c->intermediate_size}, {"vocab_size", c->vocab_size},
+        {"moe_intermediate_size", c->num_experts > 0 ? c->moe_intermediate_size : 0}};
     for (size_t i = 0; i < ARRAY_LEN(dims); i++)
         if (dims[i].n % T)
             return err_set(e, ST_EUSAGE, "--tp_size %d: %s %d of %s is not divisible by it (tensor parallelism splits "
                                          "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
                            dims[i].n, dir);
-    if (!(c->norms & NORM_PRE_ATTN) || !(c->norms & NORM_PRE_MLP) || (c->qk_norm && c->qk_norm != QKNORM_HEAD))
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has no pre-attention / pre-MLP norm or a q/k norm over "
-                                           "all heads; tensor parallelism supports pre-norm blocks with per-head q/k "
-                                           "norms so far", T, dir);
-    for (int i = 0; i < m->tt.n; i++)  // experts are replicated (tp_split_dim -1); sinks are per head
-        if (m->tt.t[i].kind == TK_SINKS)
-            return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has attention sinks (%s); tensor parallelism does "
-                                               "not split those yet", T, dir, m->tt.t[i].name);
-    if (c->o_bias || c->mlp_bias)
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has a bias on o_proj or down_proj; tensor parallelism "
-                                           "does not support those yet", T, dir);
+    return ST_OK;
+}
+
+Status tp_check_model(const Model *m, int T, Err *e) {
+    const ModelConfig *c = &m->cfg;
+    const char *dir = m->dir ? m->dir : "the model";
+    TRY(tp_check_dims(c, T, dir, e));
+    if (c->qk_norm == QKNORM_PROJ && c->norm_plus_one)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has (1 + w) q/k norms over the whole projection; tensor "
+                                           "parallelism splits those with plain weights only", T, dir);
     if (c->num_labels > 0 || m->lora || m->matrix_dtype == DT_Q8_0)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports causal LMs with fp32 or bf16 "
                                            "weights of their own (no classifier, adapter or Q8_0) so far", T);
@@ -65,9 +73,14 @@ static void copy_bytes(Backend *be, void *dst, const void *src, size_t n) {
 }
 
 // The row blocks of a tensor split by rows, in the local model lc: a fused projection's parts (q,
-// k, v; gate, up), each split on its own, else the one block of the tensor's rows. Returns the count.
+// k, v; gate, up), GPT-OSS's experts' blocks of gate_up rows (E of them), each split on its own,
+// else the one block of the tensor's rows. Returns the count.
 static int row_parts(const ModelConfig *lc, const TensorInfo *l, int64_t *rows) {
     int64_t QD = (int64_t)lc->num_attention_heads * lc->head_dim, KD = (int64_t)lc->num_key_value_heads * lc->head_dim;
+    if (l->kind == TK_XGU || l->kind == TK_XGU_B) {
+        for (int e = 0; e < lc->num_experts; e++) rows[e] = 2 * (int64_t)lc->moe_intermediate_size;
+        return lc->num_experts;
+    }
     if (l->kind == TK_WQKV) {
         rows[0] = QD, rows[1] = KD, rows[2] = KD;
         return 3;
@@ -85,13 +98,13 @@ static int row_parts(const ModelConfig *lc, const TensorInfo *l, int64_t *rows) 
 static void copy_part_es(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
                          const TensorInfo *l, int t, int to_full, size_t es) {
     if (!es) es = dtype_size(l->dtype);
-    int dim = tp_split_dim(l->kind);
+    int dim = tp_split_dim(lc, l->kind);
     char *F = full, *Lp = local;
     if (dim < 0) {
         if (to_full) copy_bytes(be, F, Lp, l->numel * es);
         else copy_bytes(be, Lp, F, l->numel * es);
     } else if (dim == 0) {  // of each row block of R local rows, rows [t R, (t+1) R) of the full one
-        int64_t rows[3];
+        int64_t *rows = xmalloc((size_t)MAX(3, lc->num_experts) * sizeof(int64_t));
         int parts = row_parts(lc, l, rows);
         size_t T = (size_t)(f->shape[0] / l->shape[0]), row = l->numel * es / (size_t)l->shape[0], at = 0;
         for (int k = 0; k < parts; k++) {
@@ -100,6 +113,7 @@ static void copy_part_es(Backend *be, const ModelConfig *lc, void *full, const T
             else copy_bytes(be, Lp + at, F + fo, bytes);
             at += bytes;
         }
+        free(rows);
         CHECK(at == l->numel * es);
     } else {  // every row's columns [t K, (t+1) K)
         size_t K = (size_t)l->shape[1], Kf = (size_t)f->shape[1];
@@ -117,11 +131,12 @@ static void copy_part(Backend *be, const ModelConfig *lc, void *full, const Tens
     copy_part_es(be, lc, full, f, local, l, t, to_full, 0);
 }
 
-static ModelConfig local_config(const ModelConfig *c, int T, int t) {
+ModelConfig tp_local_config(const ModelConfig *c, int T, int t) {
     ModelConfig l = *c;
     l.num_attention_heads /= T;
     l.num_key_value_heads /= T;
     l.intermediate_size /= T;
+    if (c->num_experts > 0) l.moe_intermediate_size /= T;
     l.vocab_part = c->vocab_size / T;  // vocab_size stays the whole vocabulary (ids, targets)
     l.vocab_lo = t * l.vocab_part;
     return l;  // raw: the full model's fields (what a gathered save writes)
@@ -132,7 +147,7 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
     int T = d->world, t = d->rank;
     memset(tp, 0, sizeof *tp);
     TRY(tp_check_model(m, T, e));
-    ModelConfig lc = local_config(&m->cfg, T, t);
+    ModelConfig lc = tp_local_config(&m->cfg, T, t);
     Model *l = model_alloc(&lc, m->be, m->matrix_dtype);
     l->dir = m->dir ? xstrdup(m->dir) : NULL;
     l->ckpt_dtype = m->ckpt_dtype;
@@ -147,8 +162,9 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
              "%d of %d vocabulary rows (here [%d, %d))", T, lc.num_attention_heads, m->cfg.num_attention_heads,
              lc.num_key_value_heads, m->cfg.num_key_value_heads, lc.intermediate_size, m->cfg.intermediate_size,
              lc.vocab_part, m->cfg.vocab_size, lc.vocab_lo, lc.vocab_lo + lc.vocab_part);
-    if (m->cfg.num_experts > 0) log_info("tensor parallel: the %d experts of the sparse layers are whole on every rank",
-                                         m->cfg.num_experts);
+    if (m->cfg.num_experts > 0)
+        log_info("tensor parallel: each holds %d of %d columns of each of the %d experts (the router whole)",
+                 lc.moe_intermediate_size, m->cfg.moe_intermediate_size, m->cfg.num_experts);
     model_free(m);
     tp->d = d;
     tp->hooks = (ModelHooks){.reduce = reduce, .gather = gather, .reduce_ctx = tp};
@@ -162,6 +178,7 @@ static ModelConfig full_config(const ModelConfig *c, int T) {
     f.num_attention_heads *= T;
     f.num_key_value_heads *= T;
     f.intermediate_size *= T;
+    if (c->num_experts > 0) f.moe_intermediate_size *= T;
     f.vocab_part = f.vocab_lo = 0;
     return f;
 }
@@ -207,7 +224,7 @@ Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, E
         for (int r = 0; r < T; r++) counts[r] = n;
         float *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
         st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
-        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++)
+        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(&m->cfg, lt->kind) < 0 ? 1 : T); r++)
             copy_part_es(NULL, &m->cfg, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
         free(all);
     }
@@ -235,7 +252,7 @@ Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e) {
         if (st == ST_OK && root) {  // rank r's part from its block, through a device stage
             const TensorInfo *ft = tensors_find(&f->tt, lt->name);
             float *stage = be->alloc(be, n * sizeof(float));
-            for (int r = 0; r < (tp_split_dim(lt->kind) < 0 ? 1 : T); r++) {
+            for (int r = 0; r < (tp_split_dim(&m->cfg, lt->kind) < 0 ? 1 : T); r++) {
                 be->upload(be, stage, all + (size_t)r * n, n * sizeof(float));
                 copy_part(be, &m->cfg, f->data[ft - f->tt.t], ft, stage, lt, r, 1);
             }

@@ -5,10 +5,14 @@
 // embedding and the LM head by vocabulary rows (cfg.vocab_lo / vocab_part: the heads on vocabulary
 // shards of model/vocab_head.h); norms are replicated. The block outputs of o and down are partial sums,
 // all-reduced over the group through the model's reduce hook (model.h) before each residual add,
-// and the activation gradients entering the two norms of a layer are all-reduced in the backward
+// (the biases of o and down added by rank 0 of the group only; attention sinks split with their
+// heads), and the activation gradients entering the two norms of a layer are all-reduced in the backward
 // pass, so the residual stream and every replicated tensor's gradient are the same on every rank
-// of the group. q_norm / k_norm see only their rank's heads: their gradients are summed over the
-// group before the update (optim.c).
+// of the group (a block without a pre-norm, OLMo 2's, all-reduces its input gradient before it
+// joins the residual's). Per-head q_norm / k_norm see only their rank's heads: their gradients are
+// summed over the group before the update (optim.c). q_norm / k_norm over the whole projection
+// (OLMo 2) are split with the heads, the rows' sums of squares all-reduced in the forward pass and
+// the norm's dot in the backward pass.
 #ifndef STILL_TP_H
 #define STILL_TP_H
 
@@ -22,11 +26,21 @@ typedef struct Tp {
     ModelHooks hooks;
 } Tp;
 
-// How kind is split: 0 by rows (output features), 1 by columns (input features), -1 replicated.
-int tp_split_dim(TensorKind kind);
+// How kind is split in a model of config c: 0 by rows (output features), 1 by columns (input
+// features), -1 replicated.
+int tp_split_dim(const ModelConfig *c, TensorKind kind);
+// Whether a replicated tensor's gradient is each rank's share, summed over the group before the
+// update: the per-head q/k norms (every rank's heads).
+int tp_grad_summed(const ModelConfig *c, TensorKind kind);
+// The usage error (naming dir, NULL: "the model") when heads, kv-heads, intermediate_size,
+// moe_intermediate_size (with experts) or vocab_size of c is not divisible by T.
+Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e);
+// The config of rank t's part of a model of config c split T ways: NH/T heads, NKV/T kv-heads,
+// FF/T MLP columns and FFE/T columns of every expert, and its shard of the vocabulary.
+ModelConfig tp_local_config(const ModelConfig *c, int T, int t);
 // Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
-// (usage errors naming the one that is not), and what is not supported yet (biases on o_proj /
-// down_proj, classifiers, adapters, Q8_0 weights). A frozen model (generation) is copied.
+// (usage errors naming the one that is not), and what is not supported yet (classifiers,
+// adapters, Q8_0 weights). A frozen model (generation) is copied.
 Status tp_check_model(const Model *m, int T, Err *e);
 // Replace *m by rank t's part of it (the full model is freed) and install the reduce hook over
 // d (the tensor-parallel axis, d->world = T).

@@ -5,9 +5,10 @@
 # and on the norms' input gradients), and so do TP=2 x 2 data-parallel replicas (4 ranks, an
 # untied LM head) and TP=2 x FSDP=2 (4 ranks, each layer gathered over the FSDP axis); the written
 # model and checkpoints are the plain layout (a TP run resumes bit for bit; one process resumes a
-# TP checkpoint and TP resumes one process's); DPO, GRPO and distillation steps match; `still
-# generate --tp_size 2` gives one process's greedy and sampled tokens; what TP does not do yet is
-# refused.
+# TP checkpoint and TP resumes one process's); OLMo 2 (q/k norms over the whole projection,
+# post-norms), GPT-OSS (sinks, o_proj and expert biases) and Qwen3-MoE with every expert split
+# match too; DPO, GRPO and distillation steps match; `still generate --tp_size 2` gives one
+# process's greedy and sampled tokens; what TP does not do yet is refused.
 set -u
 source tests/e2e/lib.sh
 source tests/mpi_env.sh
@@ -37,10 +38,15 @@ for x, y in zip(a, b):
         assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
 PY
 }
-same_as_one() {  # name, model, ranks, rows per rank, flags...
+same_as_one() {  # name, model, ranks, rows per rank, flags... ($base: the reference's ranks and flags, else one process)
   local name=$1 model=$2 np=$3 b=$4; shift 4
-  $BIN sft --model $model $C --per_device_train_batch_size 4 --output_dir "$tmp/$name.1" >/dev/null 2>"$tmp/err1" \
-    || { fail "$name" "one process: $(tail -2 "$tmp/err1")"; return; }
+  if [ -n "${base:-}" ]; then
+    timeout -s KILL 120 mpirun $MPI_FLAGS -np ${base%% *} $BIN sft --model $model $C --per_device_train_batch_size $b \
+      ${base#* } --output_dir "$tmp/$name.1" >/dev/null 2>"$tmp/err1" || { fail "$name" "reference: $(tail -2 "$tmp/err1")"; return; }
+  else
+    $BIN sft --model $model $C --per_device_train_batch_size 4 --output_dir "$tmp/$name.1" >/dev/null 2>"$tmp/err1" \
+      || { fail "$name" "one process: $(tail -2 "$tmp/err1")"; return; }
+  fi
   local out rc d drc cur crc
   out=$(timeout -s KILL 120 mpirun $MPI_FLAGS -np $np $BIN sft --model $model $C --per_device_train_batch_size $b "$@" \
     --output_dir "$tmp/$name.n" 2>&1 >/dev/null); rc=$?
@@ -48,6 +54,7 @@ same_as_one() {  # name, model, ranks, rows per rank, flags...
   cur=$(same_curves "$tmp/$name.1/metrics.jsonl" "$tmp/$name.n/metrics.jsonl" 2>&1); crc=$?
   # each rank holds its half of the vocabulary (the embedding, the LM head and the loss head's logits)
   if ! grep -q "192 of 384 vocabulary rows (here \[0, 192))" <<<"$out"; then rc="$rc, no vocabulary shard in the log"; fi
+  if [ -n "${want_log:-}" ] && ! grep -qF "$want_log" <<<"$out"; then rc="$rc, no \"$want_log\" in the log"; fi
   if [ "$rc" = 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ]; then ok "$name ($d)"
   else fail "$name" "rc=$rc diff: $d; curves: $(tail -1 <<<"$cur"); $(grep -v '] step' <<<"$out" | tail -3)"; fi
 }
@@ -56,8 +63,33 @@ same_as_one tp2_dp2_untied_matches_one_rank $U 4 2 --tp_size 2
 same_as_one tp2_fsdp2_matches_one_rank $M 4 2 --tp_size 2 --fsdp_size 2
 # Phi-3's fused qkv_proj and gate_up_proj: each part (q, k, v; gate, up) split on its own
 same_as_one tp2_phi3_fused_matches_one_rank tests/data/models/phi3 2 4 --tp_size 2
-# Qwen3-MoE (sparse layers and a dense one): the experts replicated, the dense MLP split
-same_as_one tp2_moe_matches_one_rank tests/data/models/qwen3_moe 2 4 --tp_size 2
+# Qwen3-MoE (sparse layers and a dense one): every expert's columns split like the dense MLP's
+# (each rank holds half of each expert; the routing weights' gradient all-reduced, the router
+# whole), and under FSDP too (against FSDP=2 alone: the load-balancing loss is each data rank's,
+# of its own rows). An expert that few tokens reach has gradients near adam_epsilon, whose AdamW
+# update turns fp32 rounding into ~1e-5 of the weight (observed 8.5e-6 with the default 1e-8):
+# a larger epsilon keeps those updates linear in the gradient
+C="$C --adam_epsilon 1e-4" want_log="each holds 12 of 24 columns of each of the 8 experts" \
+  same_as_one tp2_moe_matches_one_rank tests/data/models/qwen3_moe 2 4 --tp_size 2
+C="$C --adam_epsilon 1e-4" base="2 --fsdp_size 2" \
+  same_as_one tp2_fsdp2_moe_matches_fsdp2 tests/data/models/qwen3_moe 4 2 --tp_size 2 --fsdp_size 2
+# GPT-OSS: attention sinks split with their heads, o_proj's and the experts' down biases added on
+# the group's rank 0 only, fused gate_up blocks split expert by expert, sliding layers
+want_log="each holds 12 of 24 columns of each of the 6 experts" \
+  same_as_one tp2_gpt_oss_matches_one_rank tests/data/models/gpt_oss 2 4 --tp_size 2
+# Llama with attention_bias and mlp_bias: q/k/v and gate/up biases split with their rows, the
+# o_proj and down_proj biases whole and added on the group's rank 0 (zero at init, trained after
+# the first step). k_proj's bias gets a near-zero gradient (it shifts a query's scores almost
+# alike), whose AdamW steps at the default epsilon turn rounding into 6e-4 of it: epsilon 1e-4
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(attention_bias=True, mlp_bias=True)
+json.dump(c, open(sys.argv[2], "w"))' tests/data/models/llama/config.json "$tmp/llama_bias.json"
+$BIN init --model_config "$tmp/llama_bias.json" --output_dir "$tmp/llama_bias" --seed 3 2>/dev/null
+C="$C --adam_epsilon 1e-4" same_as_one tp2_llama_biases_matches_one_rank "$tmp/llama_bias" 2 4 --tp_size 2
+# OLMo 2: q/k norms over the whole projection split with the heads (the rows' sums of squares
+# and the backward's dot all-reduced), post-norm blocks (the split projections' input gradients
+# all-reduced before they join the residual's); and under FSDP too
+same_as_one tp2_olmo2_matches_one_rank tests/data/models/olmo2 2 4 --tp_size 2
+same_as_one tp2_fsdp2_olmo2_matches_one_rank tests/data/models/olmo2 4 2 --tp_size 2 --fsdp_size 2
 
 # the model TP wrote is the plain layout: one process loads it and scores it as the TP run ended
 if $BIN generate --model "$tmp/tp2_matches_one_rank.n" --ids "5 9 17" --max_new_tokens 2 --do_sample false \
@@ -87,6 +119,16 @@ d3=$($DIFF "$tmp/one/checkpoint-8/optimizer.safetensors" "$tmp/full/checkpoint-8
 if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ $r3 -eq 0 ]; then ok "tp2_checkpoints_any_mesh ($d1; $d2; moments $d3)"
 else fail tp2_checkpoints_any_mesh "TP -> 1: $d1; 1 -> TP: $d2; moments: $d3"; fi
 
+# the split experts are gathered into whole ones: one process resumes a TP=2 Qwen3-MoE checkpoint
+# (weights and moments) and ends where the TP run ended
+R="--model tests/data/models/qwen3_moe --dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_steps 6 \
+   --save_steps 3 --logging_steps 1 --threads 1 --per_device_train_batch_size 4"
+$MPI $BIN sft $R --tp_size 2 --output_dir "$tmp/moe_tp" >/dev/null 2>&1
+$BIN sft $R --output_dir "$tmp/moe_re1" --resume_from_checkpoint "$tmp/moe_tp/checkpoint-3" >/dev/null 2>"$tmp/err1"
+d=$($DIFF "$tmp/moe_tp/model.safetensors" "$tmp/moe_re1/model.safetensors" 1e-4 2>&1); drc=$?
+if [ $drc -eq 0 ]; then ok "moe_tp2_checkpoint_resumes_on_one_process ($d)"
+else fail moe_tp2_checkpoint_resumes_on_one_process "$d; $(tail -2 "$tmp/err1")"; fi
+
 # generation: every rank holds half the heads, MLP columns and vocabulary; the sampler runs on the
 # vocabulary shards (gen/sample_shard.c: argmax, top-k / top-p thresholds, min-p and the draw
 # over the group) and the tokens are one process's, greedy, sampled, and with every filter, the
@@ -102,6 +144,21 @@ for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperatu
   eval timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN generate $G --tp_size 2 >"$tmp/g2" 2>"$tmp/g2.err"; rc=$?
   if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/g1")" -eq $n ] && cmp -s "$tmp/g1" "$tmp/g2"; then ok "$name"
   else fail "$name" "rc=$rc $(diff "$tmp/g1" "$tmp/g2" | head -3) $(tail -2 "$tmp/g2.err")"; fi
+done
+
+# the families with their own pieces under TP (q/k norms over the projection, post-norms; sinks,
+# biases and split experts): one process's greedy and sampled tokens
+for model in olmo2 gpt_oss qwen3_moe; do
+  for mode in "greedy 1 --do_sample false" "sampled 4 --do_sample true --temperature 1.0 --top_k 0 --seed 3"; do
+    set -- $mode
+    name=generate_tp2_${model}_same_tokens_$1 n=$2; shift 2
+    G="--model tests/data/models/$model --ids '5 9 17 33 2 8' --max_new_tokens 12 $* --num_return_sequences $n \
+       --batch_size 4 --print_ids"
+    eval $BIN generate $G >"$tmp/g1" 2>/dev/null
+    eval timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN generate $G --tp_size 2 >"$tmp/g2" 2>"$tmp/g2.err"; rc=$?
+    if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/g1")" -eq $n ] && cmp -s "$tmp/g1" "$tmp/g2"; then ok "$name"
+    else fail "$name" "rc=$rc $(diff "$tmp/g1" "$tmp/g2" | head -3) $(tail -2 "$tmp/g2.err")"; fi
+  done
 done
 
 # GRPO and distillation under TP=2: the TP-split policy generates one process's rollouts (the

@@ -1,7 +1,7 @@
 // test_family_parity.c: the model-family ops of backend.h (docs/models.md): attention with
 // AttnOpts (sliding window, soft-cap, scale) in training (forward, backward) and cached /
 // windowed-ring generation, attention sinks (GPT-OSS) in all of them, RMSNorm with an offset weight, the gelu_pytorch_tanh GeGLU,
-// soft-capping and the soft-capped loss heads.
+// soft-capping, the soft-capped loss heads and RMSNorm over a feature dimension split in parts.
 //
 // First the reference backend (the spec) on its own: backward ops against central finite
 // differences of their forward ops (ops_util.h's gradcheck, tolerances as in test_ref_grad.c: fp32
@@ -538,6 +538,59 @@ static void check_ring(int B, int NH, int NKV, int HD, int W, float cap, const i
     check_ring_s(B, NH, NKV, HD, W, cap, 0, pads, sched, n, label);
 }
 
+// The split RMSNorm (tensor parallelism): rows of D = C0 + C1 features held as two parts; the
+// parts' statistics summed (the group's all-reduce) give each part the plain rmsnorm's outputs
+// and input gradients of its columns, and its columns' weight gradient.
+static void test_ref_rmsnorm_part(void) {
+    int N = 5, C0 = 7, C1 = 4, D = C0 + C1;
+    size_t n = (size_t)N * D;
+    float *inp = new_normal(n, 2), *w = new_normal(D, 0.5f), *dout = new_normal(n, 1);
+    float *out = xmalloc(n * 4), *rstd = xmalloc(N * 4), *dinp = new_normal(n, 1), *dw = new_normal(D, 1);
+    float *pdinp = new_copy(dinp, n), *pdw = new_copy(dw, D), *pout = xmalloc(n * 4), *prstd = xmalloc(2 * N * 4);
+    R->rmsnorm_forward(R, out, rstd, inp, w, N, D, 1e-6f);
+    R->rmsnorm_backward(R, dinp, dw, dout, inp, w, rstd, N, D);
+    int lo[2] = {0, C0}, Cs[2] = {C0, C1};
+    float *part[2][4];  // inp, dout, dinp, out of each part, (N, C)
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < 4; b++) part[k][b] = xmalloc((size_t)N * Cs[k] * 4);
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < N; r++)
+            for (int c = 0; c < Cs[k]; c++) {
+                size_t i = (size_t)r * D + lo[k] + c, j = (size_t)r * Cs[k] + c;
+                part[k][0][j] = inp[i], part[k][1][j] = dout[i], part[k][2][j] = pdinp[i];
+            }
+    float ss[2][8], dot[2][8];
+    for (int k = 0; k < 2; k++) {
+        R->rmsnorm_part_stat(R, ss[k], part[k][0], part[k][0], NULL, N, Cs[k]);
+        R->rmsnorm_part_stat(R, dot[k], part[k][1], part[k][0], w + lo[k], N, Cs[k]);
+    }
+    for (int r = 0; r < N; r++) ss[0][r] = ss[1][r] = ss[0][r] + ss[1][r], dot[0][r] = dot[1][r] = dot[0][r] + dot[1][r];
+    for (int k = 0; k < 2; k++) {
+        float *rs = prstd + (size_t)k * N;
+        memcpy(rs, ss[k], N * 4);  // in place: rstd aliases ss
+        R->rmsnorm_part_forward(R, part[k][3], rs, part[k][0], w + lo[k], rs, N, Cs[k], D, 1e-6f);
+        R->rmsnorm_part_backward(R, part[k][2], pdw + lo[k], part[k][1], part[k][0], w + lo[k], rs, dot[k], N, Cs[k],
+                                 D);
+    }
+    double eo = 0, er = 0, ed = 0, ew = 0;
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < N; r++) {
+            er = fmax(er, fabs(prstd[(size_t)k * N + r] - rstd[r]) / rstd[r]);
+            for (int c = 0; c < Cs[k]; c++) {
+                size_t i = (size_t)r * D + lo[k] + c, j = (size_t)r * Cs[k] + c;
+                eo = fmax(eo, fabs(part[k][3][j] - out[i]));
+                ed = fmax(ed, fabs(part[k][2][j] - dinp[i]));
+            }
+        }
+    for (int c = 0; c < D; c++) ew = fmax(ew, fabs(pdw[c] - dw[c]));
+    EXPECT_MSG(eo < 1e-5 && er < 1e-6 && ed < 1e-5 && ew < 1e-5,
+               "rmsnorm over two parts vs whole: out %.3g rstd %.3g dinp %.3g dw %.3g", eo, er, ed, ew);
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < 4; b++) free(part[k][b]);
+    free(inp), free(w), free(dout), free(out), free(rstd), free(dinp), free(dw), free(pdinp), free(pdw), free(pout);
+    free(prstd);
+}
+
 static void test_kv_window(void) {
     int pads2[2] = {0, 6}, pads3[3] = {2, 0, 23};  // the last row all padding
     check_ring(2, 4, 2, 6, 5, 0, pads2, sched_a, ARRAY_LEN(sched_a), "W5 prefill 13 + decode");
@@ -573,6 +626,31 @@ static void test_elementwise_family(void) {
         expect_close(what, d_dinp, dinp, nc, TOL_RED);
         snprintf(what, sizeof what, "rmsnorm_off bwd dw N%d C%d", N, C);
         expect_close(what, d_dw, dw, C, TOL_RED);
+        // the split norm's ops, D = 3 C (another rank's features), rstd aliasing ss
+        float *st = xmalloc(N * 4), *d_st = dev_nan(N);
+        R->rmsnorm_part_stat(R, st, dout, inp, w, N, C);
+        X->rmsnorm_part_stat(X, d_st, d_dout, d_inp, d_w, N, C);
+        snprintf(what, sizeof what, "rmsnorm_part_stat N%d C%d", N, C);
+        expect_close(what, d_st, st, N, TOL_RED);
+        R->rmsnorm_part_stat(R, st, inp, inp, NULL, N, C);
+        X->rmsnorm_part_stat(X, d_st, d_inp, d_inp, NULL, N, C);
+        expect_close(what, d_st, st, N, TOL_RED);
+        for (int r = 0; r < N; r++) st[r] *= 3.0f;
+        X->upload(X, d_st, st, N * 4);
+        R->rmsnorm_part_forward(R, out, st, inp, w, st, N, C, 3 * C, 1e-6f);
+        X->rmsnorm_part_forward(X, d_out, d_st, d_inp, d_w, d_st, N, C, 3 * C, 1e-6f);
+        snprintf(what, sizeof what, "rmsnorm_part_forward N%d C%d", N, C);
+        expect_close(what, d_out, out, nc, TOL_RED);
+        expect_close(what, d_st, st, N, TOL_RED);
+        float *pdot = new_normal(N, 3), *d_pdot = dev_from(pdot, N * 4), *d_pr = dev_from(st, N * 4);
+        R->rmsnorm_part_backward(R, dinp, dw, dout, inp, w, st, pdot, N, C, 3 * C);
+        X->rmsnorm_part_backward(X, d_dinp, d_dw, d_dout, d_inp, d_w, d_pr, d_pdot, N, C, 3 * C);
+        snprintf(what, sizeof what, "rmsnorm_part_backward dinp N%d C%d", N, C);
+        expect_close(what, d_dinp, dinp, nc, TOL_RED);
+        snprintf(what, sizeof what, "rmsnorm_part_backward dw N%d C%d", N, C);
+        expect_close(what, d_dw, dw, C, TOL_RED);
+        X->free(X, d_st), X->free(X, d_pdot), X->free(X, d_pr);
+        free(st), free(pdot);
         // geglu: gate = inp, up = dout
         R->geglu_forward(R, out, inp, dout, nc);
         X->geglu_forward(X, d_out, d_inp, d_dout, nc);
@@ -689,6 +767,7 @@ int main(void) {
     RUN_OWN(test_ref_elementwise_grad);
     RUN_OWN(test_ref_heads_grad);
     RUN_OWN(test_ref_ring_equals_full);
+    RUN_OWN(test_ref_rmsnorm_part);
     for (size_t i = 0; i < ARRAY_LEN(backend_runs); i++) {
         const BackendRun *br = &backend_runs[i];
         Err e = {0};

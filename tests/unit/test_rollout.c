@@ -80,12 +80,14 @@ static void test_score_layout(void) {
     EXPECT(sb.comp_len[0] == 3 && sb.comp_len[1] == 4 && sb.n_targets == 7);
     EXPECT(sb.truncated[0] == 0 && sb.truncated[1] == 1);
     score_batch_free(&sb);
-    // any EOS id ends the mask (the second id here), tokens after it are not targets
+    // any EOS id ends the mask (the second id here), tokens after it are not targets and not in
+    // the row (padding: segment 0, id 0)
     const int32_t c2[] = {11, 3, 12};
     const int32_t *cs2[] = {c2};
     int cl2[] = {3};
     EXPECT(score_batch_build(&sb, ps, pl, cs2, cl2, 1, 3, 1, eos, 2, &e) == ST_OK);
     EXPECT(sb.comp_len[0] == 2 && sb.truncated[0] == 0 && sb.targets[sb.P + 1] == IGNORE_INDEX);
+    EXPECT(sb.seg[sb.P + 1] == 1 && sb.ids[sb.P + 1] == 3 && sb.seg[sb.P + 2] == 0 && sb.ids[sb.P + 2] == 0);
     score_batch_free(&sb);
     int too_long[] = {6};
     EXPECT(score_batch_build(&sb, ps, pl, cs2, too_long, 1, 5, 1, eos, 2, &e) == ST_EINVAL);

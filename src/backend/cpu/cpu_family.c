@@ -67,6 +67,51 @@ static void cpu_softcap_backward(Backend *be, float *dx, const float *y, float c
     }
 }
 
+// ---- RMSNorm over a split feature dimension (backend.h) ------------------------------------
+static void cpu_rmsnorm_part_stat(Backend *be, float *stat, const float *a, const float *b, const float *w, int N,
+                                  int C) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)N * C > PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = a + (size_t)n * C, *y = b + (size_t)n * C;
+        float s = 0;
+        if (w) {
+#pragma omp simd reduction(+ : s)
+            for (int c = 0; c < C; c++) s += x[c] * w[c] * y[c];
+        } else {
+#pragma omp simd reduction(+ : s)
+            for (int c = 0; c < C; c++) s += x[c] * y[c];
+        }
+        stat[n] = s;
+    }
+}
+
+static void cpu_rmsnorm_part_forward(Backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                     const float *ss, int N, int C, int D, float eps) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)N * C > PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C, r = 1.0f / sqrtf(ss[n] / D + eps);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+        rstd[n] = r;
+    }
+}
+
+// dinp as cpu_rmsnorm_backward's with the group's dot; dw through it (it does not read w)
+static void cpu_rmsnorm_part_backward(Backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                      const float *w, const float *rstd, const float *dot, int N, int C, int D) {
+    if (dinp) {
+#pragma omp parallel for schedule(static) num_threads(be->threads) if ((size_t)N * C > PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+            float r = rstd[n], k = r * r * dot[n] / D, *dx = dinp + (size_t)n * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += r * (g[c] * w[c] - x[c] * k);
+        }
+    }
+    if (dw) cpu_rmsnorm_backward(be, NULL, dw, dout, inp, w, rstd, N, C);
+}
+
 void backend_cpu_install_family(Backend *be) {
     be->attention_forward_opt = cpu_attention_forward_opt;
     be->attention_backward_opt = cpu_attention_backward_opt;
@@ -78,4 +123,7 @@ void backend_cpu_install_family(Backend *be) {
     be->softcap_forward = cpu_softcap_forward;
     be->softcap_backward = cpu_softcap_backward;
     be->ce_head_cap = cpu_ce_head_cap;
+    be->rmsnorm_part_stat = cpu_rmsnorm_part_stat;
+    be->rmsnorm_part_forward = cpu_rmsnorm_part_forward;
+    be->rmsnorm_part_backward = cpu_rmsnorm_part_backward;
 }

@@ -111,6 +111,63 @@ static void cu_softcap_backward(Backend *be, float *dx, const float *y, float ca
     LAUNCH_CHECK();
 }
 
+// ---- RMSNorm over a split feature dimension (backend.h): one warp per row, as above ---------
+__global__ void rmsnorm_part_stat_kernel(float *stat, const float *a, const float *b, const float *w, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = a + (size_t)row * C, *y = b + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c] * (w ? w[c] : 1.0f) * y[c];
+    s = warp_sum(s);
+    if (lane == 0) stat[row] = s;
+}
+
+static void cu_rmsnorm_part_stat(Backend *be, float *stat, const float *a, const float *b, const float *w, int N,
+                                 int C) {
+    if (N <= 0) return;
+    rmsnorm_part_stat_kernel<<<(N + 7) / 8, 256, 0, cu_ctx(be)->stream>>>(stat, a, b, w, N, C);
+    LAUNCH_CHECK();
+}
+
+__global__ void rmsnorm_part_fwd_kernel(float *out, float *rstd, const float *inp, const float *w, const float *ss,
+                                        int N, int C, int D, float eps) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    float r = 1.0f / sqrtf(ss[row] / D + eps);
+    __syncwarp();  // every lane has read ss before lane 0 writes rstd (they may alias)
+    const float *x = inp + (size_t)row * C;
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = x[c] * r * w[c];
+    if (lane == 0) rstd[row] = r;
+}
+
+static void cu_rmsnorm_part_forward(Backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                    const float *ss, int N, int C, int D, float eps) {
+    if (N <= 0) return;
+    rmsnorm_part_fwd_kernel<<<(N + 7) / 8, 256, 0, cu_ctx(be)->stream>>>(out, rstd, inp, w, ss, N, C, D, eps);
+    LAUNCH_CHECK();
+}
+
+__global__ void rmsnorm_part_bwd_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+                                        const float *rstd, const float *dot, int N, int C, int D) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+    float r = rstd[row], k = r * r * dot[row] / D;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) dx[c] += r * (g[c] * w[c] - x[c] * k);
+}
+
+static void cu_rmsnorm_part_backward(Backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                     const float *w, const float *rstd, const float *dot, int N, int C, int D) {
+    if (N <= 0) return;
+    if (dinp) {
+        rmsnorm_part_bwd_kernel<<<(N + 7) / 8, 256, 0, cu_ctx(be)->stream>>>(dinp, dout, inp, w, rstd, dot, N, C, D);
+        LAUNCH_CHECK();
+    }
+    if (dw) cu_weights_written(be, dw), cu_colsum_add(be, dw, dout, inp, rstd, N, C);
+}
+
 void cu_install_family(Backend *be) {
     be->attention_forward_opt = cu_attention_forward_opt;
     be->attention_backward_opt = cu_attention_backward_opt;
@@ -127,4 +184,7 @@ void cu_install_family(Backend *be) {
     be->ce_head_cap = cu_ce_head_cap;
     be->logprob_head_cap = cu_logprob_head_cap;
     be->distill_head_cap = cu_distill_head_cap;
+    be->rmsnorm_part_stat = cu_rmsnorm_part_stat;
+    be->rmsnorm_part_forward = cu_rmsnorm_part_forward;
+    be->rmsnorm_part_backward = cu_rmsnorm_part_backward;
 }

@@ -77,6 +77,40 @@ static void ref_softcap_backward(Backend *be, float *dx, const float *y, float c
     }
 }
 
+// ---- RMSNorm over a split feature dimension ----------------------------------------------
+// stat (N) = sum_c a b (w or 1)
+static void ref_rmsnorm_part_stat(Backend *be, float *stat, const float *a, const float *b, const float *w, int N,
+                                  int C) {
+    for (int n = 0; n < N; n++) {
+        double s = 0;
+        for (int c = 0; c < C; c++) s += (double)a[(size_t)n * C + c] * b[(size_t)n * C + c] * (w ? w[c] : 1.0);
+        stat[n] = (float)s;
+    }
+}
+
+// rstd = 1/sqrt(ss / D + eps), out = inp * rstd * w
+static void ref_rmsnorm_part_forward(Backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                     const float *ss, int N, int C, int D, float eps) {
+    for (int n = 0; n < N; n++) {
+        double r = 1.0 / sqrt((double)ss[n] / D + eps);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (float)(inp[(size_t)n * C + c] * r * w[c]);
+        rstd[n] = (float)r;
+    }
+}
+
+// dx_j += r (g_j w_j - x_j r^2 dot / D); dw as ref_rmsnorm_backward_off's
+static void ref_rmsnorm_part_backward(Backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                      const float *w, const float *rstd, const float *dot, int N, int C, int D) {
+    for (int n = 0; n < N && dinp; n++) {
+        double r = rstd[n], k = r * r * dot[n] / D;
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)n * C + c;
+            dinp[i] = (float)(dinp[i] + r * ((double)dout[i] * w[c] - inp[i] * k));
+        }
+    }
+    if (dw) ref_rmsnorm_backward_off(be, NULL, dw, dout, inp, w, 0.0f, rstd, N, C);
+}
+
 void backend_ref_install_family(Backend *be) {
     be->attention_forward_opt = ref_attention_forward_opt;
     be->attention_backward_opt = ref_attention_backward_opt;
@@ -88,4 +122,7 @@ void backend_ref_install_family(Backend *be) {
     be->softcap_forward = ref_softcap_forward;
     be->softcap_backward = ref_softcap_backward;
     be->ce_head_cap = ref_ce_head_cap;
+    be->rmsnorm_part_stat = ref_rmsnorm_part_stat;
+    be->rmsnorm_part_forward = ref_rmsnorm_part_forward;
+    be->rmsnorm_part_backward = ref_rmsnorm_part_backward;
 }
