@@ -209,6 +209,14 @@ Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e) {
     return dist_mesh_init(d, tp, fsdp, e);
 }
 
+Status cli_dist_no_ep(const Args *a, const char *command, Err *e) {
+    int P = (int)args_int(a, "ep_size");
+    if (P <= 1) return ST_OK;
+    return err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism trains with still sft only so far, not still %s (a "
+                                 "generating trainer's ranks decode different numbers of steps, and the experts' "
+                                 "exchange needs every rank in lockstep; docs/distributed.md)", P, command);
+}
+
 int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e) {
     int rc = st == ST_OK ? 0 : cli_fail(command, e);
     if (rc && d->world > 1 && st != ST_EINTR) dist_abort(d, rc);  // interrupted: every rank stopped together

@@ -153,6 +153,7 @@ static int run(int argc, char **argv) {
     char *dir = NULL, *ref = NULL;
     Dist d;
     Status st = build(&a, &c, &dir, &ref, &e);
+    if (st == ST_OK) st = cli_dist_no_ep(&a, "dpo", &e);
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;

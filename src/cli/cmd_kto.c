@@ -84,6 +84,7 @@ int cmd_kto(int argc, char **argv) {
     char *dir = NULL, *ref = NULL;
     Dist d;
     Status st = build(&a, &c, &dir, &ref, &e);
+    if (st == ST_OK) st = cli_dist_no_ep(&a, "kto", &e);
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;

@@ -71,6 +71,7 @@ static Status run(const Args *a, Err *e) {
     char *dir = NULL;
     Dist d;
     Status st = build(a, &c, &dir, e);
+    if (st == ST_OK) st = cli_dist_no_ep(a, "reward", e);
     if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;

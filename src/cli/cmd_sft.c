@@ -33,8 +33,6 @@ static const ArgSpec specs[] = {
     {"shuffle", ARG_BOOL, "true", "reshuffle rows every epoch (seeded, as the HF dataloader)"},
     {"per_device_eval_batch_size", ARG_INT, "8", "rows per eval batch", "[1,inf)"},
     CLI_MOE_FLAG,
-    {"ep_size", ARG_INT, "1", "expert parallel: the experts of every sparse layer split over this many ranks, each "
-                              "rank its own batches (mpirun -np EP_SIZE x data-parallel replicas)", "[1,4096]"},
     {NULL, 0, NULL, NULL},
 };
 

@@ -90,7 +90,8 @@ void tensors_build(TensorTable *tt, const ModelConfig *cfg, DType matrix_dtype) 
     unsigned nm = cfg->norms;
     int64_t qn = cfg->qk_norm == QKNORM_PROJ ? QD : HD, kn = cfg->qk_norm == QKNORM_PROJ ? KD : HD;
     int sep_qkv = !cfg->fused_qkv, sep_gu = !cfg->fused_gate_up;
-    int64_t FFE = cfg->moe_intermediate_size, E = cfg->num_experts;
+    // E: the experts this model holds (expert parallel: a rank's run of them, tensors.h)
+    int64_t FFE = cfg->moe_intermediate_size, E = config_local_experts(cfg);
     int fused = cfg->moe_fused;
     for (int l = 0; l < L; l++) {
         int moe = cfg->layer_moe[l];

@@ -37,7 +37,8 @@ typedef enum {
     TK_EXP_U,      // mlp.experts.e.up_proj         (FFE, C) x E
     TK_EXP_D,      // mlp.experts.e.down_proj       (C, FFE) x E
     // GPT-OSS (cfg.moe_fused): every expert in one tensor; stored here as E blocks in the
-    // (rows, cols) layout of the grouped GEMMs, in the checkpoint as HF has them (hf_shape):
+    // (rows, cols) layout of the grouped GEMMs, in the checkpoint as HF has them (hf_shape);
+    // expert parallel: the rank's ep_part blocks (experts [ep_lo, ep_lo + ep_part)), same name:
     TK_ROUTER_B,   // mlp.router.bias               (E)
     TK_XGU,        // mlp.experts.gate_up_proj      (E*2FFE, C); HF (E, C, 2FFE), each block transposed;
                    //                               rows alternate gate, up (HF's [..., ::2], [..., 1::2])

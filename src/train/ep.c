@@ -8,7 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ep_local_kind(TensorKind kind) { return kind == TK_EXP_G || kind == TK_EXP_U || kind == TK_EXP_D; }
+int ep_local_kind(TensorKind kind) {
+    return kind == TK_EXP_G || kind == TK_EXP_U || kind == TK_EXP_D || kind == TK_XGU || kind == TK_XGU_B ||
+           kind == TK_XD || kind == TK_XD_B;
+}
+
+// One tensor of all experts (gpt_oss): a rank holds El consecutive blocks of it under its name.
+static int fused_kind(TensorKind kind) { return kind == TK_XGU || kind == TK_XGU_B || kind == TK_XD || kind == TK_XD_B; }
+
+// The full model's tensor that local tensor lt (of config lc) is part of, and the element
+// offset of lt's part in it: a per-expert tensor is the full one of its name, a fused one the
+// blocks [ep_lo, ep_lo + El) of it.
+static const TensorInfo *full_part(const TensorTable *ft, const TensorInfo *lt, const ModelConfig *lc, size_t *off) {
+    const TensorInfo *t = tensors_find(ft, lt->name);
+    int fused = fused_kind(lt->kind) && lc->ep_part > 0;
+    *off = fused ? (size_t)lc->ep_lo * (lt->numel / (size_t)lc->ep_part) : 0;
+    CHECK_MSG(t && t->kind == lt->kind && (fused ? t->numel == lt->numel / lc->ep_part * lc->num_experts
+                                                 : t->numel == lt->numel),
+              "tensor %s", lt->name);
+    return t;
+}
 
 Status ep_check_model(const Model *m, int P, Err *e) {
     const ModelConfig *c = &m->cfg;
@@ -18,10 +37,6 @@ Status ep_check_model(const Model *m, int P, Err *e) {
     if (c->num_experts % P)
         return err_set(e, ST_EUSAGE, "--ep_size %d: the %d experts of %s are not divisible by it (expert parallelism "
                                      "gives every rank the same number of experts)", P, c->num_experts, dir);
-    if (c->moe_fused)
-        return err_set(e, ST_EUNSUPPORTED, "--ep_size %d: %s keeps each projection of all experts in one tensor "
-                                           "(%s); expert parallelism splits per-expert tensors so far", P, dir,
-                       c->model_type);
     if (m->lora || m->matrix_dtype != DT_F32)
         return err_set(e, ST_EUNSUPPORTED, "--ep_size %d: expert parallelism trains every weight in fp32 so far (no "
                                            "adapter, no bf16 / Q8_0 storage)", P);
@@ -146,9 +161,10 @@ Status ep_shard(Ep *ep, Model **mp, Dist *d, int P, Err *e) {
     l->grad_ckpt = m->grad_ckpt;
     l->moe_capacity_factor = m->moe_capacity_factor;
     for (int i = 0; i < l->tt.n; i++) {
-        const TensorInfo *lt = &l->tt.t[i], *ft = tensors_find(&m->tt, lt->name);
-        CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype && ft->numel == lt->numel, "tensor %s", lt->name);
-        m->be->copy(m->be, l->data[i], m->data[ft - m->tt.t], dtype_bytes(lt->dtype, lt->numel));
+        size_t off;
+        const TensorInfo *lt = &l->tt.t[i], *ft = full_part(&m->tt, lt, &lc, &off);
+        CHECK_MSG(ft->dtype == DT_F32 && lt->dtype == DT_F32, "tensor %s", lt->name);
+        m->be->copy(m->be, l->data[i], (const float *)m->data[ft - m->tt.t] + off, lt->numel * sizeof(float));
     }
     char reps[64] = "";
     if (ep->R > 1) snprintf(reps, sizeof reps, " (x %d data-parallel replicas, this one %d)", ep->R, ep->reps.rank);
@@ -189,17 +205,17 @@ Model *ep_full_model(const Model *m) {
 // Local tensors carry their global names: each is the full model's tensor of the same name.
 void ep_slice_model(const Model *full, Model *m) {
     for (int i = 0; i < m->tt.n; i++) {
-        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
-        CHECK_MSG(ft && ft->numel == lt->numel, "tensor %s", lt->name);
-        m->be->copy(m->be, m->data[i], full->data[ft - full->tt.t], lt->numel * sizeof(float));
+        size_t off;
+        const TensorInfo *lt = &m->tt.t[i], *ft = full_part(&full->tt, lt, &m->cfg, &off);
+        m->be->copy(m->be, m->data[i], (const float *)full->data[ft - full->tt.t] + off, lt->numel * sizeof(float));
     }
 }
 
 void ep_slice_flat(const Model *m, const Model *full, float *local, const float *full_flat) {
     for (int i = 0; i < m->tt.n; i++) {
-        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
-        CHECK_MSG(ft, "tensor %s", lt->name);
-        memcpy(local + lt->goffset, full_flat + ft->goffset, lt->numel * sizeof(float));
+        size_t off;
+        const TensorInfo *lt = &m->tt.t[i], *ft = full_part(&full->tt, lt, &m->cfg, &off);
+        memcpy(local + lt->goffset, full_flat + ft->goffset + off, lt->numel * sizeof(float));
     }
 }
 
@@ -220,13 +236,15 @@ static Status gather_into(Ep *ep, const Model *m, const TensorTable *ft, float *
             for (int r = 0; r < P; r++) counts[r] = n;
             st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
         }
+        int fused = fused_kind(lt->kind);  // rank r's blocks: experts [r El, (r+1) El) of the tensor
         for (int r = 0; st == ST_OK && root && r < (local_kind ? P : 1); r++) {
             char name[sizeof lt->name];
-            if (local_kind) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
+            if (local_kind && !fused) rename_expert(name, sizeof name, lt->name, m->cfg.ep_lo, r * ep->El);
             else snprintf(name, sizeof name, "%s", lt->name);
             const TensorInfo *t = tensors_find(ft, name);
-            CHECK_MSG(t && t->numel == n, "tensor %s", name);
-            memcpy(full + t->goffset, local_kind ? all + (size_t)r * n : local + lt->goffset, n * sizeof(float));
+            CHECK_MSG(t && t->numel == (fused ? (size_t)P * n : n), "tensor %s", name);
+            memcpy(full + t->goffset + (fused ? (size_t)r * n : 0), local_kind ? all + (size_t)r * n : local + lt->goffset,
+                   n * sizeof(float));
         }
         free(all);
     }

@@ -29,8 +29,9 @@ typedef struct Ep {
     size_t cap;
 } Ep;
 
-// Whether m can be split P ways: a mixture of experts whose E is divisible by P, experts stored
-// per expert (not gpt_oss's one tensor per projection), no adapter, the cpu backend.
+// Whether m can be split P ways: a mixture of experts whose E is divisible by P, no adapter, fp32,
+// the cpu backend. Per-expert tensors are split by expert, gpt_oss's one tensor per projection
+// (and its biases) into P runs of E / P expert blocks under the tensor's name.
 Status ep_check_model(const Model *m, int P, Err *e);
 // Replace *m by this rank's part of it (the full model is freed) and install the exchange: d is
 // the world, of P x R ranks (collective: every rank calls it).
@@ -48,7 +49,8 @@ Status ep_gather_flat(Ep *ep, const Model *m, float *full, const float *local, E
 Model *ep_full_model(const Model *m);
 void ep_slice_model(const Model *full, Model *m);
 void ep_slice_flat(const Model *m, const Model *full, float *local, const float *full_flat);
-// An expert tensor of a sparse layer: this rank's own, its gradient never all-reduced.
+// An expert tensor of a sparse layer (gpt_oss: its biases too): this rank's own, its gradient
+// all-reduced over the replicas of its shard only.
 int ep_local_kind(TensorKind kind);
 Status ep_status(Ep *ep, Err *e);
 void ep_free(Ep *ep, Model *m);
