@@ -77,6 +77,8 @@ C="$C --adam_epsilon 1e-4" base="2 --fsdp_size 2" \
 # the group's rank 0 only, fused gate_up blocks split expert by expert, sliding layers
 want_log="each holds 12 of 24 columns of each of the 6 experts" \
   same_as_one tp2_gpt_oss_matches_one_rank tests/data/models/gpt_oss 2 4 --tp_size 2
+C="$C --adam_epsilon 1e-4" base="2 --fsdp_size 2" \
+  same_as_one tp2_fsdp2_gpt_oss_matches_fsdp2 tests/data/models/gpt_oss 4 2 --tp_size 2 --fsdp_size 2
 # Llama with attention_bias and mlp_bias: q/k/v and gate/up biases split with their rows, the
 # o_proj and down_proj biases whole and added on the group's rank 0 (zero at init, trained after
 # the first step). k_proj's bias gets a near-zero gradient (it shifts a query's scores almost
