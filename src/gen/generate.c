@@ -252,7 +252,6 @@ Status gen_config_check(const GenConfig *c, int V, Err *e) {
     return ST_OK;
 }
 
-
 // Prefill schedule of a batch whose longest prompt has n tokens: the batch is left-padded to P
 // slots, run as a first chunk of *first slots, then chunks of prefill_chunk_size. With
 // pad_to_multiple_of > 0, P = n rounded up to it (one granule, as a user asks for); with 0, the

@@ -111,7 +111,6 @@ static const float *proj_bias(const Model *m, TensorKind wk, int l) {
 
 // out (N,OC) = inp (N,C) W^T + b for the weight of kind wk (its bias: proj_bias), plus the
 // adapter's share when it has one.
-
 static void linear_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C,
                            int OC) {
     DType dt;

@@ -127,7 +127,6 @@ void batch_rows_free(Rows *r) {
     memset(r, 0, sizeof *r);
 }
 
-
 void batcher_init(Batcher *bt, const Rows *rows, const BatchConfig *cfg) {
     memset(bt, 0, sizeof *bt);
     bt->cfg = *cfg;

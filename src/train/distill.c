@@ -34,7 +34,6 @@ const char *distill_teacher_mode_name(TeacherMode m) {
     return "?";
 }
 
-
 // ---- scoring one micro-batch ------------------------------------------------------------------
 
 void distill_scorer_init(DistillScorer *s, Model *student, Model *teacher, const DistillLoss *loss, int B, int Tmax,

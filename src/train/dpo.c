@@ -46,7 +46,6 @@ typedef struct Dpo {
     double *mb;                // (GA, S_N)
 } Dpo;
 
-
 // LD-DPO weights: targets past the shorter completion of the pair (chosen vs rejected) count ld_alpha.
 static void ld_weights(const DpoConfig *c, SeqRows *s, int B) {
     if (!c->has_ld_alpha) return;

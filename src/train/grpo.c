@@ -92,7 +92,6 @@ static const char *loss_name(const GrpoConfig *c) {
     return c->algo == GRPO_ALGO_RLOO ? "rloo" : names[c->loss_type];
 }
 
-
 int grpo_prompts(const Grpo *g) { return g->ps.n; }
 const int *grpo_round_order(const Grpo *g) { return g->order; }
 const double *grpo_round_advantages(const Grpo *g) { return g->adv; }

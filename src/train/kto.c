@@ -42,7 +42,6 @@ typedef struct Kto {
     double *mb;                // (GA, K_N)
 } Kto;
 
-
 // Rows idx[0..n) into the main rows and their KL rows.
 static void build_rows(Kto *k, const int *idx, int n) {
     seq_rows_reset(&k->rows);

@@ -51,7 +51,6 @@ typedef struct RewardSource {
     double *stats;           // (GA, W, ST_N)
 } RewardSource;
 
-
 // Lay out batch `index` of set (this rank's B pairs of the global batch of W * B, in `order`, NULL:
 // the file's): rows [0, B) chosen, [B, 2B) rejected; returns the real pairs (the last batch of an
 // epoch may have fewer), which come first.

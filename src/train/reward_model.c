@@ -10,7 +10,6 @@
 #include <math.h>
 #include <string.h>
 
-
 Status reward_model_score(Model *m, const int32_t *const *ids, const int *lens, int n, int B, int pad_to_multiple_of,
                           int pad_token_id, float *out, Err *e) {
     int NL = m->cfg.num_labels;
