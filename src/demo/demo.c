@@ -78,10 +78,10 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->grpo_temperature = 0.3f;
     p->grpo_lr = 5e-4;
     p->grpo_warmup = 10;
-    // DPO: 4 samples of every training prompt at temperature 1 from the GRPO student; a prompt with
-    // a wrong sample is a pair (the answer chosen, the first wrong sample rejected). beta 3 keeps the
-    // policy near the GRPO student (docs/demo.md: at TRL's 0.1 it lost accuracy)
-    p->pair_samples = 4;
+    // DPO: one sample of every training prompt at temperature 1 from the GRPO student; a wrong one
+    // makes a pair (the answer chosen, the sample rejected). beta 3 keeps the policy near the GRPO
+    // student (docs/demo.md: at TRL's 0.1 it lost accuracy)
+    p->pair_samples = 1;
     p->dpo_steps = 100;
     p->dpo_batch = 64;
     p->dpo_warmup = 10;
