@@ -48,9 +48,9 @@ Status tp_check_model(const Model *m, int T, Err *e) {
     if (c->qk_norm == QKNORM_PROJ && c->norm_plus_one)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has (1 + w) q/k norms over the whole projection; tensor "
                                            "parallelism splits those with plain weights only", T, dir);
-    if (c->num_labels > 0 || m->lora || m->matrix_dtype == DT_Q8_0)
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports causal LMs with fp32 or bf16 "
-                                           "weights of their own (no classifier, adapter or Q8_0) so far", T);
+    if (m->lora || m->matrix_dtype == DT_Q8_0)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports fp32 or bf16 weights of the "
+                                           "model's own (no adapter or Q8_0) so far", T);
     return ST_OK;
 }
 

@@ -39,8 +39,8 @@ Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e);
 // FF/T MLP columns and FFE/T columns of every expert, and its shard of the vocabulary.
 ModelConfig tp_local_config(const ModelConfig *c, int T, int t);
 // Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
-// (usage errors naming the one that is not), and what is not supported yet (classifiers,
-// adapters, Q8_0 weights). A frozen model (generation) is copied.
+// (usage errors naming the one that is not), and what is not supported yet (adapters, Q8_0
+// weights). A classifier's score head is replicated. A frozen model (generation) is copied.
 Status tp_check_model(const Model *m, int T, Err *e);
 // Replace *m by rank t's part of it (the full model is freed) and install the reduce hook over
 // d (the tensor-parallel axis, d->world = T).

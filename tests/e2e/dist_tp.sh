@@ -215,7 +215,3 @@ out=$(timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN sft --model $M $C --per_de
   --zero_stage 1 --output_dir "$tmp/bad" 2>&1 >/dev/null); rc=$?
 if [ $rc -eq 3 ] && grep -q "tensor parallelism trains with --zero_stage 0 or 3" <<<"$out"; then ok tp_refuses_zero1
 else fail tp_refuses_zero1 "rc=$rc $(grep 'still sft' <<<"$out" | head -1)"; fi
-out=$(timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN reward --model tests/data/reward/rm \
-  --dataset tests/data/reward/pairs.jsonl --threads 1 --tp_size 2 --output_dir "$tmp/bad" 2>&1 >/dev/null); rc=$?
-if [ $rc -eq 3 ] && grep -q "tensor parallelism is not implemented yet for this command" <<<"$out"; then ok tp_refused_by_reward
-else fail tp_refused_by_reward "rc=$rc $(grep 'still reward' <<<"$out" | head -1)"; fi
