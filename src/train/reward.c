@@ -323,7 +323,10 @@ Status reward_run(RewardConfig *c, TrainResult *res, Err *e) {
     int32_t pad = have_codec ? model_codec_pad_id(&mc) : -1;
     // a causal checkpoint gets a new score head (TRL loads it as AutoModelForSequenceClassification
     // with num_labels 1 after set_seed(seed))
-    ModelLoadOpts lo = {.classifier = 1, .num_labels = 1, .pad_token_id = pad, .seed = c->train.seed};
+    // --tp_size T: only this rank's part is read (tp.h)
+    ModelPart part;
+    ModelLoadOpts lo = {.classifier = 1, .num_labels = 1, .pad_token_id = pad, .seed = c->train.seed,
+                        .part = c->dist ? tp_part(&part, c->dist) : NULL};
     if (st == ST_OK) st = model_load_opts(c->model_dir, be, DT_F32, &lo, &m, e);
     if (st == ST_OK) {
         if (pad >= 0) config_set_classifier(&m->cfg, 1, pad);  // saved with the model, as TRL saves it
