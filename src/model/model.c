@@ -280,7 +280,7 @@ static void upload_transposed(Model *m, int i, const StTensor *s) {
 }
 
 // A part's tensor (model/model.h ModelPart): its runs of the whole tensor's elements converted
-// into stage (cap elements of the part's dtype) and uploaded whenever stage is full, each run's
+// into stage (cap elements of the part's dtype) and uploaded whenever stage is full, each piece's
 // pages of the mapping released once read.
 typedef struct PartUpload {
     Model *m;
@@ -310,9 +310,9 @@ static void part_run(void *ctx, size_t whole_at, size_t part_at, size_t n) {
         if (u->fill == u->cap) part_flush(u);
         size_t c = MIN(n - j, u->cap - u->fill);
         dtype_convert(u->stage + dtype_bytes(dt, u->fill), dt, u->src + (whole_at + j) * u->ss, u->sdt, c);
+        if (u->s) st_release(u->set, u->s, (whole_at + j) * u->ss, c * u->ss);
         u->fill += c, j += c;
     }
-    if (u->s) st_release(u->set, u->s, whole_at * u->ss, n * u->ss);
 }
 
 // Tensor i of a part from whole tensor w of the checkpoint (s): only the part's elements are read
