@@ -5,7 +5,7 @@
 //   build/bench/gemm_bench [threads=1] [reps=20] [N=128] [dtypes=bf16]
 // Each line: shape, variant, the minimum over the repeats of its user-space cycles (one thread:
 // perf_event_open on this thread, so time given to other work does not count) and of its time
-// (one thread: this thread's CPU time; more: wall time), GFLOP/s from that time (2 N C OC flops),
+// (one thread: this thread's CPU time; more: wall time; the variants take turns in each round), GFLOP/s from that time (2 N C OC flops),
 // flops per cycle, and its speed as a multiple of fp32 sgemm's (cycles with one thread where the
 // machine has a cycle counter, time otherwise). Where perf_event_open is refused (a VM without
 // hardware counters) cycles are left out and thread CPU time is the measure.
@@ -76,18 +76,30 @@ static void *make_weight(DType dt, int oc, int c) {
     return w;
 }
 
-// the best of reps (after one warm-up call) of one matmul: cycles (one thread) and seconds
-static void time_one(Backend *be, int fd, float *out, const float *x, const void *w, DType dt, int N, const Shape *s,
-                     int reps, double *cyc, double *sec) {
-    *cyc = *sec = 1e30;
-    for (int r = 0; r <= reps; r++) {
-        double c0 = cycles_read(fd), t0 = clk();
-        be->matmul_forward(be, out, x, w, dt, NULL, N, s->c, s->oc);
-        double t = clk() - t0, c = cycles_read(fd) - c0;
-        if (r == 0) continue;
-        if (c < *cyc) *cyc = c;
-        if (t < *sec) *sec = t;
-    }
+// One variant: weights, their dtype, the kernels' instruction set; its best cycles and seconds.
+typedef struct {
+    char name[24];
+    void *w;
+    DType dt;
+    CpuIsa isa;
+    double cyc, sec;
+} Variant;
+
+// reps rounds (after a warm-up round), each one call of every variant in turn, so that the
+// variants meet the same load on a shared machine; each keeps its best.
+static void time_all(Backend *be, int fd, float *out, const float *x, Variant *v, int nv, int N, const Shape *s,
+                     int reps) {
+    for (int i = 0; i < nv; i++) v[i].cyc = v[i].sec = 1e30;
+    for (int r = 0; r <= reps; r++)
+        for (int i = 0; i < nv; i++) {
+            cpu_set_isa(be, v[i].isa);
+            double c0 = cycles_read(fd), t0 = clk();
+            be->matmul_forward(be, out, x, v[i].w, v[i].dt, NULL, N, s->c, s->oc);
+            double t = clk() - t0, c = cycles_read(fd) - c0;
+            if (r == 0) continue;
+            if (c < v[i].cyc) v[i].cyc = c;
+            if (t < v[i].sec) v[i].sec = t;
+        }
 }
 
 // one result: cycles and flops per cycle only where they were counted
@@ -114,29 +126,27 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)N * 3072; i++) x[i] = rnd();
     for (int si = 0; si < NSHAPE; si++) {
         const Shape *s = &SHAPES[si];
-        double flops = 2.0 * N * s->c * s->oc, c32, t32;
-        void *w32 = make_weight(DT_F32, s->oc, s->c);
-        cpu_set_isa(be, best);
-        time_one(be, fd, out, x, w32, DT_F32, N, s, reps, &c32, &t32);
-        free(w32);
-        line(fd, s, "f32 sgemm", c32, t32, flops, 1.0);
-        for (const char *d = dtypes; *d;) {
+        double flops = 2.0 * N * s->c * s->oc;
+        Variant v[1 + 2 * 3];
+        int nv = 0;
+        v[nv++] = (Variant){.name = "f32 sgemm", .w = make_weight(DT_F32, s->oc, s->c), .dt = DT_F32, .isa = best};
+        for (const char *d = dtypes; *d && nv + 2 <= (int)(sizeof v / sizeof *v);) {
             const char *end = strchr(d, ',');
             int len = end ? (int)(end - d) : (int)strlen(d);
             DType dt = !strncmp(d, "bf16", len) ? DT_BF16 : !strncmp(d, "f16", len) ? DT_F16 : DT_Q8_0;
             void *w = make_weight(dt, s->oc, s->c);
-            for (int v = 0; v < 2; v++) {  // the old tiles path, then the GEMM
-                double c, t;
-                cpu_set_isa(be, v ? best : CPU_ISA_SCALAR);
-                time_one(be, fd, out, x, w, dt, N, s, reps, &c, &t);
-                char name[32];
-                snprintf(name, sizeof name, "%.*s %s", len, d, v ? "gemm" : "tiles");
-                double ratio = fd >= 0 ? c32 / c : t32 / t;
-                line(fd, s, name, c, t, flops, ratio);
+            for (int k = 0; k < 2; k++) {  // the old tiles path (scalar kernels: no GEMM), then the GEMM
+                v[nv] = (Variant){.w = w, .dt = dt, .isa = k ? best : CPU_ISA_SCALAR};
+                snprintf(v[nv].name, sizeof v[nv].name, "%.*s %s", len, d, k ? "gemm" : "tiles");
+                nv++;
             }
-            free(w);
             d = end ? end + 1 : d + len;
         }
+        time_all(be, fd, out, x, v, nv, N, s, reps);
+        for (int i = 0; i < nv; i++)
+            line(fd, s, v[i].name, v[i].cyc, v[i].sec, flops, fd >= 0 ? v[0].cyc / v[i].cyc : v[0].sec / v[i].sec);
+        free(v[0].w);
+        for (int i = 1; i < nv; i += 2) free(v[i].w);
         fflush(stdout);
     }
     if (fd >= 0) close(fd);

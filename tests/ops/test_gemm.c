@@ -1,7 +1,7 @@
 // test_gemm.c: the cpu backend's prefill-sized matmul for bf16 / f16 / Q8_0 weights (the AVX2
 // GEMM of cpu_gemm_avx2.c, and the converted tiles on sgemm it replaces, forced with
 // cpu_set_isa) against the reference matmul: input rows, widths and output rows that are and
-// are not multiples of the 6 x 16 tile, the 8-element conversion step and the 256-element K
+// are not multiples of the 6 x 16 tile, the 8-element conversion step and the 512-element K
 // block; Q8_0 tables whose rows are not whole blocks; with bias (the kernel adds to out: beta = 1) and
 // without (out starts as NaN, which beta = 0 must ignore); guard words after the output. Each
 // output is held to the reference within 2e-5 of sum_k |x_k w_k| + |bias|, far below one
@@ -80,7 +80,7 @@ static void gemm_against_ref(CpuIsa isa) {
                     if (dts[d] != DT_Q8_0 || (size_t)Cs[b] * OCs[c] % Q8_0_BLOCK == 0)  // Q8_0: whole blocks
                         check(R, X, Ns[a], Cs[b], OCs[c], dts[d], k % 2, gemm);
     check(R, X, 6, 64, 40, DT_F16, 1, gemm);  // f16 below the gemv cutoff still comes here
-    check(R, X, 128, 1024, 70, DT_BF16, 0, gemm);  // a prefill shape: 4 K blocks, 22 row panels
+    check(R, X, 128, 1024, 70, DT_BF16, 0, gemm);  // a prefill shape: 2 K blocks, 22 row panels
     check(R, X, 128, 1024, 70, DT_Q8_0, 1, gemm);
     for (int t = 0; t < 3; t++) backend_destroy(X[t]);
     backend_destroy(R);

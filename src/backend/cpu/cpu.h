@@ -185,7 +185,7 @@ void cpu_gemv_split_eo_avx512(float *xeo, const float *inp, int N, int C);
 // blocks of KC elements of C. ap (ceil(N / MR), C, MR): inp packed by cpu_gemm_pack_a_avx2.
 #define CPU_GEMM_MR 6
 #define CPU_GEMM_NR 16
-#define CPU_GEMM_KC 256
+#define CPU_GEMM_KC 512
 typedef struct {
     float *out;
     const float *ap;

@@ -9,8 +9,11 @@
 // - for each block of KC columns of C, each block of 16 weight rows is widened to fp32 straight
 //   into a k-major panel (16 weights of element k side by side, rows past OC zero): 16 rows of 8
 //   elements loaded, widened in registers and transposed 8 x 8. Each weight is read and
-//   converted once per call; the panel (KC x 16 fp32, 16 KiB) stays in L1 while every input
-//   micro-panel (6 x KC, from L2) goes past it;
+//   converted once per call; the panel (KC x 16 fp32, 32 KiB) stays in L1 / L2 while every
+//   input micro-panel (6 x KC, 12 KiB, from L2) goes past it, and while it is used the next
+//   panel's weights are prefetched (their rows are short streams the hardware does not follow);
+//   KC = 512: of 128 / 256 / 384 / 512 / 1024, timed on a shared Zen 3 (bench/gemm_bench), 384
+//   and 512 were fastest and 128 slowest, a few percent apart;
 // - the micro-kernel sums KC products per output in registers and adds them to out (or, in the
 //   first block with beta = 0, stores them).
 // Every output element is the same sequence of fp32 FMAs and adds whatever the thread count or
@@ -87,10 +90,17 @@ static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
 }
 
 // bp (kc, NR): bp[k][j] = w[o + j][pc + k] as fp32 for j < nr, 0 for the rest.
-static inline __attribute__((always_inline)) void pack_b(float *bp, const void *w, const DType wdt, int C, int o,
-                                                         int nr, int pc, int kc) {
+static inline __attribute__((always_inline)) void pack_b(float *bp, const void *w, const DType wdt, int C, int OCp,
+                                                         int o, int nr, int pc, int kc) {
     int k = 0;
-    for (; k + 8 <= kc; k += 8)
+    for (; k + 8 <= kc; k += 8) {
+        if (k % 32 == 0 && wdt != DT_F32)  // the next panel's rows, 32 elements (a cache line or less) each
+            for (int j = 0; j < NR && o + NR + j < OCp; j++) {
+                size_t off = (size_t)(o + NR + j) * C + pc + k;
+                _mm_prefetch(wdt == DT_Q8_0 ? (const char *)((const BlockQ8_0 *)w + off / Q8_0_BLOCK)
+                                            : (const char *)((const uint16_t *)w + off),
+                             _MM_HINT_T0);
+            }
         for (int h = 0; h < NR; h += 8) {
             __m256 r[8];
 #pragma GCC unroll 8
@@ -100,34 +110,38 @@ static inline __attribute__((always_inline)) void pack_b(float *bp, const void *
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) _mm256_store_ps(bp + (size_t)(k + i) * NR + h, r[i]);
         }
+    }
     for (; k < kc; k++)  // the last C % 8 elements
         for (int j = 0; j < NR; j++) bp[(size_t)k * NR + j] = j < nr ? load1(w, wdt, (size_t)(o + j) * C + pc + k) : 0.0f;
 }
 
-// c (mr, nr; row stride ldc) (+)= a (kc, MR) b (kc, NR) summed over k: stored when acc = 0.
-// The 12 sums are named variables, not an array, so the compiler keeps them in registers.
-static void kernel(int kc, const float *a, const float *b, float *c, int ldc, int mr, int nr, int acc) {
+// c (R, nr; row stride ldc) (+)= a (kc, MR) b (kc, NR) summed over k, for the first R rows of
+// the micro-panel (R <= MR, a constant at each call: a last panel of fewer rows costs no FMAs
+// on its zero rows); stored when acc = 0. The sums are named variables, not an array, so the
+// compiler keeps them in registers.
+static inline __attribute__((always_inline)) void kernel(int kc, const float *a, const float *b, float *c, int ldc,
+                                                         const int R, int nr, int acc) {
     __m256 s00 = _mm256_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00;
     __m256 s30 = s00, s31 = s00, s40 = s00, s41 = s00, s50 = s00, s51 = s00;
 #define ROW(i, r0, r1)                                                                                                 \
-    do {                                                                                                               \
+    if (R > (i)) {                                                                                                     \
         __m256 x = _mm256_broadcast_ss(a + (i));                                                                       \
         r0 = _mm256_fmadd_ps(x, b0, r0);                                                                               \
         r1 = _mm256_fmadd_ps(x, b1, r1);                                                                               \
-    } while (0)
+    }
     for (int k = 0; k < kc; k++, a += MR, b += NR) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-        ROW(0, s00, s01);
-        ROW(1, s10, s11);
-        ROW(2, s20, s21);
-        ROW(3, s30, s31);
-        ROW(4, s40, s41);
-        ROW(5, s50, s51);
+        ROW(0, s00, s01)
+        ROW(1, s10, s11)
+        ROW(2, s20, s21)
+        ROW(3, s30, s31)
+        ROW(4, s40, s41)
+        ROW(5, s50, s51)
     }
 #undef ROW
     __m256 s[MR][2] = {{s00, s01}, {s10, s11}, {s20, s21}, {s30, s31}, {s40, s41}, {s50, s51}};
-    if (mr == MR && nr == NR) {
-        for (int i = 0; i < MR; i++) {
+    if (nr == NR) {
+        for (int i = 0; i < R; i++) {
             float *ci = c + (size_t)i * ldc;
             if (acc) {
                 s[i][0] = _mm256_add_ps(_mm256_loadu_ps(ci), s[i][0]);
@@ -138,13 +152,25 @@ static void kernel(int kc, const float *a, const float *b, float *c, int ldc, in
         }
         return;
     }
-    float t[MR][NR];  // an edge tile: only its mr x nr part is out's
-    for (int i = 0; i < MR; i++) _mm256_storeu_ps(t[i], s[i][0]), _mm256_storeu_ps(t[i] + 8, s[i][1]);
-    for (int i = 0; i < mr; i++)
+    float t[MR][NR];  // an edge tile: only its R x nr part is out's
+    for (int i = 0; i < R; i++) _mm256_storeu_ps(t[i], s[i][0]), _mm256_storeu_ps(t[i] + 8, s[i][1]);
+    for (int i = 0; i < R; i++)
         for (int j = 0; j < nr; j++) {
             float *ci = c + (size_t)i * ldc + j;
             *ci = acc ? *ci + t[i][j] : t[i][j];
         }
+}
+
+// the micro-kernel for the panel's mr rows
+static void kernel_rows(int kc, const float *a, const float *b, float *c, int ldc, int mr, int nr, int acc) {
+    switch (mr) {
+    case 1: kernel(kc, a, b, c, ldc, 1, nr, acc); break;
+    case 2: kernel(kc, a, b, c, ldc, 2, nr, acc); break;
+    case 3: kernel(kc, a, b, c, ldc, 3, nr, acc); break;
+    case 4: kernel(kc, a, b, c, ldc, 4, nr, acc); break;
+    case 5: kernel(kc, a, b, c, ldc, 5, nr, acc); break;
+    default: kernel(kc, a, b, c, ldc, MR, nr, acc); break;
+    }
 }
 
 static inline __attribute__((always_inline)) void cols(const CpuGemmArgs *g, float *bp, int o0, int o1,
@@ -154,11 +180,11 @@ static inline __attribute__((always_inline)) void cols(const CpuGemmArgs *g, flo
         int kc = C - pc < KC ? C - pc : KC, acc = pc > 0 || g->beta != 0.0f;
         for (int o = o0; o < o1; o += NR) {
             int nr = o1 - o < NR ? o1 - o : NR;
-            pack_b(bp, g->w, wdt, C, o, nr, pc, kc);
+            pack_b(bp, g->w, wdt, C, o1, o, nr, pc, kc);
             for (int p = 0; p < panels; p++) {
                 int mr = N - p * MR < MR ? N - p * MR : MR;
-                kernel(kc, g->ap + (size_t)p * C * MR + (size_t)pc * MR, bp, g->out + (size_t)p * MR * OC + o, OC, mr,
-                       nr, acc);
+                kernel_rows(kc, g->ap + (size_t)p * C * MR + (size_t)pc * MR, bp, g->out + (size_t)p * MR * OC + o, OC,
+                            mr, nr, acc);
             }
         }
     }

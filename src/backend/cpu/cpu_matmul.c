@@ -1,8 +1,9 @@
 // cpu_matmul.c: the linear layer on sgemm. fp32 weights go to sgemm directly; bf16/f16/Q8_0
-// weights are converted to fp32 a tile of rows at a time in each thread's cache and multiplied
-// there (forward), or a panel of rows at a time into backend scratch (backward). For a handful of input rows (decode) a dot product per weight row is faster than
-// sgemm (1x512x1536: fp32 0.21 -> 0.06 ms) and, for 16-bit weights, avoids writing and
-// re-reading a converted panel.
+// weights go forward through the AVX2 GEMM of cpu_gemm_avx2.c where the machine has it, else
+// are converted to fp32 a tile of rows at a time in each thread's cache and multiplied there;
+// backward converts a panel of rows at a time into backend scratch. For a handful of input
+// rows (decode) a dot product per weight row is faster than sgemm (1x512x1536: fp32 0.21 ->
+// 0.06 ms) and, for 16-bit weights, avoids writing and re-reading a converted panel.
 #include "cpu.h"
 
 #include <omp.h>
