@@ -183,13 +183,14 @@ static Status build_config(Session *s, const Args *a, Err *e) {
     return gen_config_check(c, s->m->cfg.vocab_size, e);
 }
 
-static Status session_open(Session *s, const Args *a, int need_tokenizer, Err *e) {
+// part: this rank's part of the model only (tensor parallelism, tp_part), or NULL.
+static Status session_open(Session *s, const Args *a, int need_tokenizer, const ModelPart *part, Err *e) {
     memset(s, 0, sizeof *s);
     TRY(cli_model_dir(a, "model", &s->dir, e));
     int dt;
     TRY(cli_dtype(a, &dt, e));
     TRY(cli_backend(a, &s->be, e));
-    TRY(model_load_frozen(s->dir, s->be, dt, &s->m, e));
+    TRY(model_load_opts(s->dir, s->be, dt, &(ModelLoadOpts){.frozen = 1, .part = part}, &s->m, e));
     cli_apply_moe(a, s->m);
     TRY(cli_apply_adapter(a, s->m, e));
     if (gguf_is_file(s->dir)) {  // the tokenizer is in the metadata; needed only for text
@@ -421,7 +422,8 @@ static Status run_generate_on(const Args *a, Dist *d, int T, Err *e) {
     int given = args_is_set(a, "prompt") + args_is_set(a, "prompts") + args_is_set(a, "ids");
     if (given != 1) return err_set(e, ST_EINVAL, "give exactly one of --prompt TEXT, --prompts FILE.jsonl, --ids \"1 2 3\"");
     Session s;
-    Status st = session_open(&s, a, !args_is_set(a, "ids"), e);
+    ModelPart part;
+    Status st = session_open(&s, a, !args_is_set(a, "ids"), T > 1 ? tp_part(&part, d) : NULL, e);
     Tp tp = {0};
     if (st == ST_OK && T > 1) st = dist_attach_backend(d, s.be, e);
     if (st == ST_OK && T > 1) st = tp_shard(&tp, &s.m, &d->mesh->tp_axis, e);
@@ -646,7 +648,7 @@ static void chat_stats(const ChatState *cs) {
 
 static Status run_chat(const Args *a, Err *e) {
     Session s;
-    Status st = session_open(&s, a, 1, e);
+    Status st = session_open(&s, a, 1, NULL, e);
     if (st == ST_OK) st = session_template(&s, a, e);
     // The conversation stays in the cache between turns (only the new turn is prefilled); the
     // cache length grows in steps of 1024 (a longer one is a new plan, prefilled once).

@@ -257,29 +257,108 @@ static void transpose_bytes(void *dst, const void *src, size_t rows, size_t cols
                 for (size_t c = c0; c < MIN(cols, c0 + 32); c++) memcpy(d + (c * rows + r) * es, sp + (r * cols + c) * es, es);
 }
 
-// A tensor whose checkpoint blocks (E, A, B) are stored transposed (tensors.h hf_xpose): one block
-// at a time, transposed in the checkpoint's dtype, then converted.
+// Block e of a tensor t whose checkpoint blocks (E, A, B) are stored transposed (tensors.h
+// hf_xpose): transposed in the checkpoint's dtype (through tr, A B elements), then converted into
+// dst (t's dtype).
+static void transposed_block(void *dst, const TensorInfo *t, const StTensor *s, size_t e, void *tr) {
+    size_t A = (size_t)t->hf_shape[1], B = (size_t)t->hf_shape[2], blk = A * B, ss = dtype_size(s->dtype);
+    transpose_bytes(tr, (const char *)s->data + e * blk * ss, A, B, ss);
+    dtype_convert(dst, t->dtype, tr, s->dtype, blk);
+}
+
+// Such a tensor uploaded one block at a time.
 static void upload_transposed(Model *m, int i, const StTensor *s) {
     const TensorInfo *t = &m->tt.t[i];
-    size_t E = (size_t)t->hf_shape[0], A = (size_t)t->hf_shape[1], B = (size_t)t->hf_shape[2], blk = A * B;
-    size_t ss = dtype_size(s->dtype);
-    void *tr = xmalloc(blk * ss), *conv = xmalloc(dtype_bytes(t->dtype, blk) + 64);
+    size_t E = (size_t)t->hf_shape[0], blk = (size_t)t->hf_shape[1] * (size_t)t->hf_shape[2];
+    void *tr = xmalloc(blk * dtype_size(s->dtype)), *conv = xmalloc(dtype_bytes(t->dtype, blk) + 64);
     for (size_t e = 0; e < E; e++) {
-        transpose_bytes(tr, (const char *)s->data + e * blk * ss, A, B, ss);
-        dtype_convert(conv, t->dtype, tr, s->dtype, blk);
+        transposed_block(conv, t, s, e, tr);
         m->be->upload(m->be, (char *)m->data[i] + dtype_bytes(t->dtype, e * blk), conv, dtype_bytes(t->dtype, blk));
     }
     free(tr);
     free(conv);
 }
 
-static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped) {
+// A part's tensor (model/model.h ModelPart): its runs of the whole tensor's elements converted
+// into stage (cap elements of the part's dtype) and uploaded whenever stage is full, each piece's
+// pages of the mapping released once read.
+typedef struct PartUpload {
+    Model *m;
+    int i;                  // the part's tensor
+    const StSet *set;
+    const StTensor *s;      // the mapped whole tensor src points into, or NULL (a converted copy)
+    const char *src;        // the whole tensor's elements, of dtype sdt, ss bytes each
+    DType sdt;
+    size_t ss;
+    char *stage;            // part elements [at, at + fill)
+    size_t cap, at, fill;
+} PartUpload;
+
+static void part_flush(PartUpload *u) {
+    DType dt = u->m->tt.t[u->i].dtype;
+    if (u->fill)
+        u->m->be->upload(u->m->be, (char *)u->m->data[u->i] + dtype_bytes(dt, u->at), u->stage, dtype_bytes(dt, u->fill));
+    u->at += u->fill;
+    u->fill = 0;
+}
+
+static void part_run(void *ctx, size_t whole_at, size_t part_at, size_t n) {
+    PartUpload *u = ctx;
+    DType dt = u->m->tt.t[u->i].dtype;
+    CHECK(part_at == u->at + u->fill);
+    for (size_t j = 0; j < n;) {
+        if (u->fill == u->cap) part_flush(u);
+        size_t c = MIN(n - j, u->cap - u->fill);
+        dtype_convert(u->stage + dtype_bytes(dt, u->fill), dt, u->src + (whole_at + j) * u->ss, u->sdt, c);
+        if (u->s) st_release(u->set, u->s, (whole_at + j) * u->ss, c * u->ss);
+        u->fill += c, j += c;
+    }
+}
+
+// Tensor i of a part from whole tensor w of the checkpoint (s): only the part's elements are read
+// from the mapping; a transposed (hf_xpose) or Q8_0 checkpoint tensor is converted whole first.
+static void upload_part(Model *m, int i, const StSet *set, const StTensor *s, const TensorInfo *w,
+                        const ModelPart *part, void *stage) {
+    const TensorInfo *t = &m->tt.t[i];
+    PartUpload u = {.m = m, .i = i, .set = set, .stage = stage, .cap = UPLOAD_CHUNK / 4};
+    char *whole = NULL;
+    if (w->hf_xpose || s->dtype == DT_Q8_0) {
+        whole = xmalloc(dtype_bytes(t->dtype, w->numel) + 64);
+        if (w->hf_xpose) {
+            size_t blk = (size_t)w->hf_shape[1] * (size_t)w->hf_shape[2];
+            void *tr = xmalloc(blk * dtype_size(s->dtype));
+            for (size_t e = 0; e < (size_t)w->hf_shape[0]; e++)
+                transposed_block(whole + dtype_bytes(t->dtype, e * blk), w, s, e, tr);
+            free(tr);
+        } else {
+            dtype_convert(whole, t->dtype, s->data, s->dtype, w->numel);
+        }
+        u.src = whole, u.sdt = t->dtype, u.ss = dtype_size(t->dtype);
+    } else {
+        u.s = s, u.src = s->data, u.sdt = s->dtype, u.ss = dtype_size(s->dtype);
+    }
+    part->runs(part, &m->cfg, w, t, part_run, &u);
+    part_flush(&u);
+    CHECK_MSG(u.at == t->numel, "tensor %s: the part's runs cover %zu of %zu elements", t->name, u.at, t->numel);
+    if (u.s) st_release(set, s, 0, s->nbytes);
+    free(whole);
+}
+
+// whole: the whole model's table when m is a part of it (part), else NULL.
+static void upload_tensors(Model *m, const StSet *set, const uint8_t *mapped, const ModelPart *part,
+                           const TensorTable *whole) {
     void *stage = xmalloc(UPLOAD_CHUNK);
     for (int i = 0; i < m->tt.n; i++) {
         if (mapped && mapped[i]) continue;
         const TensorInfo *t = &m->tt.t[i];
         const StTensor *s = st_find(set, t->name);
         if (!s) continue;  // a new score head (check_tensors allowed it)
+        if (part) {
+            const TensorInfo *w = tensors_find(whole, t->name);
+            CHECK_MSG(w && w->kind == t->kind, "tensor %s: not in the whole model", t->name);
+            upload_part(m, i, set, s, w, part, stage);
+            continue;
+        }
         if (t->hf_xpose) {
             upload_transposed(m, i, s);
             continue;
@@ -376,10 +455,19 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
     tensors_build(&probe.tt, &cfg, mdt);
     st = check_tensors(&probe, &probe.tt, set, dir, convert, e);
     if (st == ST_OK && mdt == DT_Q8_0) st = check_q8_0(&probe.tt, dir, frozen, e);
+    // A part (tensor parallelism): its config and table; nothing used in place
+    const ModelPart *part = o->part;
+    ModelConfig pcfg = cfg;
+    TensorTable ptt = {0};
+    if (st == ST_OK && part && mdt == DT_Q8_0)
+        st = err_set(e, ST_EUNSUPPORTED, "%s: loading a tensor-parallel part of q8_0 weights is not supported (use "
+                                         "--dtype float32 or bfloat16)", dir);
+    if (st == ST_OK && part) st = part->config(part, &cfg, dir, &pcfg, e);
+    if (st == ST_OK && part) tensors_build(&ptt, &pcfg, mdt);
     // Frozen on host memory: tensors stored as they are computed with are used in place.
     uint8_t *mapped = NULL;
-    size_t copied = probe.tt.param_bytes, in_place = 0;
-    if (st == ST_OK && frozen && be->host_memory) {
+    size_t copied = part ? ptt.param_bytes : probe.tt.param_bytes, in_place = 0;
+    if (st == ST_OK && frozen && be->host_memory && !part) {
         mapped = xcalloc((size_t)probe.tt.n, 1);
         copied = 0;
         for (int i = 0; i < probe.tt.n; i++) {
@@ -394,24 +482,34 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
         }
     }
     char what[600];
-    snprintf(what, sizeof what, "loading %s (%zu parameters as %s)", dir, probe.tt.n_params, dtype_torch_name(mdt));
+    if (part)
+        snprintf(what, sizeof what, "loading part %d of %d of %s (%zu of its %zu parameters as %s)", part->t + 1,
+                 part->T, dir, ptt.n_params, probe.tt.n_params, dtype_torch_name(mdt));
+    else
+        snprintf(what, sizeof what, "loading %s (%zu parameters as %s)", dir, probe.tt.n_params, dtype_torch_name(mdt));
     if (st == ST_OK) st = mem_check(copied, be->max_memory, what, e);
-    tensors_free(&probe.tt);
+    size_t whole_bytes = probe.tt.param_bytes;
+    tensors_free(&ptt);
     if (st != ST_OK) {
+        tensors_free(&probe.tt);
         free(mapped);
         st_close(set);
         free(set);
         config_free(&cfg);
         return st;
     }
-    Model *m = model_new_mapped(&cfg, be, mdt, mapped);
+    Model *m = model_new_mapped(&pcfg, be, mdt, mapped);
     m->ckpt_dtype = ckpt;
     m->dir = xstrdup(dir);
     m->frozen = frozen;
     m->mapped_bytes = in_place;
     for (int i = 0; mapped && i < m->tt.n; i++)
         if (mapped[i]) m->data[i] = (void *)st_find(set, m->tt.t[i].name)->data;
-    upload_tensors(m, set, mapped);
+    upload_tensors(m, set, mapped, part, &probe.tt);
+    tensors_free(&probe.tt);
+    if (part)  // tests read this line
+        log_info("%s: part %d of %d loaded: %zu of %zu bytes of weights read from the checkpoint", dir, part->t + 1,
+                 part->T, m->tt.param_bytes, whole_bytes);
     if (convert) init_score(m, o->seed);
     free(mapped);
     if (in_place) {

@@ -95,6 +95,18 @@ Status model_load(const char *dir, Backend *be, int matrix_dtype, Model **out, E
 // (converted dtypes) are copied into params. Such a model has no gradients and is never written;
 // its parameters are not one contiguous buffer (model_param / model_data per tensor).
 Status model_load_frozen(const char *dir, Backend *be, int matrix_dtype, Model **out, Err *e);
+// A part of a model to load instead of the whole (tensor parallelism, src/train/tp.h): only the
+// part's elements of each tensor are read from the checkpoint. config: the part's config of the
+// whole model's (dir names the model in errors); runs: fn(fn_ctx, whole_at, part_at, n) for each
+// run of n elements of tensor l of the part (config lc) inside tensor w of the whole, in
+// increasing part_at order, covering l.
+typedef struct ModelPart {
+    Status (*config)(const struct ModelPart *p, const ModelConfig *whole, const char *dir, ModelConfig *part, Err *e);
+    void (*runs)(const struct ModelPart *p, const ModelConfig *lc, const TensorInfo *w, const TensorInfo *l,
+                 void (*fn)(void *fn_ctx, size_t whole_at, size_t part_at, size_t n), void *fn_ctx);
+    int T, t;  // the part's rank t of T (tensor parallelism)
+} ModelPart;
+
 // What model_load_opts loads. model_load and model_load_frozen load causal LMs only: a
 // sequence-classification checkpoint is an error there, naming the commands that run it.
 typedef struct ModelLoadOpts {
@@ -106,6 +118,8 @@ typedef struct ModelLoadOpts {
     int pad_token_id;  // conversion: the new config's pad_token_id (-1: keep the causal config's)
     uint64_t seed;     // conversion: draw of the new score head, normal(0, initializer_range) as
                        // transformers initialises a Linear
+    const ModelPart *part;  // NULL: the whole model; else that part only (nothing used in place;
+                            // --max_memory checked against the part's bytes)
 } ModelLoadOpts;
 Status model_load_opts(const char *dir, Backend *be, int matrix_dtype, const ModelLoadOpts *o, Model **out, Err *e);
 // A fresh model from a config: normal(0, initializer_range) matrices, norm weights 1, biases 0.

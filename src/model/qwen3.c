@@ -815,12 +815,14 @@ void qwen3_cls_scores(Model *m, Plan *p, const int32_t *rows, float *scores) {
 void qwen3_cls_backward(Model *m, Plan *p, const float *dscores) {
     Backend *be = m->be;
     int B = p->B, N = B * p->T, C = m->cfg.hidden_size, NL = m->cfg.num_labels;
-    CHECK_MSG(NL > 0 && p->mode == PLAN_TRAIN && m->grads && !m->lora,
+    CHECK_MSG(NL > 0 && p->mode == PLAN_TRAIN && trains(m) && !m->lora,
               "qwen3_cls_backward: needs a classifier, a train plan and gradients (no adapter)");
     be->upload(be, p->cls_dscores, dscores, (size_t)B * NL * sizeof(float));
     const TensorInfo *t = tensors_get(&m->tt, TK_SCORE, -1);
     be->zero(be, p->dln, (size_t)N * C * sizeof(float));
-    be->score_head(be, NULL, p->dln, m->grads + t->goffset, p->lnf, model_data(m, t), t->dtype, p->pool_rows,
+    // the score head is whole on every rank of a tensor-parallel group (the pooled hidden states
+    // are the same there), so d(lnf) is too: no all-reduce; under FSDP its gradient is the rest unit's
+    be->score_head(be, NULL, p->dln, model_tensor_grad(m, t), p->lnf, model_data(m, t), t->dtype, p->pool_rows,
                    p->cls_dscores, B, N, C, NL);
     qwen3_backward_from_lnf(m, p);
 }

@@ -586,7 +586,9 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
-    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
+    ModelPart part;  // --tp_size T: only this rank's part of the student (and the teacher) is read (tp.h)
+    const ModelPart *pp = tp_part(&part, c->dist);
+    if (st == ST_OK) st = peft_load_model_part(c->model_dir, be, &c->train.peft, c->dtype, pp, &m, e);
     if (st == ST_OK && m->cfg.vocab_size != c->prompts.vocab_size)
         st = err_set(e, ST_EINVAL, "%s: config.json says vocab_size %d, the loaded model has %d", c->model_dir,
                      c->prompts.vocab_size, m->cfg.vocab_size);
@@ -602,8 +604,10 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         TeacherMode mode = self ? c->teacher_mode : TEACHER_MODEL;
         if (mode == TEACHER_LIVE) t = m;
         else if (self && m->lora) t = peft_base_model(m);  // the base with the adapter off: no second copy
-        else if (mode == TEACHER_EMA) st = model_load(c->model_dir, be, DT_F32, &t, e);
-        else st = model_load_frozen(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype, &t, e);
+        else if (mode == TEACHER_EMA) st = model_load_opts(c->model_dir, be, DT_F32, &(ModelLoadOpts){.part = pp}, &t, e);
+        else
+            st = model_load_opts(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype,
+                                 &(ModelLoadOpts){.frozen = 1, .part = pp}, &t, e);
         if (st == ST_OK && c->teacher_adapter && t != m) {
             st = lora_load(t, c->teacher_adapter, e);
             if (st == ST_OK) log_info("teacher adapter %s: LoRA r %d", c->teacher_adapter, t->lora->cfg.r);

@@ -729,7 +729,9 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
-    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
+    ModelPart part;  // --tp_size T: only this rank's part of the policy is read (tp.h)
+    if (st == ST_OK)
+        st = peft_load_model_part(c->model_dir, be, &c->train.peft, c->dtype, tp_part(&part, c->dist), &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     Tp tp = {0};  // --tp_size T: this rank's part of the policy (tp.h); rollouts and batches per data rank
     Dist *world = c->dist;

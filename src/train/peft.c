@@ -4,8 +4,13 @@
 #include "../core/log.h"
 
 Status peft_load_model(const char *dir, Backend *be, const PeftConfig *p, int dtype, Model **out, Err *e) {
-    if (!p->use_peft) return model_load(dir, be, DT_F32, out, e);
-    return model_load_frozen(dir, be, dtype, out, e);
+    return peft_load_model_part(dir, be, p, dtype, NULL, out, e);
+}
+
+Status peft_load_model_part(const char *dir, Backend *be, const PeftConfig *p, int dtype, const ModelPart *part,
+                            Model **out, Err *e) {
+    ModelLoadOpts o = {.frozen = p->use_peft, .part = part};
+    return model_load_opts(dir, be, p->use_peft ? dtype : DT_F32, &o, out, e);
 }
 
 Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, uint64_t seed, Err *e) {

@@ -15,6 +15,9 @@ typedef struct PeftConfig {
 // Load a trainer's model: fp32 masters for full training; with an adapter the base is frozen
 // (model_load_frozen: its checkpoint's dtype unless dtype >= 0, used in place where it can be).
 Status peft_load_model(const char *dir, Backend *be, const PeftConfig *p, int dtype, Model **out, Err *e);
+// The same for a part of the model only (model.h ModelPart; NULL: the whole).
+Status peft_load_model_part(const char *dir, Backend *be, const PeftConfig *p, int dtype, const ModelPart *part,
+                            Model **out, Err *e);
 // After loading: attach the adapter (new, keyed by seed, or read from --adapter) and set
 // gradient checkpointing. Logs what trains.
 Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, uint64_t seed, Err *e);

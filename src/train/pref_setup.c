@@ -11,7 +11,9 @@ Status pref_load_policy(const PrefPolicySpec *s, Backend **be, Model **m, Err *e
     TRY(backend_create(s->backend, s->threads, be, e));
     (*be)->max_memory = s->max_memory;
     Status st = s->dist ? dist_attach_backend(s->dist, *be, e) : ST_OK;
-    if (st == ST_OK) st = peft_load_model(s->model_dir, *be, s->peft, s->dtype, m, e);
+    ModelPart part;  // --tp_size T: only this rank's part is read (tp.h)
+    if (st == ST_OK)
+        st = peft_load_model_part(s->model_dir, *be, s->peft, s->dtype, s->dist ? tp_part(&part, s->dist) : NULL, m, e);
     if (st == ST_OK) st = peft_prepare(*m, s->peft, s->gradient_checkpointing, s->seed, e);
     if (st == ST_OK && s->max_plans > 0) (*m)->plans.max_plans = s->max_plans;
     return st;

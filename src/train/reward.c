@@ -8,6 +8,7 @@
 #include "../tokenizer/chat.h"
 #include "codec.h"
 #include "preflight.h"
+#include "tp.h"
 
 #include <math.h>
 #include <string.h>
@@ -86,7 +87,10 @@ static int fill(RewardSource *s, const RewardPairs *set, const int *order, int B
 static Status micro_batch(RewardSource *s, Model *m, const RewardPairs *set, const int *order, int B, int index,
                           double scale, double *st, Err *e) {
     int T, n = fill(s, set, order, B, index, &T), train = scale > 0;
-    if (n == 0) return ST_OK;  // nothing of this rank in the last batch of the epoch
+    // nothing of this rank in the last batch of the epoch: skipped, unless the parameters are
+    // sharded (FSDP), whose gathers and reduce-scatters every rank joins (a pass on empty rows, its
+    // gradient zero)
+    if (n == 0 && !(m->hooks && m->hooks->materialize)) return ST_OK;
     Plan *p;
     int before = m->plans.n;
     PlanMode mode = train ? PLAN_TRAIN : PLAN_SCORE;
@@ -108,13 +112,15 @@ static Status micro_batch(RewardSource *s, Model *m, const RewardPairs *set, con
         rmax = fmax(rmax, fmax(s->rc[b], s->rr[b]));
         tokens += s->lens[b] + s->lens[B + b];
     }
-    double L = reward_bt_loss(s->rc, s->rr, set->has_margin ? s->mg : NULL, n, s->c->has_center,
-                              s->c->center_rewards_coefficient, train ? scale : 1, s->drc, s->drr);
+    double L = n ? reward_bt_loss(s->rc, s->rr, set->has_margin ? s->mg : NULL, n, s->c->has_center,
+                                  s->c->center_rewards_coefficient, train ? scale : 1, s->drc, s->drr)
+                 : 0;
     if (train) {
         for (int r = 0; r < 2 * B; r++) s->dscores[r] = 0;
         for (int b = 0; b < n; b++) s->dscores[b] = (float)s->drc[b], s->dscores[B + b] = (float)s->drr[b];
         qwen3_cls_backward(m, p, s->dscores);
     }
+    if (n == 0) return ST_OK;
     st[ST_HAS] = 1, st[ST_LOSS] = L, st[ST_ACC] = acc / n, st[ST_MARGIN] = mar / n, st[ST_TOKENS] = tokens;
     st[ST_RSUM] = rsum, st[ST_RCOUNT] = 2 * n, st[ST_RMIN] = rmin, st[ST_RMAX] = rmax;
     return ST_OK;
@@ -266,7 +272,7 @@ static Status train(RewardConfig *c, Model *m, const RewardPairs *pairs, const R
     StepSource src = {.ctx = &s, .what = "pairs", .n_items = pairs->n,
                       .steps_per_epoch = trainer_steps_per_epoch(s.micro_batches, s.GA),
                       .micro_batches = s.micro_batches, .batch_size = s.B, .grad_accum = s.GA, .step = reward_step,
-                      .evaluate = eval ? reward_evaluate : NULL, .dist = s.dist};
+                      .evaluate = eval ? reward_evaluate : NULL, .dist = s.dist, .sharded_ok = 1};
     Status st = trainer_loop(m, &src, &c->train, res, e);
     source_free(&s);
     return st;
@@ -317,7 +323,10 @@ Status reward_run(RewardConfig *c, TrainResult *res, Err *e) {
     int32_t pad = have_codec ? model_codec_pad_id(&mc) : -1;
     // a causal checkpoint gets a new score head (TRL loads it as AutoModelForSequenceClassification
     // with num_labels 1 after set_seed(seed))
-    ModelLoadOpts lo = {.classifier = 1, .num_labels = 1, .pad_token_id = pad, .seed = c->train.seed};
+    // --tp_size T: only this rank's part is read (tp.h)
+    ModelPart part;
+    ModelLoadOpts lo = {.classifier = 1, .num_labels = 1, .pad_token_id = pad, .seed = c->train.seed,
+                        .part = c->dist ? tp_part(&part, c->dist) : NULL};
     if (st == ST_OK) st = model_load_opts(c->model_dir, be, DT_F32, &lo, &m, e);
     if (st == ST_OK) {
         if (pad >= 0) config_set_classifier(&m->cfg, 1, pad);  // saved with the model, as TRL saves it
@@ -329,8 +338,18 @@ Status reward_run(RewardConfig *c, TrainResult *res, Err *e) {
         c->train.save_dtype = c->save_dtype >= 0 ? (DType)c->save_dtype
                               : c->dtype >= 0     ? (DType)c->dtype
                                                   : m->ckpt_dtype;
-        st = train(c, m, &pairs, c->eval_dataset ? &eval : NULL, m->cfg.pad_token_id, res, e);
     }
+    // --tp_size T: this rank's part of the model (tp.h; the score head whole on every rank), the
+    // batches per data rank
+    Tp tp = {0};
+    Dist *world = c->dist, *dd = dist_data_axis(c->dist);
+    if (st == ST_OK && dd != c->dist) st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
+    if (st == ST_OK) {
+        c->dist = dd;
+        st = train(c, m, &pairs, c->eval_dataset ? &eval : NULL, m->cfg.pad_token_id, res, e);
+        c->dist = world;
+    }
+    tp_free(&tp, m);
     model_free(m);
     if (be) backend_destroy(be);
     reward_pairs_free(&pairs);

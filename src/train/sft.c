@@ -64,7 +64,10 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     if (st == ST_OK) be->max_memory = c->max_memory;
     if (st == ST_OK && c->dist) st = dist_attach_backend(c->dist, be, e);
     // trained weights: fp32 masters (an adapter's base keeps its dtype)
-    if (st == ST_OK) st = peft_load_model(c->model_dir, be, &c->train.peft, c->dtype, &m, e);
+    // --tp_size T: only this rank's part of the model is read (tp.h)
+    ModelPart part;
+    if (st == ST_OK)
+        st = peft_load_model_part(c->model_dir, be, &c->train.peft, c->dtype, tp_part(&part, c->dist), &m, e);
     if (st == ST_OK) st = peft_prepare(m, &c->train.peft, c->train.gradient_checkpointing, c->train.seed, e);
     if (st == ST_OK) m->moe_capacity_factor = c->moe_capacity_factor;
     Tp tp = {0};  // --tp_size T: this rank's part of the model (tp.h)

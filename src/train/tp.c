@@ -41,18 +41,28 @@ Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e) {
     return ST_OK;
 }
 
-Status tp_check_model(const Model *m, int T, Err *e) {
-    const ModelConfig *c = &m->cfg;
-    const char *dir = m->dir ? m->dir : "the model";
+// What a config must be to split T ways (dir names the model).
+static Status check_config(const ModelConfig *c, int T, const char *dir, Err *e) {
     TRY(tp_check_dims(c, T, dir, e));
     if (c->qk_norm == QKNORM_PROJ && c->norm_plus_one)
         return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: %s has (1 + w) q/k norms over the whole projection; tensor "
                                            "parallelism splits those with plain weights only", T, dir);
-    if (c->num_labels > 0 || m->lora || m->matrix_dtype == DT_Q8_0)
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports causal LMs with fp32 or bf16 "
-                                           "weights of their own (no classifier, adapter or Q8_0) so far", T);
     return ST_OK;
 }
+
+// What a model's weights must be to split (or be split).
+static Status check_weights(const Model *m, int T, Err *e) {
+    if (m->lora || m->matrix_dtype == DT_Q8_0)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports fp32 or bf16 weights of the "
+                                           "model's own (no adapter or Q8_0) so far", T);
+    return ST_OK;
+}
+
+Status tp_check_model(const Model *m, int T, Err *e) {
+    TRY(check_config(&m->cfg, T, m->dir ? m->dir : "the model", e));
+    return check_weights(m, T, e);
+}
+
 
 static void reduce(void *ctx, Model *m, float *buf, size_t n) {
     Tp *tp = ctx;
@@ -93,36 +103,52 @@ static int row_parts(const ModelConfig *lc, const TensorInfo *l, int64_t *rows) 
     return 1;
 }
 
+// Each run of rank t's part of full tensor f inside local tensor l (same kind) of the local
+// model lc: fn(ctx, full_at, part_at, n), in elements, in increasing part_at order. Split by rows:
+// of each row block of R local rows, rows [t R, (t+1) R) of the full one; by columns: every row's
+// columns [t K, (t+1) K); replicated: the whole tensor.
+static void part_runs(const ModelConfig *lc, const TensorInfo *f, const TensorInfo *l, int t,
+                      void (*fn)(void *ctx, size_t full_at, size_t part_at, size_t n), void *ctx) {
+    int dim = tp_split_dim(lc, l->kind);
+    if (dim < 0) {
+        fn(ctx, 0, 0, l->numel);
+    } else if (dim == 0) {
+        int64_t *rows = xmalloc((size_t)MAX(3, lc->num_experts) * sizeof(int64_t));
+        int parts = row_parts(lc, l, rows);
+        size_t T = (size_t)(f->shape[0] / l->shape[0]), row = l->numel / (size_t)l->shape[0], at = 0;
+        for (int k = 0; k < parts; k++) {
+            size_t n = (size_t)rows[k] * row;
+            fn(ctx, T * at + (size_t)t * n, at, n);
+            at += n;
+        }
+        free(rows);
+        CHECK(at == l->numel);
+    } else {
+        size_t K = (size_t)l->shape[1], Kf = (size_t)f->shape[1];
+        for (int64_t r = 0; r < l->shape[0]; r++) fn(ctx, (size_t)r * Kf + (size_t)t * K, (size_t)r * K, K);
+    }
+}
+
+typedef struct CopyRuns {
+    Backend *be;
+    char *full, *local;
+    size_t es;
+    int to_full;
+} CopyRuns;
+
+static void copy_run(void *ctx, size_t full_at, size_t part_at, size_t n) {
+    CopyRuns *c = ctx;
+    char *f = c->full + full_at * c->es, *l = c->local + part_at * c->es;
+    if (c->to_full) copy_bytes(c->be, f, l, n * c->es);
+    else copy_bytes(c->be, l, f, n * c->es);
+}
+
 // Copy rank t's part of full tensor f into local tensor l (same kind) of the local model lc, or
 // back (to_full); elements of es bytes (0: the tensor's dtype); be NULL: host memory.
 static void copy_part_es(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
                          const TensorInfo *l, int t, int to_full, size_t es) {
-    if (!es) es = dtype_size(l->dtype);
-    int dim = tp_split_dim(lc, l->kind);
-    char *F = full, *Lp = local;
-    if (dim < 0) {
-        if (to_full) copy_bytes(be, F, Lp, l->numel * es);
-        else copy_bytes(be, Lp, F, l->numel * es);
-    } else if (dim == 0) {  // of each row block of R local rows, rows [t R, (t+1) R) of the full one
-        int64_t *rows = xmalloc((size_t)MAX(3, lc->num_experts) * sizeof(int64_t));
-        int parts = row_parts(lc, l, rows);
-        size_t T = (size_t)(f->shape[0] / l->shape[0]), row = l->numel * es / (size_t)l->shape[0], at = 0;
-        for (int k = 0; k < parts; k++) {
-            size_t bytes = (size_t)rows[k] * row, fo = T * at + (size_t)t * bytes;
-            if (to_full) copy_bytes(be, F + fo, Lp + at, bytes);
-            else copy_bytes(be, Lp + at, F + fo, bytes);
-            at += bytes;
-        }
-        free(rows);
-        CHECK(at == l->numel * es);
-    } else {  // every row's columns [t K, (t+1) K)
-        size_t K = (size_t)l->shape[1], Kf = (size_t)f->shape[1];
-        for (int64_t r = 0; r < l->shape[0]; r++) {
-            char *fr = F + ((size_t)r * Kf + (size_t)t * K) * es, *lr = Lp + (size_t)r * K * es;
-            if (to_full) copy_bytes(be, fr, lr, K * es);
-            else copy_bytes(be, lr, fr, K * es);
-        }
-    }
+    CopyRuns c = {be, full, local, es ? es : dtype_size(l->dtype), to_full};
+    part_runs(lc, f, l, t, copy_run, &c);
 }
 
 static void copy_part(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
@@ -142,30 +168,56 @@ ModelConfig tp_local_config(const ModelConfig *c, int T, int t) {
     return l;  // raw: the full model's fields (what a gathered save writes)
 }
 
+static Status part_config(const ModelPart *p, const ModelConfig *whole, const char *dir, ModelConfig *part, Err *e) {
+    TRY(check_config(whole, p->T, dir, e));
+    *part = tp_local_config(whole, p->T, p->t);
+    return ST_OK;
+}
+
+static void part_runs_of(const ModelPart *p, const ModelConfig *lc, const TensorInfo *w, const TensorInfo *l,
+                         void (*fn)(void *ctx, size_t whole_at, size_t part_at, size_t n), void *ctx) {
+    part_runs(lc, w, l, p->t, fn, ctx);
+}
+
+const ModelPart *tp_part(ModelPart *p, Dist *world) {
+    if (dist_data_axis(world) == world) return NULL;
+    const Dist *tp = &world->mesh->tp_axis;
+    *p = (ModelPart){.config = part_config, .runs = part_runs_of, .T = tp->world, .t = tp->rank};
+    return p;
+}
+
 Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
-    Model *m = *mp;
+    Model *m = *mp, *l = m;
     int T = d->world, t = d->rank;
     memset(tp, 0, sizeof *tp);
-    TRY(tp_check_model(m, T, e));
-    ModelConfig lc = tp_local_config(&m->cfg, T, t);
-    Model *l = model_alloc(&lc, m->be, m->matrix_dtype);
-    l->dir = m->dir ? xstrdup(m->dir) : NULL;
-    l->ckpt_dtype = m->ckpt_dtype;
-    l->plans.max_plans = m->plans.max_plans;
-    l->grad_ckpt = m->grad_ckpt;
-    for (int i = 0; i < l->tt.n; i++) {
-        const TensorInfo *lt = &l->tt.t[i], *ft = tensors_find(&m->tt, lt->name);
-        CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype, "tensor %s", lt->name);
-        copy_part(m->be, &lc, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
+    if (m->cfg.vocab_part > 0) {  // loaded as this rank's part (tp_part)
+        CHECK_MSG(m->cfg.vocab_part * T == m->cfg.vocab_size && m->cfg.vocab_lo == t * m->cfg.vocab_part,
+                  "tp_shard: %s holds part [%d, %d) of the vocabulary, not rank %d of %d's", m->dir ? m->dir : "model",
+                  m->cfg.vocab_lo, m->cfg.vocab_lo + m->cfg.vocab_part, t, T);
+        TRY(check_weights(m, T, e));
+    } else {
+        TRY(tp_check_model(m, T, e));
+        ModelConfig lc = tp_local_config(&m->cfg, T, t);
+        l = model_alloc(&lc, m->be, m->matrix_dtype);
+        l->dir = m->dir ? xstrdup(m->dir) : NULL;
+        l->ckpt_dtype = m->ckpt_dtype;
+        l->plans.max_plans = m->plans.max_plans;
+        l->grad_ckpt = m->grad_ckpt;
+        for (int i = 0; i < l->tt.n; i++) {
+            const TensorInfo *lt = &l->tt.t[i], *ft = tensors_find(&m->tt, lt->name);
+            CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype, "tensor %s", lt->name);
+            copy_part(m->be, &lc, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
+        }
+        model_free(m);
     }
+    const ModelConfig *lc = &l->cfg;
     log_info("tensor parallel over %d ranks: each holds %d of %d heads, %d of %d kv-heads, %d of %d MLP columns and "
-             "%d of %d vocabulary rows (here [%d, %d))", T, lc.num_attention_heads, m->cfg.num_attention_heads,
-             lc.num_key_value_heads, m->cfg.num_key_value_heads, lc.intermediate_size, m->cfg.intermediate_size,
-             lc.vocab_part, m->cfg.vocab_size, lc.vocab_lo, lc.vocab_lo + lc.vocab_part);
-    if (m->cfg.num_experts > 0)
+             "%d of %d vocabulary rows (here [%d, %d))", T, lc->num_attention_heads, T * lc->num_attention_heads,
+             lc->num_key_value_heads, T * lc->num_key_value_heads, lc->intermediate_size, T * lc->intermediate_size,
+             lc->vocab_part, lc->vocab_size, lc->vocab_lo, lc->vocab_lo + lc->vocab_part);
+    if (lc->num_experts > 0)
         log_info("tensor parallel: each holds %d of %d columns of each of the %d experts (the router whole)",
-                 lc.moe_intermediate_size, m->cfg.moe_intermediate_size, m->cfg.num_experts);
-    model_free(m);
+                 lc->moe_intermediate_size, T * lc->moe_intermediate_size, lc->num_experts);
     tp->d = d;
     tp->hooks = (ModelHooks){.reduce = reduce, .gather = gather, .reduce_ctx = tp};
     l->hooks = &tp->hooks;

@@ -39,11 +39,16 @@ Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e);
 // FF/T MLP columns and FFE/T columns of every expert, and its shard of the vocabulary.
 ModelConfig tp_local_config(const ModelConfig *c, int T, int t);
 // Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
-// (usage errors naming the one that is not), and what is not supported yet (classifiers,
-// adapters, Q8_0 weights). A frozen model (generation) is copied.
+// (usage errors naming the one that is not), and what is not supported yet (adapters, Q8_0
+// weights). A classifier's score head is replicated. A frozen model (generation) is copied.
 Status tp_check_model(const Model *m, int T, Err *e);
-// Replace *m by rank t's part of it (the full model is freed) and install the reduce hook over
-// d (the tensor-parallel axis, d->world = T).
+// What loads only this rank's part of a model (model.h ModelLoadOpts.part: the rank's rows and
+// columns of each split tensor read from the checkpoint, replicated ones whole), in p, or NULL
+// when world has no tensor-parallel axis (tp_size 1).
+const ModelPart *tp_part(ModelPart *p, Dist *world);
+// Replace *m by rank t's part of it (the full model is freed; a model loaded as that part
+// through tp_part is kept) and install the reduce hook over d (the tensor-parallel axis,
+// d->world = T).
 Status tp_shard(Tp *tp, Model **m, Dist *d, Err *e);
 // Collective over the tensor-parallel axis: the full model (fp32) on its rank 0 (*full), NULL on
 // the others.

@@ -529,7 +529,7 @@ Status trainer_check_mesh(const Model *m, const Dist *d, Err *e) {
                                          "heads, kv-heads, the MLP and the vocabulary evenly)", T, dims[i].what,
                            dims[i].n, m->dir ? m->dir : "the model");
     return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism is not implemented yet for this command "
-                                       "(sft, dpo, kto, grpo, rloo, distill and generate have it)", T);
+                                       "(sft, dpo, kto, grpo, rloo, distill, reward and generate have it)", T);
 }
 
 Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResult *res, Err *e) {
@@ -550,8 +550,8 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     TRY(trainer_check_mesh(m, d, e));
     if (cfg->zero_stage == 3 && !src->sharded_ok)
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet here (sft, dpo, kto, "
-                                           "grpo, rloo and distill without an EMA teacher have it); use --zero_stage 0 "
-                                           "or 1");
+                                           "grpo, rloo, reward and distill without an EMA teacher have it); use "
+                                           "--zero_stage 0 or 1");
     if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
     if (tp && cfg->zero_stage == 1)

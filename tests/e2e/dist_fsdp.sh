@@ -51,9 +51,6 @@ expect_rc mesh_from_env 2 "--tp_size 1 x --fsdp_size 2 does not divide the 1 ran
   env FSDP_SIZE=2 $BIN sft $C --per_device_train_batch_size 4 --output_dir "$tmp/bad"
 expect_rc fsdp_with_zero1 2 "--fsdp_size 2 shards parameters (ZeRO-3); it does not go with --zero_stage 1" \
   $BIN sft $C --per_device_train_batch_size 4 --fsdp_size 2 --zero_stage 1 --output_dir "$tmp/bad"
-expect_err zero3_refused_by_reward "--zero_stage 3 / --fsdp_size is not supported yet here" \
-  $BIN reward --model tests/data/reward/rm --dataset tests/data/reward/pairs.jsonl --zero_stage 3 --threads 1 \
-  --output_dir "$tmp/bad"
 
 if ! mpi_available "$BIN"; then skip dist_fsdp_mpi "this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
 MPI="timeout -s KILL 120 mpirun $MPI_FLAGS -np 2"
