@@ -2,6 +2,7 @@
 #include "../core/alloc.h"
 #include "../core/log.h"
 #include "../demo/demo.h"
+#include "../demo/pairs.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -14,6 +15,10 @@ static const ArgSpec specs[] = {
     {"output_dir", ARG_STR, "demo-out", "a fresh directory for everything (an earlier demo's output is replaced)"},
     {"quick", ARG_BOOL, "false", "the under-a-minute variant: smaller step counts (the tests run it)"},
     {"max_steps", ARG_INT, "0", "at most N optimizer steps per stage (0 = the demo's own; a smoke test)", "[0,inf)"},
+    {"pairs_from", ARG_STR, NULL, "only write the DPO stage's preference pairs from this still eval generations.jsonl "
+                                  "(its samples of --pairs_prompts) to --pairs_output, and exit"},
+    {"pairs_prompts", ARG_STR, NULL, "with --pairs_from: the prompts file sampled ({\"prompt\", \"answer\"} rows)"},
+    {"pairs_output", ARG_STR, NULL, "with --pairs_from: the pairs file to write (JSONL prompt / chosen / rejected)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -27,7 +32,26 @@ static char *self_path(void) {
     return xstrdup(self);
 }
 
+// --pairs_from: the DPO stage's pairs step alone (commands.sh runs it).
+static Status write_pairs(const Args *a, Err *e) {
+    PairsConfig c = {.generations = args_str(a, "pairs_from"), .prompts = args_str(a, "pairs_prompts"),
+                     .output = args_str(a, "pairs_output"), .answer_key = "answer", .metric = "exact_match:answer"};
+    if (!c.prompts || !c.output)
+        return err_set(e, ST_EUSAGE, "--pairs_from needs --pairs_prompts FILE and --pairs_output FILE");
+    static const char *const demo_flags[] = {"output_dir", "quick", "max_steps"};
+    for (size_t i = 0; i < ARRAY_LEN(demo_flags); i++)
+        if (args_is_set(a, demo_flags[i]))
+            return err_set(e, ST_EUSAGE, "--pairs_from writes the pairs only: --%s does not apply", demo_flags[i]);
+    int n;
+    TRY(demo_write_pairs(&c, &n, e));
+    fprintf(stderr, "still demo: %d preference pairs from %s: wrote %s\n", n, c.generations, c.output);
+    return ST_OK;
+}
+
 static Status run(const Args *a, Err *e) {
+    if (args_str(a, "pairs_from")) return write_pairs(a, e);
+    if (args_str(a, "pairs_prompts") || args_str(a, "pairs_output"))
+        return err_set(e, ST_EUSAGE, "--pairs_prompts and --pairs_output go with --pairs_from GENERATIONS");
     DemoConfig c = {.output_dir = args_str(a, "output_dir"), .backend = args_str(a, "device"),
                     .quick = args_bool(a, "quick"), .max_steps = (int)args_int(a, "max_steps"),
                     .seed = (uint64_t)args_int(a, "seed")};
@@ -56,6 +80,6 @@ static Status run(const Args *a, Err *e) {
 int cmd_demo(int argc, char **argv) {
     return cli_run("demo", "The whole system on a synthetic task it writes itself: a teacher trained with SFT, a "
                            "smaller student self-distilled (OPSD) and distilled on its own rollouts, then GRPO with an "
-                           "exact-match reward.",
+                           "exact-match reward and DPO on its own wrong samples (in full and as a LoRA adapter).",
                    specs, argc, argv, run);
 }

@@ -7,10 +7,12 @@
 #include "../core/log.h"
 #include "../train/checkpoint.h"
 #include "../train/distill.h"
+#include "../train/dpo.h"
 #include "../train/eval.h"
 #include "../train/grpo.h"
 #include "../train/metrics.h"
 #include "../train/sft.h"
+#include "pairs.h"
 #include "task.h"
 
 #include <cjson/cJSON.h>
@@ -18,6 +20,8 @@
 #include <math.h>
 #include <ctype.h>
 #include <string.h>
+
+static const char *const DEMO_METRIC = "exact_match:answer";  // every eval's, and the GRPO reward
 
 // Sizes, step counts and learning rates of one demo variant.
 typedef struct DemoPlan {
@@ -36,6 +40,11 @@ typedef struct DemoPlan {
     int grpo_steps, grpo_batch, grpo_generations, grpo_warmup;
     double grpo_lr;
     float grpo_temperature;
+    int pair_samples;              // samples a training prompt for the DPO pairs (temperature 1)
+    int dpo_steps, dpo_batch, dpo_warmup;
+    double dpo_lr, dpo_beta;
+    int lora_r;                    // the LoRA variant of the DPO stage: rank, alpha, its rate
+    double lora_alpha, lora_lr;
     int warmup_steps, logging_steps;
     int eval_batch;
 } DemoPlan;
@@ -61,15 +70,26 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->distill_lr = 3e-3;
     p->distill_beta = 0.0f;  // forward KL (docs/demo.md, "Why these settings")
     // GRPO: 64 prompts x 8 samples a step at temperature 0.3, lr 5e-4 with warmup and cosine decay,
-    // 200 steps (docs/demo.md, "Why these settings"). The quick variant's 20 steps, 16 prompts a
-    // step at a fifth of the rate, are too few to gain (GRPO gains after about 100 steps) and
-    // cheap: the tests check that the stage runs, writes its model and keeps the accuracy.
-    p->grpo_steps = quick ? 20 : 200;
-    p->grpo_batch = quick ? 128 : 512;
+    // 200 steps (docs/demo.md, "Why these settings"); the quick variant's fewer steps from its
+    // less distilled student gain too (docs/demo.md, "--quick").
+    p->grpo_steps = quick ? 60 : 200;
+    p->grpo_batch = 512;
     p->grpo_generations = 8;
     p->grpo_temperature = 0.3f;
-    p->grpo_lr = quick ? 1e-4 : 5e-4;
-    p->grpo_warmup = quick ? 5 : 10;
+    p->grpo_lr = 5e-4;
+    p->grpo_warmup = 10;
+    // DPO: one sample of every training prompt at temperature 1 from the GRPO student; a wrong one
+    // makes a pair (the answer chosen, the sample rejected). beta 3 keeps the policy near the GRPO
+    // student (docs/demo.md: at TRL's 0.1 it lost accuracy)
+    p->pair_samples = 1;
+    p->dpo_steps = 100;
+    p->dpo_batch = 64;
+    p->dpo_warmup = 10;
+    p->dpo_lr = 2e-4;
+    p->dpo_beta = 3.0;
+    p->lora_r = 8;
+    p->lora_alpha = 16;
+    p->lora_lr = 2e-3;
     p->warmup_steps = 20;
     p->logging_steps = quick ? 10 : 25;
     p->eval_batch = 500;
@@ -77,10 +97,12 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
 
 static void cap_steps(DemoPlan *p, int max_steps) {
     if (max_steps <= 0) return;
-    int *steps[] = {&p->teacher_steps, &p->student_steps, &p->opsd_steps, &p->distill_steps, &p->grpo_steps};
+    int *steps[] = {&p->teacher_steps, &p->student_steps, &p->opsd_steps, &p->distill_steps, &p->grpo_steps,
+                    &p->dpo_steps};
     for (size_t i = 0; i < ARRAY_LEN(steps); i++) *steps[i] = MIN(*steps[i], max_steps);
     p->warmup_steps = MIN(p->warmup_steps, max_steps / 2);
     p->grpo_warmup = MIN(p->grpo_warmup, max_steps / 2);
+    p->dpo_warmup = MIN(p->dpo_warmup, max_steps / 2);
     p->logging_steps = MIN(p->logging_steps, max_steps);
 }
 
@@ -159,6 +181,7 @@ static void train_args(TrainConfig *t, StrBuf *cmd, const DemoConfig *dc, const 
 
 typedef struct Paths {
     char *root, *task, *configs, *eval;
+    char *pairs;  // the DPO stages' preference pairs
 } Paths;
 
 static char *join(const char *a, const char *b) { return path_join(a, b); }
@@ -260,7 +283,7 @@ static Status distill_stage(const DemoConfig *dc, const DemoPlan *p, const char 
 // `still grpo` with the exact-match reward against the prompts' answer column.
 static Status grpo_stage(const DemoConfig *dc, const DemoPlan *p, const char *model, const char *prompts,
                          const char *out, TrainResult *res, StrBuf *cmd, Err *e) {
-    static const char *rewards[] = {"exact_match:answer"};
+    const char *rewards[] = {DEMO_METRIC};
     GrpoConfig c;
     grpo_config_default(&c, GRPO_ALGO_GRPO);
     cmd_begin(cmd, dc, "grpo");
@@ -285,20 +308,77 @@ static Status grpo_stage(const DemoConfig *dc, const DemoPlan *p, const char *mo
     return grpo_run(&c, res, e);
 }
 
-// `still eval`: greedy completions of the held-out problems, exact match against their answers.
-static Status eval_stage(const DemoConfig *dc, const DemoPlan *p, const char *model, const char *test,
-                         const char *out, double *accuracy, double *seconds, StrBuf *cmd, Err *e) {
-    static const char *metrics[] = {"exact_match:answer"};
+// `still demo --pairs_from`: the DPO pairs from the samples of an eval run (pairs.h).
+static Status pairs_stage(const DemoConfig *dc, const char *generations, const char *prompts, const char *out,
+                          int *n_pairs, StrBuf *cmd, Err *e) {
+    PairsConfig c = {.generations = generations, .prompts = prompts, .answer_key = "answer", .metric = DEMO_METRIC,
+                     .output = out};
+    cmd_begin(cmd, dc, "demo");
+    flag_s(cmd, "pairs_from", generations);
+    flag_s(cmd, "pairs_prompts", prompts);
+    flag_s(cmd, "pairs_output", out);
+    sb_putc(cmd, '\n');
+    return demo_write_pairs(&c, n_pairs, e);
+}
+
+// `still dpo` (sigmoid loss, the reference: the start model's frozen weights; with lora: a LoRA
+// adapter on the frozen start model, the reference the base with the adapter off).
+static Status dpo_stage(const DemoConfig *dc, const DemoPlan *p, const char *model, const char *pairs, const char *out,
+                        int lora, TrainResult *res, StrBuf *cmd, Err *e) {
+    DpoConfig c;
+    dpo_config_default(&c);
+    cmd_begin(cmd, dc, "dpo");
+    c.model_dir = model, c.dataset = pairs;
+    flag_s(cmd, "model", model);
+    flag_s(cmd, "dataset", pairs);
+    c.backend = dc->backend, c.threads = dc->threads;
+    c.loss.beta = p->dpo_beta;
+    flag_f(cmd, "beta", c.loss.beta);
+    c.per_device_train_batch_size = p->dpo_batch;
+    flag_i(cmd, "per_device_train_batch_size", c.per_device_train_batch_size);
+    c.pad_to_multiple_of = p->pad;
+    flag_i(cmd, "pad_to_multiple_of", p->pad);
+    train_args(&c.train, cmd, dc, p, out, p->dpo_steps, lora ? p->lora_lr : p->dpo_lr, SCHED_COSINE, p->dpo_warmup);
+    if (lora) {
+        PeftConfig *pc = &c.train.peft;
+        pc->use_peft = 1;
+        pc->lora = (LoraConfig){.r = p->lora_r, .alpha = p->lora_alpha, .dropout = 0};
+        TRY(lora_parse_targets("all-linear", &pc->lora, e));
+        flag_s(cmd, "use_peft", "true");
+        flag_i(cmd, "lora_r", pc->lora.r);
+        flag_f(cmd, "lora_alpha", pc->lora.alpha);
+        flag_f(cmd, "lora_dropout", pc->lora.dropout);
+        flag_s(cmd, "lora_target_modules", "all-linear");
+    }
+    cmd_end(cmd, dc);
+    return dpo_run(&c, res, e);
+}
+
+// One `still eval` run.
+typedef struct EvalStage {
+    const char *model;
+    const char *adapter;  // a LoRA adapter on model, or NULL
+    const char *dataset;
+    const char *out;
+    int samples;          // 0: greedy; else this many samples a prompt at temperature 1
+} EvalStage;
+
+// `still eval`: greedy completions (or samples) of the problems, exact match against their answers.
+static Status eval_stage(const DemoConfig *dc, const DemoPlan *p, const EvalStage *es, double *accuracy,
+                         double *seconds, StrBuf *cmd, Err *e) {
+    const char *metrics[] = {DEMO_METRIC};
     EvalConfig c;
     memset(&c, 0, sizeof c);
     cmd_begin(cmd, dc, "eval");
-    c.dataset = test;
-    flag_s(cmd, "model", model);
-    flag_s(cmd, "dataset", test);
+    c.dataset = es->dataset;
+    flag_s(cmd, "model", es->model);
+    c.adapter = es->adapter;
+    if (es->adapter) flag_s(cmd, "adapter", es->adapter);
+    flag_s(cmd, "dataset", es->dataset);
     c.metrics = metrics, c.n_metrics = 1;
     flag_s(cmd, "metric", metrics[0]);
-    c.output_dir = out;
-    flag_s(cmd, "output_dir", out);
+    c.output_dir = es->out;
+    flag_s(cmd, "output_dir", es->out);
     c.reward_timeout = 60;
     c.loss = 0;
     flag_s(cmd, "loss", "false");
@@ -306,8 +386,12 @@ static Status eval_stage(const DemoConfig *dc, const DemoPlan *p, const char *mo
     eval_gen_config_default(g);
     g->max_new_tokens = p->task.digits + 4;
     flag_i(cmd, "max_new_tokens", g->max_new_tokens);
-    g->do_sample = 0, g->temperature = 1.0f, g->top_k = 0, g->top_p = 1.0, g->min_p = 0;
-    g->num_return_sequences = 1;
+    g->do_sample = es->samples > 0, g->temperature = 1.0f, g->top_k = 0, g->top_p = 1.0, g->min_p = 0;
+    g->num_return_sequences = MAX(1, es->samples);
+    if (g->do_sample) {
+        flag_s(cmd, "do_sample", "true");
+        flag_i(cmd, "num_return_sequences", g->num_return_sequences);
+    }
     g->batch_size = p->eval_batch;
     flag_i(cmd, "batch_size", g->batch_size);
     g->pad_to_multiple_of = p->pad;
@@ -315,7 +399,7 @@ static Status eval_stage(const DemoConfig *dc, const DemoPlan *p, const char *mo
     g->seed = dc->seed;
     cmd_end(cmd, dc);
     EvalResult r = {0};
-    Status st = eval_run(model, dc->backend, dc->threads, -1, &c, &r, e);
+    Status st = eval_run(es->model, dc->backend, dc->threads, -1, &c, &r, e);
     if (st == ST_OK) {
         *accuracy = r.n_metrics == 1 && r.counts[0] > 0 ? r.values[0] : 0.0;
         *seconds = r.seconds;
@@ -378,7 +462,9 @@ static Status run_stage(const DemoConfig *dc, const DemoPlan *p, const Paths *ps
     memset(&res, 0, sizeof res);
     Status st = train(dc, p, ps, tf, r, &res, &cmd, e);
     char *eval_dir = join(ps->eval, dir_name);
-    if (st == ST_OK) st = eval_stage(dc, p, s->model_dir, tf->test, eval_dir, &s->accuracy, &s->eval_seconds, &cmd, e);
+    EvalStage es = {.model = s->base_dir ? s->base_dir : s->model_dir, .adapter = s->base_dir ? s->model_dir : NULL,
+                    .dataset = tf->test, .out = eval_dir};
+    if (st == ST_OK) st = eval_stage(dc, p, &es, &s->accuracy, &s->eval_seconds, &cmd, e);
     free(eval_dir);
     s->steps = res.steps;
     s->train_seconds = res.train_seconds;
@@ -412,8 +498,8 @@ static Status train_student(const DemoConfig *dc, const DemoPlan *p, const Paths
     // the same student on the held-out problems with their answers: its self-distillation teacher
     char *eval_dir = join(ps->eval, "student-sft-hinted");
     double seconds;
-    if (st == ST_OK)
-        st = eval_stage(dc, p, s->model_dir, tf->test_hinted, eval_dir, &r->hinted_accuracy, &seconds, cmd, e);
+    EvalStage es = {.model = s->model_dir, .dataset = tf->test_hinted, .out = eval_dir};
+    if (st == ST_OK) st = eval_stage(dc, p, &es, &r->hinted_accuracy, &seconds, cmd, e);
     free(cfg), free(init), free(eval_dir);
     return st;
 }
@@ -442,6 +528,33 @@ static Status train_grpo(const DemoConfig *dc, const DemoPlan *p, const Paths *p
     return grpo_stage(dc, p, r->stages[DEMO_DISTILL].model_dir, tf->prompts, r->stages[DEMO_GRPO].model_dir, res, cmd, e);
 }
 
+// The GRPO student samples every training prompt; its wrong samples are the rejected completions
+// of the pairs (pairs.h), which DPO trains it on.
+static Status train_dpo(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf, DemoReport *r,
+                        TrainResult *res, StrBuf *cmd, Err *e) {
+    r->stages[DEMO_DPO].params = r->stages[DEMO_STUDENT].params;
+    const char *grpo = r->stages[DEMO_GRPO].model_dir;
+    char *samples = join(ps->eval, "student-grpo-samples");
+    char *generations = join(samples, "generations.jsonl");
+    EvalStage es = {.model = grpo, .dataset = tf->prompts, .out = samples, .samples = p->pair_samples};
+    double accuracy, seconds;
+    Status st = eval_stage(dc, p, &es, &accuracy, &seconds, cmd, e);
+    if (st == ST_OK) st = pairs_stage(dc, generations, tf->prompts, ps->pairs, &r->n_pairs, cmd, e);
+    if (st == ST_OK) st = dpo_stage(dc, p, grpo, ps->pairs, r->stages[DEMO_DPO].model_dir, 0, res, cmd, e);
+    free(samples), free(generations);
+    return st;
+}
+
+// The same pairs, a LoRA adapter on the frozen GRPO student.
+static Status train_dpo_lora(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf,
+                             DemoReport *r, TrainResult *res, StrBuf *cmd, Err *e) {
+    (void)tf;
+    DemoStage *s = &r->stages[DEMO_DPO_LORA];
+    s->base_dir = xstrdup(r->stages[DEMO_GRPO].model_dir);
+    s->params = task_lora_params(&p->student, p->lora_r);  // the adapter's weights: all that trains
+    return dpo_stage(dc, p, s->base_dir, ps->pairs, s->model_dir, 1, res, cmd, e);
+}
+
 Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
     memset(r, 0, sizeof *r);
     DemoPlan p;
@@ -455,6 +568,7 @@ Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
     ps.task = join(ps.root, "task");
     ps.configs = join(ps.root, "configs");
     ps.eval = join(ps.root, "eval");
+    ps.pairs = join(ps.root, "pairs.jsonl");
     TaskFiles tf = {0};
     Status st = task_write(&p.task, ps.task, &tf, e);
     if (st == ST_OK) st = dir_create(ps.configs, e);
@@ -466,28 +580,38 @@ Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
                 p.task.digits, tf.n_train, tf.n_test, ps.task, c->threads);
     static const struct {
         DemoStageId id;
+        int from, variant;
         const char *name, *dir, *who, *what;
         TrainFn fn;
     } stages[] = {
-        {DEMO_TEACHER, "teacher SFT", "teacher", "teacher", "SFT from scratch", train_teacher},
-        {DEMO_STUDENT, "student SFT", "student-sft", "student",
+        {DEMO_TEACHER, -1, 0, "teacher SFT", "teacher", "teacher", "SFT from scratch", train_teacher},
+        {DEMO_STUDENT, -1, 0, "student SFT", "student-sft", "student",
          "brief SFT from scratch (problems as they are and with their answer first)", train_student},
-        {DEMO_OPSD, "student OPSD", "student-opsd", "student",
+        {DEMO_OPSD, DEMO_STUDENT, 0, "student OPSD", "student-opsd", "student",
          "on-policy self-distillation (its SFT weights, given the answer, as the teacher)", train_opsd},
-        {DEMO_DISTILL, "student distill", "student-distill", "student",
+        {DEMO_DISTILL, DEMO_OPSD, 0, "student distill", "student-distill", "student",
          "on-policy distillation from the teacher (on the student's own rollouts)", train_distill},
-        {DEMO_GRPO, "student GRPO", "student-grpo", "student", "GRPO with the exact-match reward", train_grpo},
+        {DEMO_GRPO, DEMO_DISTILL, 0, "student GRPO", "student-grpo", "student", "GRPO with the exact-match reward",
+         train_grpo},
+        {DEMO_DPO, DEMO_GRPO, 0, "student DPO", "student-dpo", "student",
+         "DPO, its own wrong samples of the training prompts rejected, the answers chosen", train_dpo},
+        {DEMO_DPO_LORA, DEMO_GRPO, 1, "student DPO LoRA", "student-dpo-lora", "student",
+         "the same DPO as a LoRA adapter on the GRPO student (a variant, not in the chain)", train_dpo_lora},
     };
-    const int steps[DEMO_N_STAGES] = {p.teacher_steps, p.student_steps, p.opsd_steps, p.distill_steps, p.grpo_steps};
-    const TaskModel *shapes[DEMO_N_STAGES] = {&p.teacher, &p.student, NULL, NULL, NULL};
+    const int steps[DEMO_N_STAGES] = {p.teacher_steps, p.student_steps, p.opsd_steps, p.distill_steps,
+                                      p.grpo_steps,    p.dpo_steps,     p.dpo_steps};
+    const TaskModel *shapes[DEMO_N_STAGES] = {&p.teacher, &p.student};
     for (size_t i = 0; st == ST_OK && i < ARRAY_LEN(stages); i++) {
         DemoStageId id = stages[i].id;
+        r->stages[id].from = stages[i].from;
+        r->stages[id].variant = stages[i].variant;
         stage_begin((int)id, stages[i].who, shapes[id], stages[i].what, steps[id]);
         st = run_stage(c, &p, &ps, &tf, r, id, stages[i].name, stages[i].dir, stages[i].fn, e);
     }
+    r->lora_r = p.lora_r;
     r->seconds = metrics_now() - t0;
     task_files_free(&tf);
-    free(ps.root), free(ps.task), free(ps.configs), free(ps.eval);
+    free(ps.root), free(ps.task), free(ps.configs), free(ps.eval), free(ps.pairs);
     return st;
 }
 
@@ -507,11 +631,22 @@ void demo_print_report(FILE *f, const DemoConfig *c, const DemoReport *r) {
     if (r->n_stages > DEMO_STUDENT)
         fprintf(f, "\nstudent SFT with the answer written before the problem (the OPSD teacher): %.1f%%\n",
                 100 * r->hinted_accuracy);
-    for (int i = DEMO_OPSD; i < r->n_stages; i++)
-        fprintf(f, "%s: %+.1f points over %s\n", r->stages[i].name, 100 * (r->stages[i].accuracy - r->stages[i - 1].accuracy),
-                r->stages[i - 1].name);
+    if (r->n_stages > DEMO_DPO) fprintf(f, "student DPO's preference pairs: %d (the GRPO student's wrong samples)\n", r->n_pairs);
+    for (int i = DEMO_OPSD; i < r->n_stages; i++) {
+        const DemoStage *s = &r->stages[i], *from = &r->stages[s->from];
+        fprintf(f, "%s: %+.1f points over %s", s->name, 100 * (s->accuracy - from->accuracy), from->name);
+        if (s->variant)
+            fprintf(f, " (its start: a rank-%d adapter on %s, %zu trainable weights; a variant of %s, not in the chain)",
+                    r->lora_r, from->name, s->params, r->stages[i - 1].name);
+        fputc('\n', f);
+    }
     fprintf(f, "\nmodels (Hugging Face layout; metrics.jsonl and loss.svg beside each):\n");
-    for (int i = 0; i < r->n_stages; i++) fprintf(f, "  %-17s %s\n", r->stages[i].name, r->stages[i].model_dir);
+    for (int i = 0; i < r->n_stages; i++) {
+        const DemoStage *s = &r->stages[i];
+        fprintf(f, "  %-17s %s", s->name, s->model_dir);
+        if (s->base_dir) fprintf(f, " (a LoRA adapter: --model %s --adapter %s)", s->base_dir, s->model_dir);
+        fputc('\n', f);
+    }
     fprintf(f, "\nthe same, by hand (also in %s/commands.sh; the task files come from the demo):\n", c->output_dir);
     for (int i = 0; i < r->n_stages; i++) fprintf(f, "# %s\n%s", r->stages[i].name, r->stages[i].commands);
 }
@@ -527,12 +662,16 @@ Status demo_write_json(const DemoConfig *c, const DemoReport *r, Err *e) {
     if (c->max_steps > 0) cJSON_AddNumberToObject(o, "max_steps", c->max_steps);
     cJSON_AddNumberToObject(o, "seed", (double)c->seed);
     if (r->n_stages > DEMO_STUDENT) cJSON_AddNumberToObject(o, "student_sft_hinted_accuracy", r->hinted_accuracy);
+    if (r->n_stages > DEMO_DPO) cJSON_AddNumberToObject(o, "dpo_pairs", r->n_pairs);
     cJSON *arr = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < r->n_stages; i++) {
         const DemoStage *s = &r->stages[i];
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "stage", s->name);
         cJSON_AddStringToObject(j, "model", s->model_dir);
+        if (s->base_dir) cJSON_AddStringToObject(j, "adapter_base_model", s->base_dir);
+        if (s->from >= 0) cJSON_AddStringToObject(j, "from", r->stages[s->from].name);
+        cJSON_AddBoolToObject(j, "in_chain", !s->variant);
         cJSON_AddNumberToObject(j, "params", (double)s->params);
         cJSON_AddNumberToObject(j, "steps", s->steps);
         cJSON_AddNumberToObject(j, "accuracy", s->accuracy);
@@ -565,6 +704,7 @@ Status demo_write_json(const DemoConfig *c, const DemoReport *r, Err *e) {
 }
 
 void demo_report_free(DemoReport *r) {
-    for (int i = 0; i < DEMO_N_STAGES; i++) free(r->stages[i].model_dir), free(r->stages[i].commands);
+    for (int i = 0; i < DEMO_N_STAGES; i++)
+        free(r->stages[i].model_dir), free(r->stages[i].base_dir), free(r->stages[i].commands);
     memset(r, 0, sizeof *r);
 }

@@ -4,10 +4,12 @@
 // self-distilled on its own rollouts with the answer as the teacher's privileged context (OPSD:
 // the teacher is the student's frozen SFT weights reading the hinted prompt), (4) the student
 // distilled from the teacher on its own rollouts, (5) GRPO on the student with an exact-match
-// reward. After each stage the student (or teacher) is measured by greedy
-// exact match on held-out problems. Every stage is one call of the library function behind its
-// command (sft_run, distill_run, grpo_run, eval_run) with the configuration that command builds
-// from the flags the demo prints, so each stage can be re-run by hand. docs/demo.md.
+// reward, (6) DPO on preference pairs from the GRPO student's own wrong samples of the training
+// prompts (pairs.h), and a variant row: (7) the same DPO as a LoRA adapter on the GRPO student.
+// After each stage the student (or teacher) is measured by greedy exact match on held-out
+// problems. Every stage is one call of the library function behind its command (sft_run,
+// distill_run, grpo_run, dpo_run, eval_run, demo_write_pairs) with the configuration that command
+// builds from the flags the demo prints, so each stage can be re-run by hand. docs/demo.md.
 #ifndef STILL_DEMO_H
 #define STILL_DEMO_H
 
@@ -29,12 +31,17 @@ typedef enum {
     DEMO_OPSD,          // student: on-policy self-distillation, the answer as privileged context
     DEMO_DISTILL,       // student: on-policy distillation from the teacher
     DEMO_GRPO,          // student: GRPO with an exact-match reward
+    DEMO_DPO,           // student: DPO on its own wrong samples (rejected) against the answers (chosen)
+    DEMO_DPO_LORA,      // a variant of DEMO_DPO from the same start (the GRPO student): a LoRA adapter
     DEMO_N_STAGES
 } DemoStageId;
 
 typedef struct DemoStage {
     const char *name;          // "teacher SFT", ...
-    char *model_dir;           // the model this stage wrote
+    int from;                  // the stage whose model this one starts from (-1: a random init)
+    int variant;               // not in the chain: a variant of the stage before it, from the same start
+    char *model_dir;           // the model (or the LoRA adapter) this stage wrote
+    char *base_dir;            // a LoRA stage's base model (the adapter applies to it), else NULL
     size_t params;
     int steps;
     double accuracy;           // greedy exact match on the held-out problems, in [0, 1]
@@ -51,6 +58,8 @@ typedef struct DemoReport {
     int n_train, n_test;       // problems in the training pool / held out
     double hinted_accuracy;    // the student after SFT on the held-out problems with their answer
                                // written first: its self-distillation teacher's accuracy
+    int n_pairs;               // DPO's preference pairs (the GRPO student's wrong samples)
+    int lora_r;                // the LoRA variant's rank
     int digits;
     int threads;
     double data_seconds, seconds;

@@ -119,6 +119,13 @@ size_t task_model_params(const TaskModel *m) {
     return (size_t)TASK_VOCAB_SIZE * C + (size_t)m->layers * layer + C;
 }
 
+size_t task_lora_params(const TaskModel *m, int r) {
+    size_t C = (size_t)m->hidden, QD = (size_t)m->heads * m->head_dim, KD = (size_t)m->kv_heads * m->head_dim;
+    // A (r, in) and B (out, r) of q, k, v, o, gate, up, down
+    size_t layer = (C + QD) + 2 * (C + KD) + (QD + C) + 3 * (C + (size_t)m->ffn);
+    return (size_t)m->layers * (size_t)r * layer;
+}
+
 typedef struct Problem {
     int a, b;
     int hinted;  // the prompt starts with the answer (TASK_HINT_TEMPLATE)

@@ -54,5 +54,7 @@ void task_files_free(TaskFiles *f);
 Status task_write_model_config(const TaskModel *m, const char *path, Err *e);
 // Parameters of a model of shape m (Qwen3: q/k norms, tied embeddings).
 size_t task_model_params(const TaskModel *m);
+// Trainable weights of a rank-r LoRA adapter on every linear layer of such a model (all-linear).
+size_t task_lora_params(const TaskModel *m, int r);
 
 #endif

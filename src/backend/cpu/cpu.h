@@ -26,6 +26,7 @@ typedef enum {
     CPU_SCR_GEMV,      // decode matmul: input rows with even / odd elements split (cpu_gemv.c)
     CPU_SCR_CAP,       // per-thread rows of soft-cap derivatives (the capped loss heads)
     CPU_SCR_NORMW,     // the woff + w weights of rmsnorm_*_off (cpu_family.c)
+    CPU_SCR_GEMM,      // prefill matmul: the packed input and each thread's weight panel (cpu_gemm_avx2.c)
     CPU_SCR_COUNT
 } CpuScratchSlot;
 
@@ -178,6 +179,25 @@ void cpu_gemv_rows_avx2(const CpuGemvArgs *a, int o0, int o1);
 void cpu_gemv_rows_avx512(const CpuGemvArgs *a, int o0, int o1);
 void cpu_gemv_split_eo_avx2(float *xeo, const float *inp, int N, int C);
 void cpu_gemv_split_eo_avx512(float *xeo, const float *inp, int N, int C);
+
+// cpu_gemm_avx2.c: prefill-sized matmul (N > CPU_GEMV_MAX_ROWS) for bf16 / f16 / Q8_0
+// weights: out (N,OC) = inp (N,C) w^T (+ out when beta = 1), 6 x 16 register tiles over
+// blocks of KC elements of C. ap (ceil(N / MR), C, MR): inp packed by cpu_gemm_pack_a_avx2.
+#define CPU_GEMM_MR 6
+#define CPU_GEMM_NR 16
+#define CPU_GEMM_KC 512
+typedef struct {
+    float *out;
+    const float *ap;
+    const void *w;
+    DType wdt;
+    float beta;  // 0: out's contents are ignored; 1: added to
+    int N, C, OC;
+} CpuGemmArgs;
+// Micro-panels [p0, p1) of ap; output columns [o0, o1) (o0 a multiple of CPU_GEMM_NR) with
+// bp (CPU_GEMM_KC, CPU_GEMM_NR), 32-byte aligned, the calling thread's.
+void cpu_gemm_pack_a_avx2(float *ap, const float *inp, int N, int C, int p0, int p1);
+void cpu_gemm_cols_avx2(const CpuGemmArgs *g, float *bp, int o0, int o1);
 
 // cpu_attention.c
 void cpu_attention_forward(Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -1,8 +1,9 @@
 // cpu_matmul.c: the linear layer on sgemm. fp32 weights go to sgemm directly; bf16/f16/Q8_0
-// weights are converted to fp32 a tile of rows at a time in each thread's cache and multiplied
-// there (forward), or a panel of rows at a time into backend scratch (backward). For a handful of input rows (decode) a dot product per weight row is faster than
-// sgemm (1x512x1536: fp32 0.21 -> 0.06 ms) and, for 16-bit weights, avoids writing and
-// re-reading a converted panel.
+// weights go forward through the AVX2 GEMM of cpu_gemm_avx2.c where the machine has it, else
+// are converted to fp32 a tile of rows at a time in each thread's cache and multiplied there;
+// backward converts a panel of rows at a time into backend scratch. For a handful of input
+// rows (decode) a dot product per weight row is faster than sgemm (1x512x1536: fp32 0.21 ->
+// 0.06 ms) and, for 16-bit weights, avoids writing and re-reading a converted panel.
 #include "cpu.h"
 
 #include <omp.h>
@@ -75,6 +76,33 @@ static void matmul_forward_tiles(Backend *be, float *out, const float *inp, cons
     }
 }
 
+// out (N,OC) = inp (N,C) w^T (+ out when beta = 1) for 16-bit / Q8_0 weights on the AVX2 GEMM
+// of cpu_gemm_avx2.c: the input packed once (the threads split its micro-panels), then each
+// thread a contiguous range of 16-column blocks of the output, converting its own weights into
+// its own panel. No output depends on the thread count (cpu_gemm_avx2.c).
+static void matmul_forward_gemm(Backend *be, float *out, const float *inp, const void *w, DType wdt, float beta,
+                                int N, int C, int OC) {
+#if defined(__x86_64__)
+    int panels = (N + CPU_GEMM_MR - 1) / CPU_GEMM_MR, blocks = (OC + CPU_GEMM_NR - 1) / CPU_GEMM_NR;
+    int threads = MIN(be->threads, blocks);
+    size_t a_floats = ((size_t)panels * C * CPU_GEMM_MR + 15) / 16 * 16, b_floats = (size_t)CPU_GEMM_KC * CPU_GEMM_NR;
+    float *ap = cpu_scratch(be, CPU_SCR_GEMM, (a_floats + (size_t)threads * b_floats) * sizeof(float));  // ap, then (threads, KC, NR)
+    CpuGemmArgs g = {.out = out, .ap = ap, .w = w, .wdt = wdt, .beta = beta, .N = N, .C = C, .OC = OC};
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        cpu_gemm_pack_a_avx2(ap, inp, N, C, (int)((long)panels * t / nt), (int)((long)panels * (t + 1) / nt));
+#pragma omp barrier
+        int o0 = MIN(OC, (int)((long)blocks * t / nt) * CPU_GEMM_NR);
+        int o1 = MIN(OC, (int)((long)blocks * (t + 1) / nt) * CPU_GEMM_NR);
+        if (o0 < o1) cpu_gemm_cols_avx2(&g, ap + a_floats + (size_t)t * b_floats, o0, o1);
+    }
+#else
+    (void)be, (void)out, (void)inp, (void)w, (void)wdt, (void)beta, (void)N, (void)C, (void)OC;
+    CHECK(0);
+#endif
+}
+
 // inp (N,C), w (OC,C) as wdt, bias (OC) or NULL -> out (N,OC) = inp w^T + bias
 void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w, DType wdt, const float *bias, int N,
                         int C, int OC) {
@@ -97,7 +125,8 @@ void cpu_matmul_forward(Backend *be, float *out, const float *inp, const void *w
         cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, (const float *)w, C, beta, out, OC);
         return;
     }
-    matmul_forward_tiles(be, out, inp, w, wdt, beta, N, C, OC);
+    if (cpu_ctx(be)->isa >= CPU_ISA_AVX2) matmul_forward_gemm(be, out, inp, w, wdt, beta, N, C, OC);
+    else matmul_forward_tiles(be, out, inp, w, wdt, beta, N, C, OC);
 }
 
 // dinp (N,C) += dout w ; dw (OC,C) += dout^T inp ; dbias (OC) += colsum(dout)
