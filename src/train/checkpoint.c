@@ -377,31 +377,70 @@ static uint64_t seed_of(const char *path) {
     return v;
 }
 
-// fp32 data of t in the checkpoint's layout (src) into dst in the table's: device memory, or host
-// when m is NULL.
-static void upload_own(Model *m, const TensorInfo *t, float *dst, const void *src) {
-    float *own = NULL;
-    if (t->hf_xpose) tensors_from_hf(t, own = xmalloc(t->numel * sizeof(float)), src), src = own;
+// The model being restored is a part of the checkpoint's (tensor parallelism): its config, the
+// part's runs, the whole model's table.
+typedef struct CkptPart {
+    const ModelPart *part;
+    const ModelConfig *lc;
+    const TensorTable *whole;
+} CkptPart;
+
+// The checkpoint's tensor t is (the whole one of a part's).
+static const TensorInfo *whole_of(const CkptPart *cp, const TensorInfo *t) {
+    const TensorInfo *w = cp ? tensors_find(cp->whole, t->name) : t;
+    CHECK_MSG(w, "tensor %s: not in the whole model", t->name);
+    return w;
+}
+
+typedef struct PartCopy {
+    const float *whole;
+    float *part;
+} PartCopy;
+
+static void part_copy(void *ctx, size_t whole_at, size_t part_at, size_t n) {
+    PartCopy *c = ctx;
+    memcpy(c->part + part_at, c->whole + whole_at, n * sizeof(float));
+}
+
+// fp32 data of t in the checkpoint's layout (src; of the whole tensor with cp) into dst in the
+// table's: device memory, or host when m is NULL. A part's elements go through a host copy of it.
+static void upload_own(Model *m, const CkptPart *cp, const TensorInfo *t, float *dst, const void *src) {
+    const TensorInfo *w = whole_of(cp, t);
+    float *own = NULL, *part = NULL;
+    if (w->hf_xpose) tensors_from_hf(w, own = xmalloc(w->numel * sizeof(float)), src), src = own;
+    if (cp) {
+        PartCopy c = {src, part = xmalloc(t->numel * sizeof(float))};
+        cp->part->runs(cp->part, cp->lc, w, t, part_copy, &c);
+        src = part;
+    }
     if (m) m->be->upload(m->be, dst, src, t->numel * sizeof(float));
     else memcpy(dst, src, t->numel * sizeof(float));
     free(own);
+    free(part);
 }
 
 // Tensor <prefix>.<name> of an optimizer file into dst: device memory, or host when m is NULL.
-static Status upload_tensor(Model *m, const StSet *set, const char *prefix, const TensorInfo *t, float *dst,
-                            const char *what, Err *e) {
+static Status upload_tensor(Model *m, const CkptPart *cp, const StSet *set, const char *prefix, const TensorInfo *t,
+                            float *dst, const char *what, Err *e) {
     char name[160];
     snprintf(name, sizeof name, "%s.%s", prefix, t->name);
     const StTensor *x = st_find(set, name);
+    size_t n = whole_of(cp, t)->numel;
     if (!x) return err_set(e, ST_EINVAL, "%s: missing tensor %s", what, name);
-    if (x->dtype != DT_F32 || x->numel != t->numel)
-        return err_set(e, ST_EINVAL, "%s: tensor %s must be F32 with %zu elements", what, name, t->numel);
-    upload_own(m, t, dst, x->data);
+    if (x->dtype != DT_F32 || x->numel != n)
+        return err_set(e, ST_EINVAL, "%s: tensor %s must be F32 with %zu elements", what, name, n);
+    upload_own(m, cp, t, dst, x->data);
     st_release(set, x, 0, x->nbytes);  // copied: the file's pages need not stay resident beside it
     return ST_OK;
 }
 
 Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e) {
+    return checkpoint_load_part(dir, m, NULL, NULL, opt_m, opt_v, s, e);
+}
+
+Status checkpoint_load_part(const char *dir, Model *m, const ModelPart *part, const TensorTable *whole, float *opt_m,
+                            float *opt_v, TrainState *s, Err *e) {
+    CkptPart cpart = {part, &m->cfg, whole}, *cp = part ? &cpart : NULL;
     if (!dir_exists(dir)) return err_set(e, ST_ENOTFOUND, "--resume_from_checkpoint %s: no such directory", dir);
     if (!checkpoint_is_complete(dir))
         return err_set(e, ST_EINVAL, "%s is incomplete (no %s: the run stopped while saving it); resume from an earlier "
@@ -447,17 +486,17 @@ Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, Tr
         }
         for (int i = 0; i < tr.tt->n && st == ST_OK; i++) {
             const TensorInfo *t = &tr.tt->t[i];
-            st = upload_tensor(NULL, &set, "exp_avg", t, opt_m + t->goffset, op, e);
-            if (st == ST_OK) st = upload_tensor(NULL, &set, "exp_avg_sq", t, opt_v + t->goffset, op, e);
+            st = upload_tensor(NULL, cp, &set, "exp_avg", t, opt_m + t->goffset, op, e);
+            if (st == ST_OK) st = upload_tensor(NULL, cp, &set, "exp_avg_sq", t, opt_v + t->goffset, op, e);
             float *p = (float *)((char *)tr.params + t->offset);
-            if (st == ST_OK && with_master) st = upload_tensor(m, &set, "master", t, p, op, e);
+            if (st == ST_OK && with_master) st = upload_tensor(m, cp, &set, "master", t, p, op, e);
             if (st == ST_OK && !with_master) {
                 const StTensor *x = st_find(&model_set, t->name);
-                if (!x || x->numel != t->numel || x->dtype != DT_F32)
-                    st = err_set(e, ST_EINVAL, "%s/%s: %s must be F32 with %zu elements", dir, weights, t->name,
-                                 t->numel);
+                size_t n = whole_of(cp, t)->numel;
+                if (!x || x->numel != n || x->dtype != DT_F32)
+                    st = err_set(e, ST_EINVAL, "%s/%s: %s must be F32 with %zu elements", dir, weights, t->name, n);
                 else
-                    upload_own(m, t, p, x->data), st_release(&model_set, x, 0, x->nbytes);
+                    upload_own(m, cp, t, p, x->data), st_release(&model_set, x, 0, x->nbytes);
             }
         }
         if (!with_master) st_close(&model_set);

@@ -65,5 +65,10 @@ Status checkpoint_prune(const char *output_dir, int limit, Err *e);
 // Restore weights (into m), the complete moments (host opt_m, opt_v: n_params each) and state
 // from a checkpoint written with optimizer state.
 Status checkpoint_load(const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e);
+// The same for m a part (model.h ModelPart) of the checkpoint's model (table whole): only the
+// part's elements of each tensor, weights and moments (opt_m, opt_v: m's n_params), are kept, one
+// tensor at a time.
+Status checkpoint_load_part(const char *dir, Model *m, const ModelPart *part, const TensorTable *whole, float *opt_m,
+                            float *opt_v, TrainState *s, Err *e);
 
 #endif

@@ -242,24 +242,14 @@ Model *tp_full_model(Tp *tp, const Model *m) {
     return f;
 }
 
-void tp_slice_model(Tp *tp, const Model *full, Model *m) {
-    for (int i = 0; i < m->tt.n; i++) {
-        const TensorInfo *lt = &m->tt.t[i], *ft = tensors_find(&full->tt, lt->name);
-        CHECK_MSG(ft, "tensor %s", lt->name);
-        copy_part(m->be, &m->cfg, full->data[ft - full->tt.t], ft, m->data[i], lt, tp->d->rank, 0);
-    }
-}
-
-void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full) {
+Status tp_load_checkpoint(Tp *tp, const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e) {
     ModelConfig fc = full_config(&m->cfg, tp->d->world);
-    TensorTable ft;
-    tensors_build(&ft, &fc, DT_F32);
-    for (int i = 0; i < m->tt.n; i++) {
-        const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
-        copy_part_es(NULL, &m->cfg, (void *)(full + f->goffset), f, local + lt->goffset, lt, tp->d->rank, 0,
-                     sizeof(float));
-    }
-    tensors_free(&ft);
+    TensorTable wt;
+    tensors_build(&wt, &fc, DT_F32);
+    ModelPart part = {.config = part_config, .runs = part_runs_of, .T = tp->d->world, .t = tp->d->rank};
+    Status st = checkpoint_load_part(dir, m, &part, &wt, opt_m, opt_v, s, e);
+    tensors_free(&wt);
+    return st;
 }
 
 Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e) {

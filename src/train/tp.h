@@ -18,6 +18,7 @@
 
 #include "../dist/dist.h"
 #include "../model/model.h"
+#include "checkpoint.h"
 
 typedef struct Tp {
     Dist *d;        // the tensor-parallel axis
@@ -56,11 +57,11 @@ Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e);
 // The same for host buffers in table order (moments): full (the full table's n_params, on rank 0)
 // from every rank's local (its table's n_params).
 Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e);
-// A full fp32 model of m's config times the group (uninitialised), rank t's part of one into m,
-// and of full host moments into local ones.
+// A full fp32 model of m's config times the group (uninitialised).
 Model *tp_full_model(Tp *tp, const Model *m);
-void tp_slice_model(Tp *tp, const Model *full, Model *m);
-void tp_slice_flat(Tp *tp, const Model *m, float *local, const float *full);
+// Resume: this rank's part of a checkpoint of the whole model (weights into m, moments into host
+// opt_m, opt_v of m's n_params, and the state), reading only the part's elements of each tensor.
+Status tp_load_checkpoint(Tp *tp, const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e);
 Status tp_status(Tp *tp, Err *e);
 void tp_free(Tp *tp, Model *m);
 

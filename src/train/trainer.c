@@ -452,18 +452,8 @@ static Status resume_from(Model *m, Optim *opt, Dist *d, StepSource *src, const 
             }
             free(fmh), free(fvh);
             model_free(whole);
-        } else if (st == ST_OK && tp) {  // the whole checkpoint, then this rank's part of it
-            Model *whole = tp_full_model(tp, m);
-            size_t fn = whole->tt.n_params;
-            float *fmh = xmalloc(fn * sizeof(float)), *fvh = xmalloc(fn * sizeof(float));
-            st = checkpoint_load(dir, whole, fmh, fvh, &saved, e);
-            if (st == ST_OK) {
-                tp_slice_model(tp, whole, m);
-                tp_slice_flat(tp, m, mh, fmh);
-                tp_slice_flat(tp, m, vh, fvh);
-            }
-            free(fmh), free(fvh);
-            model_free(whole);
+        } else if (st == ST_OK && tp) {  // only this rank's part of the checkpoint (weights and moments)
+            st = tp_load_checkpoint(tp, dir, m, mh, vh, &saved, e);
         } else if (st == ST_OK) {
             st = checkpoint_load(dir, m, mh, vh, &saved, e);
         }

@@ -8,7 +8,8 @@
 # TP checkpoint and TP resumes one process's); OLMo 2 (q/k norms over the whole projection,
 # post-norms), GPT-OSS (sinks, o_proj and expert biases) and Qwen3-MoE with every expert split
 # match too; DPO, GRPO and distillation steps match; `still generate --tp_size 2` gives one
-# process's greedy and sampled tokens; what TP does not do yet is refused.
+# process's greedy and sampled tokens; each rank loads only its part of the model (its bytes, its
+# peak RSS, --max_memory); what TP does not do yet is refused.
 set -u
 source tests/e2e/lib.sh
 source tests/mpi_env.sh
@@ -197,6 +198,12 @@ assert 0.4 * w1 <= w2 <= 0.5 * w1 + 24 * MiB, "a rank's peak is not about half o
 PY
 ); rc=$?
 if [ $rc -eq 0 ]; then ok tp2_loads_its_part "$r"; else fail tp2_loads_its_part "$r $(tail -2 "$tmp/big.2")"; fi
+# --max_memory is checked against the rank's part at load (41 MiB of the 82 MiB of weights)
+out=$(timeout -s KILL 60 mpirun $MPI_FLAGS -np 2 $BIN sft --model "$tmp/big" $C --per_device_train_batch_size 4 \
+  --tp_size 2 --max_memory 50MiB --output_dir "$tmp/bad" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && grep -q "loading part 1 of 2 of $tmp/big (10750720 of its 21498624 parameters as float32) needs 41.0 MiB" \
+  <<<"$out"; then ok tp2_max_memory_of_the_part
+else fail tp2_max_memory_of_the_part "rc=$rc $(grep error <<<"$out" | head -1)"; fi
 
 # GRPO and distillation under TP=2: the TP-split policy generates one process's rollouts (the
 # same tokens), the distillation teacher is split the same way, and the step's weights match

@@ -1,0 +1,1 @@
+#define STILL_GIT_COMMIT "843043e5e99c"
