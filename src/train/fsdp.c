@@ -97,6 +97,7 @@ static void gather(Fsdp *f, int u, float *buf, DistReq *r) {
 // A collective left in flight across the compute that follows: counted, and whether the library
 // had it done already (the counters of fsdp_overlap_line).
 static void count_started(Fsdp *f, DistReq *r) {
+    if (!r->op) return;  // done at the start (one rank: the collective is an identity)
     f->started++;
     if (!dist_test(r)) f->in_flight++;
 }
