@@ -8,7 +8,14 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 machine() {
   printf '%s, OMP_WAIT_POLICY=%s, load %s' "$(lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')" \
     "$OMP_WAIT_POLICY" "$(cut -d' ' -f1 /proc/loadavg)"
+  [ -n "${OPENBLAS_CORETYPE:-}" ] && printf ', OpenBLAS %s kernels' "$OPENBLAS_CORETYPE"
 }
+# Both use the same OpenBLAS kernels: the ones ./still asks for where the library's detection fell
+# back to pre-AVX2 kernels (src/backend/cpu/blas_core.c), else the library's own choice.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x ./still ]; then
+  OPENBLAS_CORETYPE=$(./still --version | sed -n 's/^build: openblas-openmp (\([A-Za-z0-9_]*\) kernels).*/\1/p')
+  [ -n "$OPENBLAS_CORETYPE" ] && export OPENBLAS_CORETYPE || unset OPENBLAS_CORETYPE
+fi
 ncpu() { nproc; }
 torch_blas() {  # what Debian's PyTorch multiplies with: the target of libblas.so.3
   readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown

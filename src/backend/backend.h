@@ -502,6 +502,11 @@ void backend_destroy(Backend *be);
 // Constructors of the individual backends (backend/ref/ref.c, backend/cpu/cpu.c, ...).
 Backend *backend_ref_create(int threads);
 Backend *backend_cpu_create(int threads);
+// The OpenBLAS kernel set in use ("Haswell", "SkylakeX", ...; NULL without OpenBLAS), and the one
+// to ask for through OPENBLAS_CORETYPE at the next start when the library's detection fell back
+// to kernels without AVX2 on a machine that has AVX2 and FMA (NULL: keep; blas_core.c).
+const char *cpu_blas_core(void);
+const char *cpu_blas_core_override(void);
 // Install the sampling ops into a backend (called by the constructors above).
 void backend_ref_install_sampling(Backend *be);
 void backend_cpu_install_sampling(Backend *be);

@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include "args.h"
+#include "../backend/backend.h"
 #include "still_commit.h"
 
 #include <stdio.h>
@@ -41,16 +42,22 @@ static void usage(FILE *f) {
     fprintf(f, "\n`still <command> --help` lists a command's flags; `still --version` the build.\n");
 }
 
-// OpenMP threads that wait by spinning (libgomp's default) slow the many short parallel regions
-// of decoding and small models down several times as soon as another process wants the same
-// cores (bench/RESULTS.md: 5x-20x on a shared 2-core machine); threads that sleep while waiting
-// cost little when the cores are free. libgomp reads the policy once, when the program loads,
-// so still starts itself again with OMP_WAIT_POLICY=passive unless the caller set a policy.
-static void exec_with_passive_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    // exec failed (no /proc): run on with libgomp's default
+// Settings libgomp and OpenBLAS read once, when the program loads, so still starts itself again
+// with them unless the caller chose:
+// - OMP_WAIT_POLICY=passive. OpenMP threads that wait by spinning (libgomp's default) slow the many
+//   short parallel regions of decoding and small models down several times as soon as another
+//   process wants the same cores (bench/RESULTS.md: 5x-20x on a shared 2-core machine); threads
+//   that sleep while waiting cost little when the cores are free.
+// - OPENBLAS_CORETYPE, only where OpenBLAS did not recognise the CPU and fell back to kernels
+//   without AVX2 on a machine that has AVX2 (src/backend/cpu/blas_core.c): the AVX2 or AVX-512
+//   kernels instead.
+static void exec_with_runtime_env(char **argv) {
+    int again = 0;
+    if (!getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "passive", 1), again = 1;
+    const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : cpu_blas_core_override();
+    if (core) setenv("OPENBLAS_CORETYPE", core, 1), again = 1;
+    if (again) execv("/proc/self/exe", argv);
+    // exec failed (no /proc): run on with the libraries' defaults
 }
 
 #define STILL_VERSION "0.1.0"
@@ -59,7 +66,7 @@ static void exec_with_passive_wait(char **argv) {
 static void print_version(void) {
     printf("still %s (commit %s)\nbuild:", STILL_VERSION, STILL_GIT_COMMIT);
 #ifdef STILL_OPENBLAS
-    printf(" openblas-openmp");
+    printf(" openblas-openmp (%s kernels)", cpu_blas_core());
 #else
     printf(" no-blas");
 #endif
@@ -85,11 +92,11 @@ static void print_version(void) {
 }
 
 int main(int argc, char **argv) {
+    exec_with_runtime_env(argv);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
         print_version();
         return 0;
     }
-    exec_with_passive_wait(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -98,6 +98,13 @@ c=$(sed -n 's/^still [0-9.]* (commit \([0-9a-f]*\)\(-dirty\)\?)$/\1/p' <<<"$v")
 if [ -n "$c" ] && { ! git rev-parse HEAD >/dev/null 2>&1 || git merge-base --is-ancestor "$c" HEAD; } \
    && grep -q "^build: .*openmp" <<<"$v"; then ok version
 else fail version "$v (HEAD $(git rev-parse --short=12 HEAD 2>/dev/null))"; fi
+# OpenBLAS kernels: where the CPU has AVX2 and FMA, never the library's pre-AVX2 fallback (an
+# unrecognised newer CPU; src/backend/cpu/blas_core.c), unless the caller chose OPENBLAS_CORETYPE
+core=$(env -u OPENBLAS_CORETYPE $BIN --version | sed -n 's/^build: openblas-openmp (\([A-Za-z0-9_]*\) kernels).*/\1/p')
+if ! grep -q '^build: openblas' <<<"$v"; then skip blas_kernels "this build has no OpenBLAS"
+elif ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo; then skip blas_kernels "this CPU has no AVX2/FMA"
+elif [ -n "$core" ] && ! grep -qixE 'prescott|core2|penryn|dunnington|nehalem|atom|sandybridge|barcelona|bobcat|opteron(_sse3)?|bulldozer|piledriver|steamroller|excavator' <<<"$core"; then ok blas_kernels_use_avx2
+else fail blas_kernels_use_avx2 "OpenBLAS runs '${core:-?}' kernels on a CPU with AVX2: $(env -u OPENBLAS_CORETYPE $BIN --version | sed -n 2p)"; fi
 h=$($BIN sft --help)
 if grep -q -- "--model TEXT  (required)" <<<"$h" && grep -q -- "--dataset TEXT  (required)" <<<"$h" \
    && grep -q -- "--output_dir TEXT  (required)" <<<"$h" && ! grep -q -- "--eval_dataset TEXT  (required)" <<<"$h" \
