@@ -7,7 +7,7 @@
 # and adapter (<= 1e-5 relative), with dropout and with gradient checkpointing too; the adapter
 # TP writes is one process's file (PEFT's layout), loads in one process and generates its tokens,
 # and `generate --tp_size 2 --adapter` gives one process's tokens; a TP run continues an adapter
-# (--adapter) and resumes its checkpoints as one process does; DPO, GRPO and distillation steps
+# (--adapter) and resumes its checkpoints as one process does; DPO, KTO, GRPO and distillation steps
 # with an adapter (the reference or fixed self-teacher: the base with the adapter off; a teacher
 # with its own adapter) match one process, and so does an adapter on Qwen3-MoE's attention; what
 # is not supported is refused by name. One process's LoRA is checked against PEFT (lora_cli.sh, scripts/ref_lora.py).
@@ -141,6 +141,14 @@ d=$($DIFF "$tmp/dpo1/adapter_model.safetensors" "$tmp/dpo2/adapter_model.safeten
 cur=$(same_curves "$tmp/dpo1/metrics.jsonl" "$tmp/dpo2/metrics.jsonl" 2>&1); crc=$?
 if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ]; then ok "lora_dpo_tp2_matches_one_rank ($d)"
 else fail lora_dpo_tp2_matches_one_rank "rc=$rc $d; $cur; $(tail -2 <<<"$out")"; fi
+# KTO the same way (observed 5.3e-6)
+KT="--model $M --dataset tests/data/kto/rows.jsonl --threads 1 --max_steps 2 --logging_steps 1 --save_strategy no \
+    --learning_rate 1e-3 --per_device_train_batch_size 4 $L --lora_dropout 0.1"
+$BIN kto $KT --output_dir "$tmp/kto1" >/dev/null 2>"$tmp/err1"
+out=$($MPI $BIN kto $KT --tp_size 2 --output_dir "$tmp/kto2" 2>&1 >/dev/null); rc=$?
+d=$($DIFF "$tmp/kto1/adapter_model.safetensors" "$tmp/kto2/adapter_model.safetensors" 1e-4 2>&1); drc=$?
+if [ $rc -eq 0 ] && [ $drc -eq 0 ]; then ok "lora_kto_tp2_matches_one_rank ($d)"
+else fail lora_kto_tp2_matches_one_rank "rc=$rc $d; $(tail -2 <<<"$out")"; fi
 
 # GRPO with an adapter: the split policy with its adapter generates one process's rollouts, the
 # reference is the base with the adapter off, and the step's adapter matches (epsilon 1e-4 as
