@@ -23,6 +23,11 @@ DROPOUT_FN int dropout_keep(uint64_t key, uint64_t salt, size_t i, float p) {
     return u >= p;
 }
 
+// The key whose element i is element i0 + i of key's (the counter is linear in i): a part of a
+// larger buffer (a rank's columns of each row under tensor parallelism) draws the whole buffer's
+// mask, dropout_keep(dropout_key_at(key, i0), salt, i, p) == dropout_keep(key, salt, i0 + i, p).
+DROPOUT_FN uint64_t dropout_key_at(uint64_t key, size_t i0) { return key + (uint64_t)i0 * 0xD1B54A32D192ED03ull; }
+
 // The factor of a kept element (fp32, as torch's 1 / (1 - p)).
 DROPOUT_FN float dropout_scale(float p) { return 1.0f / (1.0f - p); }
 

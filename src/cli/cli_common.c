@@ -2,6 +2,7 @@
 #include "cli_common.h"
 
 #include "../model/lora.h"
+#include "../train/tp.h"
 
 #include "../core/alloc.h"
 #include "../core/fileio.h"
@@ -95,7 +96,7 @@ void cli_apply_moe(const Args *a, Model *m) { m->moe_capacity_factor = args_floa
 Status cli_apply_adapter(const Args *a, Model *m, Err *e) {
     const char *dir = args_str(a, "adapter");
     if (!dir) return ST_OK;
-    TRY(lora_load(m, dir, e));
+    TRY(tp_lora_load(m, dir, e));  // a part of a model (tensor parallel): its part of the adapter
     m->lora->cfg.dropout = 0;  // applied, never trained: no dropout (PEFT in eval mode), even for --grads
     log_info("adapter %s: LoRA r %d, alpha %g%s, %d tensors", dir, m->lora->cfg.r, m->lora->cfg.alpha,
              m->lora->cfg.use_rslora ? " (rslora)" : "", m->lora->tt.n);

@@ -3,6 +3,7 @@
 // gradient and its lora_A / lora_B gradients).
 #include "lora.h"
 
+#include "../backend/dropout_math.h"
 #include "../core/alloc.h"
 #include "../core/log.h"
 #include "../core/rng.h"
@@ -284,6 +285,8 @@ Status lora_new(Model *m, const LoraConfig *c, int (*has_pair)(void *, int, int)
     lo->cfg = *c;
     lo->scale = (float)(c->use_rslora ? c->alpha / sqrt((double)c->r) : c->alpha / c->r);
     lo->enabled = 1;
+    if (m->cfg.vocab_part > 0) lo->tp = m->cfg.vocab_size / m->cfg.vocab_part, lo->tp_rank = config_tp_rank(&m->cfg);
+    else lo->tp = 1;
     Status st = build_table(lo, m, has_pair, ctx, e);
     if (st == ST_OK && lo->tt.n == 0) st = err_set(e, ST_EINVAL, "the adapter has no tensors");
     if (st != ST_OK) {
@@ -349,6 +352,8 @@ void lora_alloc_grads(Lora *lo, Backend *be) {
 
 size_t lora_n_params(const Lora *lo) { return lo->tt.n_params; }
 
+int lora_pair_side(const TensorInfo *t) { return strstr(t->name, ".lora_A.") ? 'A' : strstr(t->name, ".lora_B.") ? 'B' : 0; }
+
 // ---- hooks ---------------------------------------------------------------------------------
 
 int lora_active(const Model *m) { return m->lora && m->lora->enabled; }
@@ -377,6 +382,29 @@ static int dropping(const Lora *lo, const Plan *p) { return lo->cfg.dropout > 0 
 
 static uint64_t salt(int l, int mod) { return (uint64_t)l * LORA_N_MODULES + (uint64_t)mod + 1; }
 
+// Tensor parallel: o_proj and down_proj read the rank's columns of their input (lora_A split with
+// them), their output a partial sum over the group.
+static int row_split(const Lora *lo, int mod) { return lo->tp > 1 && (mod == LORA_O || mod == LORA_DOWN); }
+
+// Whether the plan carries a key per row for o's and down's inputs after the pass's key (N each):
+// tensor parallel training with dropout.
+static int row_keys(const Lora *lo, const Plan *p) { return lo->tp > 1 && lo->cfg.dropout > 0 && p->mode == PLAN_TRAIN; }
+
+// out (N,C) = dropout of inp (N,C) with the mask of (layer l, module mod); out may alias inp. A
+// rank's columns of a split input (row_split) take the whole input's mask, a row at a time from
+// the row's key (lora_set_inputs).
+static void drop(const Lora *lo, Backend *be, const Plan *p, int l, int mod, float *out, const float *inp, int N,
+                 int C) {
+    float pr = (float)lo->cfg.dropout;
+    if (!row_split(lo, mod)) {
+        be->dropout(be, out, inp, (size_t)N * C, pr, p->lora_key, salt(l, mod));
+        return;
+    }
+    const uint64_t *keys = p->lora_key + 1 + (mod == LORA_O ? 0 : N);
+    for (int n = 0; n < N; n++)
+        be->dropout(be, out + (size_t)n * C, inp + (size_t)n * C, (size_t)C, pr, keys + n, salt(l, mod));
+}
+
 void lora_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C, int OC) {
     Lora *lo = m->lora;
     if (!lora_active(m)) return;
@@ -387,12 +415,16 @@ void lora_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const flo
     const float *Bm = (const float *)((char *)lo->params + lo->tt.t[k + 1].offset); // (OC, r)
     const float *x = inp;
     if (dropping(lo, p)) {
-        be->dropout(be, p->lora_x, inp, (size_t)N * C, (float)lo->cfg.dropout, p->lora_key, salt(l, mod));
+        drop(lo, be, p, l, mod, p->lora_x, inp, N, C);
         x = p->lora_x;
     }
     float *u = inner(lo, p, l, mod);  // (N, r) = scale * x A^T
     be->matmul_forward(be, u, x, A, DT_F32, NULL, N, C, r);
     be->scale(be, u, lo->scale, (size_t)N * r);
+    if (row_split(lo, mod)) {  // the columns' partial sums of u, whole on every rank; B's output added once
+        model_reduce(m, u, (size_t)N * r);
+        if (lo->tp_rank > 0) return;
+    }
     be->matmul_forward(be, p->lora_t, u, Bm, DT_F32, NULL, N, r, OC);
     be->add(be, out, out, p->lora_t, (size_t)N * OC);
 }
@@ -418,11 +450,11 @@ void lora_backward(Model *m, Plan *p, int l, TensorKind wk, float *dinp, const f
         return;
     }
     // through the dropout: the same mask regenerated for x and applied to the input gradient
-    be->dropout(be, p->lora_x, inp, (size_t)N * C, (float)lo->cfg.dropout, p->lora_key, salt(l, mod));
+    drop(lo, be, p, l, mod, p->lora_x, inp, N, C);
     be->zero(be, p->lora_dx, (size_t)N * C * fs);
     be->matmul_backward(be, p->lora_dx, dA, NULL, p->lora_du, p->lora_x, A, DT_F32, N, C, r);
     if (dinp) {
-        be->dropout(be, p->lora_dx, p->lora_dx, (size_t)N * C, (float)lo->cfg.dropout, p->lora_key, salt(l, mod));
+        drop(lo, be, p, l, mod, p->lora_dx, p->lora_dx, N, C);
         be->add(be, dinp, dinp, p->lora_dx, (size_t)N * C);
     }
 }
@@ -465,7 +497,7 @@ void lora_plan_layout(const Lora *lo, int L, Plan *p, Arena *a) {
     size_t slots = p->mode == PLAN_TRAIN && !p->ckpt ? (size_t)L * LORA_N_MODULES : LORA_N_MODULES;
     p->lora_u = arena_take(a, slots * N * r * sizeof(float));
     p->lora_t = arena_take(a, N * (size_t)lo->max_out * sizeof(float));
-    p->lora_key = arena_take(a, sizeof(uint64_t));
+    p->lora_key = arena_take(a, (row_keys(lo, p) ? 1 + 2 * N : 1) * sizeof(uint64_t));
     if (p->mode != PLAN_TRAIN) return;
     p->lora_du = arena_take(a, N * r * sizeof(float));
     if (lo->cfg.dropout > 0) {
@@ -482,5 +514,18 @@ void lora_set_inputs(Model *m, Plan *p) {
     // draws from the same set_seed stream)
     uint64_t key = rng_keyed_uniform(lo->seed, 0x10d0u, (uint32_t)lo->step, (uint32_t)lo->calls, 0) * 0x1p53;
     lo->calls++;
-    m->be->upload(m->be, p->lora_key, &key, sizeof key);
+    if (!row_keys(lo, p)) {
+        m->be->upload(m->be, p->lora_key, &key, sizeof key);
+        return;
+    }
+    // tensor parallel: row n of o's (down's) input holds columns [t K, (t+1) K) of the whole
+    // input's T K, whose element (n, t K + c) is element (n T + t) K + c of the whole buffer
+    size_t N = (size_t)p->B * p->T, T = (size_t)lo->tp, t = (size_t)lo->tp_rank;
+    size_t K[2] = {(size_t)m->cfg.num_attention_heads * m->cfg.head_dim, (size_t)m->cfg.intermediate_size};
+    uint64_t *keys = xmalloc((1 + 2 * N) * sizeof(uint64_t));
+    keys[0] = key;
+    for (int j = 0; j < 2; j++)
+        for (size_t n = 0; n < N; n++) keys[1 + j * N + n] = dropout_key_at(key, (n * T + t) * K[j]);
+    m->be->upload(m->be, p->lora_key, keys, (1 + 2 * N) * sizeof(uint64_t));
+    free(keys);
 }

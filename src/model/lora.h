@@ -59,7 +59,12 @@ typedef struct Lora {
     int slot_rows;           // input rows of a targeted layer per token: K when experts are targeted, else 1
     int enabled;             // 1: forward adds the adapter and uses the saved copies; 0: the base model
     int max_in, max_out;     // widest input / output of a targeted layer (plan scratch)
-    // dropout during training: masks are a pure function of (seed, step, call, layer, module, element)
+    // tensor parallel (tp > 1): the adapter of rank tp_rank's part of a model split tp ways (tp.h):
+    // lora_B of q, k, v, gate, up split by rows with the base weight, lora_A of o and down by
+    // columns; the rest whole
+    int tp, tp_rank;
+    // dropout during training: masks are a pure function of (seed, step, call, layer, module,
+    // element), the element's index in the whole input (a rank's columns of o's and down's too)
     uint64_t seed;
     int step, calls;         // set by the trainer loop: the optimizer step; forward calls this step
 } Lora;
@@ -104,6 +109,9 @@ int lora_dir_has_adapter(const char *dir);
 // tensors) and detach it: m becomes a plain model. The base must hold fp32 weights.
 Status lora_merge(Model *m, Err *e);
 
+// 'A' or 'B' for a tensor of a LoRA pair (lora_A, lora_B), 0 for a saved copy.
+int lora_pair_side(const TensorInfo *t);
+
 // Trainable parameters of an adapter (for logs): A, B and the saved copies.
 size_t lora_n_params(const Lora *lo);
 
@@ -115,7 +123,10 @@ int lora_active(const Model *m);
 float *lora_saved_param(const Model *m, TensorKind kind, int layer);
 float *lora_saved_grad(const Model *m, TensorKind kind, int layer);
 // After the base linear layer `wk` of layer l: out (N,OC) += scale * B A dropout(inp (N,C)).
-// TRAIN plans keep the scaled inner activations (N, r) per layer for the backward pass.
+// TRAIN plans keep the scaled inner activations (N, r) per layer for the backward pass. Tensor
+// parallel: o_proj's and down_proj's inp is the rank's columns and out a partial sum (the model
+// all-reduces it next): A x is all-reduced over the group (model_reduce, r per row) and B's
+// output added by the group's rank 0 only, as those layers' biases are.
 void lora_forward(Model *m, Plan *p, int l, TensorKind wk, float *out, const float *inp, int N, int C, int OC);
 // The adapter's share of the backward pass of that layer: dinp (N,C) += its input gradient,
 // and the lora_A / lora_B gradients accumulate (when the adapter trains).

@@ -609,7 +609,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
             st = model_load_opts(self ? c->model_dir : c->teacher_dir, be, (int)c->teacher_dtype,
                                  &(ModelLoadOpts){.frozen = 1, .part = pp}, &t, e);
         if (st == ST_OK && c->teacher_adapter && t != m) {
-            st = lora_load(t, c->teacher_adapter, e);
+            st = tp_lora_load(t, c->teacher_adapter, e);  // a part (tensor parallel): its part of the adapter
             if (st == ST_OK) log_info("teacher adapter %s: LoRA r %d", c->teacher_adapter, t->lora->cfg.r);
         }
         if (st == ST_OK && t != m) {

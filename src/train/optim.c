@@ -142,10 +142,10 @@ typedef struct TpPieces {
 static void tp_piece(void *ctx, const TensorInfo *t, size_t elem, size_t at, size_t len) {
     TpPieces *c = ctx;
     (void)elem;
-    if (c->st == ST_OK && tp_grad_summed(c->cfg, t->kind))
+    if (c->st == ST_OK && tp_tensor_grad_summed(c->cfg, t))
         c->st = dist_allreduce_sum(c->tp, c->be, c->g + at, len, c->e);
     double s = c->be->sumsq(c->be, c->g + at, len);
-    c->ss += tp_split_dim(c->cfg, t->kind) >= 0 ? s : s / c->tp->world;
+    c->ss += tp_tensor_split_dim(c->cfg, t) >= 0 ? s : s / c->tp->world;
 }
 
 Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
@@ -172,17 +172,17 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     }
     DistMesh *mesh = d->mesh;
     if (mesh && mesh->tp > 1) {  // ZeRO-0 over the data axis, then the norm over the whole model
-        CHECK(o->zero_stage == 0 && !m->lora);
+        CHECK(o->zero_stage == 0);
         Dist *tp = &mesh->tp_axis;
-        const TensorTable *tt = &m->tt;
-        for (int i = 0; i < tt->n; i++)  // per-head norms: each rank's heads' share
-            if (tp_grad_summed(&m->cfg, tt->t[i].kind))
+        const TensorTable *tt = model_trainable(m).tt;
+        for (int i = 0; i < tt->n; i++)  // per-head norms, an adapter's whole lora_A: each rank's share
+            if (tp_tensor_grad_summed(&m->cfg, &tt->t[i]))
                 TRY(dist_allreduce_sum(tp, be, grads + tt->t[i].goffset, tt->t[i].numel, e));
         TRY(dist_allreduce_sum(d, be, grads, o->n, e));
         double ss = 0;  // split tensors once per rank, replicated ones (the same on every rank) once
         for (int i = 0; i < tt->n; i++) {
             double s = be->sumsq(be, grads + tt->t[i].goffset, tt->t[i].numel);
-            ss += tp_split_dim(&m->cfg, tt->t[i].kind) >= 0 ? s : s / tp->world;
+            ss += tp_tensor_split_dim(&m->cfg, &tt->t[i]) >= 0 ? s : s / tp->world;
         }
         TRY(dist_allreduce_sum_host_d(tp, &ss, 1, e));
         *grad_norm = sqrt(ss);

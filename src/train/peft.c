@@ -2,6 +2,7 @@
 #include "peft.h"
 
 #include "../core/log.h"
+#include "tp.h"
 
 Status peft_load_model(const char *dir, Backend *be, const PeftConfig *p, int dtype, Model **out, Err *e) {
     return peft_load_model_part(dir, be, p, dtype, NULL, out, e);
@@ -22,13 +23,13 @@ Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, u
         return ST_OK;
     }
     if (p->adapter) {
-        TRY(lora_load(m, p->adapter, e));
+        TRY(tp_lora_load(m, p->adapter, e));  // a part of a model (tensor parallel): its part of the adapter
         m->lora->seed = seed;
         m->lora->cfg.dropout = p->lora.dropout;  // training settings of this run; the weights' r, alpha, targets
         log_info("LoRA: continuing %s: r %d, alpha %g%s, %zu trainable parameters", p->adapter, m->lora->cfg.r,
                  m->lora->cfg.alpha, m->lora->cfg.use_rslora ? " (rslora)" : "", lora_n_params(m->lora));
     } else {
-        TRY(lora_attach(m, &p->lora, seed, e));
+        TRY(tp_lora_attach(m, &p->lora, seed, e));
         log_info("LoRA: r %d, alpha %g%s, dropout %g, %d tensors, %zu trainable parameters (%.3f%% of %zu)",
                  p->lora.r, p->lora.alpha, p->lora.use_rslora ? " (rslora)" : "", p->lora.dropout, m->lora->tt.n,
                  lora_n_params(m->lora), 100.0 * (double)lora_n_params(m->lora) / (double)m->tt.n_params,
@@ -38,4 +39,9 @@ Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, u
     return ST_OK;
 }
 
-Model *peft_base_model(const Model *m) { return m->lora ? model_share(m) : NULL; }
+Model *peft_base_model(const Model *m) {
+    if (!m->lora) return NULL;
+    Model *s = model_share(m);
+    if (m->hooks && m->hooks->reduce) s->hooks = m->hooks;  // a part of a model: its group's all-reduces
+    return s;
+}

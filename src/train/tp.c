@@ -4,6 +4,7 @@
 
 #include "../core/alloc.h"
 #include "../core/log.h"
+#include "../model/lora.h"
 
 #include <string.h>
 
@@ -25,6 +26,21 @@ int tp_split_dim(const ModelConfig *c, TensorKind kind) {
 
 int tp_grad_summed(const ModelConfig *c, TensorKind kind) {
     return (kind == TK_QN || kind == TK_KN) && c->qk_norm == QKNORM_HEAD;
+}
+
+int tp_tensor_split_dim(const ModelConfig *c, const TensorInfo *t) {
+    int dim = tp_split_dim(c, t->kind);
+    switch (lora_pair_side(t)) {
+    case 'A': return dim == 1 ? 1 : -1;  // (r, in): the columns of o's and down's input
+    case 'B': return dim == 0 ? 0 : -1;  // (out, r): the rows of q's, k's, v's, gate's and up's output
+    default: return dim;
+    }
+}
+
+int tp_tensor_grad_summed(const ModelConfig *c, const TensorInfo *t) {
+    int side = lora_pair_side(t);
+    if (side == 'A') return tp_split_dim(c, t->kind) == 0;  // whole, each rank's output rows' share
+    return side == 0 && tp_grad_summed(c, t->kind);
 }
 
 Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e) {
@@ -50,12 +66,27 @@ static Status check_config(const ModelConfig *c, int T, const char *dir, Err *e)
     return ST_OK;
 }
 
+// What an adapter must be to split: pairs on dense linear layers, no saved copies (n_save: their
+// count, names: their names).
+static Status check_adapter(unsigned targets, int n_save, const char (*names)[64], int T, Err *e) {
+    unsigned moe = 1u << LORA_EXP_GATE | 1u << LORA_EXP_UP | 1u << LORA_EXP_DOWN | 1u << LORA_ROUTER;
+    if (targets & moe)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: LoRA on the experts or the router of a mixture of experts "
+                                           "(--lora_target_modules all-linear, gate, w1, w2, w3 or the experts' "
+                                           "gate_proj up_proj down_proj) is not supported under tensor parallelism; "
+                                           "target the attention projections (q_proj k_proj v_proj o_proj)", T);
+    if (n_save > 0)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: LoRA with modules to save (--lora_modules_to_save %s) is "
+                                           "not supported under tensor parallelism", T, names[0]);
+    return ST_OK;
+}
+
 // What a model's weights must be to split (or be split).
 static Status check_weights(const Model *m, int T, Err *e) {
-    if (m->lora || m->matrix_dtype == DT_Q8_0)
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports fp32 or bf16 weights of the "
-                                           "model's own (no adapter or Q8_0) so far", T);
-    return ST_OK;
+    if (m->matrix_dtype == DT_Q8_0)
+        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports fp32 or bf16 weights (no Q8_0) "
+                                           "so far", T);
+    return m->lora ? check_adapter(m->lora->cfg.targets, m->lora->cfg.n_save, m->lora->cfg.save, T, e) : ST_OK;
 }
 
 Status tp_check_model(const Model *m, int T, Err *e) {
@@ -109,7 +140,7 @@ static int row_parts(const ModelConfig *lc, const TensorInfo *l, int64_t *rows) 
 // columns [t K, (t+1) K); replicated: the whole tensor.
 static void part_runs(const ModelConfig *lc, const TensorInfo *f, const TensorInfo *l, int t,
                       void (*fn)(void *ctx, size_t full_at, size_t part_at, size_t n), void *ctx) {
-    int dim = tp_split_dim(lc, l->kind);
+    int dim = tp_tensor_split_dim(lc, l);
     if (dim < 0) {
         fn(ctx, 0, 0, l->numel);
     } else if (dim == 0) {
@@ -156,6 +187,8 @@ static void copy_part(Backend *be, const ModelConfig *lc, void *full, const Tens
     CHECK(l->dtype != DT_Q8_0);
     copy_part_es(be, lc, full, f, local, l, t, to_full, 0);
 }
+
+static Status split_adapter(Model *m, const Lora *w, Err *e);
 
 ModelConfig tp_local_config(const ModelConfig *c, int T, int t) {
     ModelConfig l = *c;
@@ -208,7 +241,13 @@ Status tp_shard(Tp *tp, Model **mp, Dist *d, Err *e) {
             CHECK_MSG(ft && ft->kind == lt->kind && ft->dtype == lt->dtype, "tensor %s", lt->name);
             copy_part(m->be, &lc, m->data[ft - m->tt.t], ft, l->data[i], lt, t, 0);
         }
+        Status st = m->lora ? split_adapter(l, m->lora, e) : ST_OK;
         model_free(m);
+        if (st != ST_OK) {
+            model_free(l);
+            *mp = NULL;
+            return st;
+        }
     }
     const ModelConfig *lc = &l->cfg;
     log_info("tensor parallel over %d ranks: each holds %d of %d heads, %d of %d kv-heads, %d of %d MLP columns and "
@@ -242,72 +281,195 @@ Model *tp_full_model(Tp *tp, const Model *m) {
     return f;
 }
 
+// ---- adapters -------------------------------------------------------------------------------
+// An adapter of a part is made, loaded and saved whole: attached to (or read into, or gathered
+// into) a shell of the whole model (its config and table, no weights), so its draws, checks and
+// file are one process's, and split into each rank's part (part_runs: tp_tensor_split_dim).
+
+static int tp_of(const Model *m) { return m->cfg.vocab_part > 0 ? m->cfg.vocab_size / m->cfg.vocab_part : 1; }
+
+// The whole model of part m with its tensor table but no weights (model_free frees it).
+static Model *shell_of(const Model *m) {
+    Model *s = xcalloc(1, sizeof(Model));
+    s->cfg = full_config(&m->cfg, tp_of(m));
+    s->cfg.raw = m->cfg.raw ? cJSON_Duplicate(m->cfg.raw, 1) : NULL;
+    s->be = m->be;
+    s->dir = m->dir ? xstrdup(m->dir) : NULL;
+    s->matrix_dtype = m->matrix_dtype, s->ckpt_dtype = m->ckpt_dtype;
+    tensors_build(&s->tt, &s->cfg, m->matrix_dtype);
+    s->frozen = s->shared = 1;  // nothing of its own to free but the table
+    return s;
+}
+
+static int same_pair(void *ctx, int layer, int mod) { return ((const Lora *)ctx)->ab[layer * LORA_N_MODULES + mod] >= 0; }
+
+// The shell of part m holding the whole adapter of m's (its pairs; values uninitialised).
+static Status whole_adapter(const Model *m, Model **out, Err *e) {
+    Model *s = shell_of(m);
+    Status st = lora_new(s, &m->lora->cfg, same_pair, m->lora, &s->lora, e);
+    if (st != ST_OK) {
+        model_free(s);
+        return st;
+    }
+    *out = s;
+    return ST_OK;
+}
+
+// Attach this rank's part of whole adapter w (of the whole model) to part m.
+static Status split_adapter(Model *m, const Lora *w, Err *e) {
+    Lora *lo;
+    TRY(lora_new(m, &w->cfg, same_pair, (void *)w, &lo, e));
+    for (int i = 0; i < lo->tt.n; i++) {
+        const TensorInfo *lt = &lo->tt.t[i], *ft = tensors_find(&w->tt, lt->name);
+        CHECK_MSG(ft, "adapter tensor %s: not in the whole adapter", lt->name);
+        copy_part_es(m->be, &m->cfg, (char *)w->params + ft->offset, ft, (char *)lo->params + lt->offset, lt,
+                     config_tp_rank(&m->cfg), 0, sizeof(float));
+    }
+    lo->seed = w->seed, lo->enabled = w->enabled, lo->step = w->step, lo->calls = w->calls;
+    plan_cache_free(m);
+    m->lora = lo;
+    return ST_OK;
+}
+
+// Make the adapter on a shell of part m (make: lora_attach or lora_load of it), check it and keep
+// this rank's part.
+static Status adapter_on_shell(Model *m, Status (*make)(Model *s, const void *arg, Err *e), const void *arg, Err *e) {
+    Model *s = shell_of(m);
+    Status st = make(s, arg, e);
+    if (st == ST_OK) st = check_weights(m, tp_of(m), e);
+    if (st == ST_OK) st = check_adapter(s->lora->cfg.targets, s->lora->cfg.n_save, s->lora->cfg.save, tp_of(m), e);
+    if (st == ST_OK) st = split_adapter(m, s->lora, e);
+    model_free(s);
+    return st;
+}
+
+typedef struct AttachArgs {
+    const LoraConfig *c;
+    uint64_t seed;
+} AttachArgs;
+
+static Status attach_whole(Model *s, const void *arg, Err *e) {
+    const AttachArgs *a = arg;
+    return lora_attach(s, a->c, a->seed, e);
+}
+
+static Status load_whole(Model *s, const void *arg, Err *e) { return lora_load(s, arg, e); }
+
+Status tp_lora_attach(Model *m, const LoraConfig *c, uint64_t seed, Err *e) {
+    if (m->cfg.vocab_part == 0) return lora_attach(m, c, seed, e);
+    // saved copies are filled from the base weights, which a shell has not
+    TRY(check_adapter(0, c->n_save, c->save, tp_of(m), e));
+    AttachArgs a = {c, seed};
+    return adapter_on_shell(m, attach_whole, &a, e);
+}
+
+Status tp_lora_load(Model *m, const char *dir, Err *e) {
+    if (m->cfg.vocab_part == 0) return lora_load(m, dir, e);
+    return adapter_on_shell(m, load_whole, dir, e);
+}
+
+// The whole model's table of what trains in part m: its tensors' (built into own), or its
+// adapter's (of *shell, whole_adapter; NULL without one).
+static Status whole_table(const Model *m, TensorTable *own, Model **shell, const TensorTable **out, Err *e) {
+    *shell = NULL;
+    if (m->lora) {
+        TRY(whole_adapter(m, shell, e));
+        *out = &(*shell)->lora->tt;
+        return ST_OK;
+    }
+    ModelConfig fc = full_config(&m->cfg, tp_of(m));
+    tensors_build(own, &fc, DT_F32);
+    *out = own;
+    return ST_OK;
+}
+
+static void whole_table_free(TensorTable *own, Model *shell) {
+    if (shell) model_free(shell);
+    else tensors_free(own);
+}
+
 Status tp_load_checkpoint(Tp *tp, const char *dir, Model *m, float *opt_m, float *opt_v, TrainState *s, Err *e) {
-    ModelConfig fc = full_config(&m->cfg, tp->d->world);
-    TensorTable wt;
-    tensors_build(&wt, &fc, DT_F32);
+    TensorTable own;
+    const TensorTable *wt;
+    Model *shell;
+    TRY(whole_table(m, &own, &shell, &wt, e));
     ModelPart part = {.config = part_config, .runs = part_runs_of, .T = tp->d->world, .t = tp->d->rank};
-    Status st = checkpoint_load_part(dir, m, &part, &wt, opt_m, opt_v, s, e);
-    tensors_free(&wt);
+    Status st = checkpoint_load_part(dir, m, &part, wt, opt_m, opt_v, s, e);
+    whole_table_free(&own, shell);
     return st;
 }
 
 Status tp_gather_flat(Tp *tp, const Model *m, float *full, const float *local, Err *e) {
     Dist *d = tp->d;
     int T = d->world, root = d->rank == 0;
-    ModelConfig fc = full_config(&m->cfg, T);
-    TensorTable ft;
-    tensors_build(&ft, &fc, DT_F32);
+    TensorTable own;
+    const TensorTable *ft, *lt_all = model_trainable(m).tt;
+    Model *shell;
+    TRY(whole_table(m, &own, &shell, &ft, e));
     size_t *counts = xmalloc((size_t)T * sizeof(size_t));
     Status st = ST_OK;
-    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
-        const TensorInfo *lt = &m->tt.t[i], *f = tensors_find(&ft, lt->name);
+    for (int i = 0; i < lt_all->n && st == ST_OK; i++) {
+        const TensorInfo *lt = &lt_all->t[i], *f = tensors_find(ft, lt->name);
         size_t n = lt->numel;
         for (int r = 0; r < T; r++) counts[r] = n;
         float *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
         st = dist_gather_host_f(d, all, local + lt->goffset, counts, e);
-        for (int r = 0; st == ST_OK && root && r < (tp_split_dim(&m->cfg, lt->kind) < 0 ? 1 : T); r++)
+        for (int r = 0; st == ST_OK && root && r < (tp_tensor_split_dim(&m->cfg, lt) < 0 ? 1 : T); r++)
             copy_part_es(NULL, &m->cfg, full + f->goffset, f, all + (size_t)r * n, lt, r, 1, sizeof(float));
         free(all);
     }
     free(counts);
-    tensors_free(&ft);
+    whole_table_free(&own, shell);
+    return st;
+}
+
+// Collective over the group: local tensor lt (device data at local) of every rank into whole
+// tensor ft (device data at whole) on its rank 0 (ft, whole NULL on the others).
+static Status gather_tensor(Tp *tp, const Model *m, const TensorInfo *lt, const void *local, const TensorInfo *ft,
+                            void *whole, Err *e) {
+    Dist *d = tp->d;
+    int T = d->world, root = d->rank == 0;
+    Backend *be = m->be;
+    size_t n = lt->numel, *counts = xmalloc((size_t)T * sizeof(size_t));
+    for (int r = 0; r < T; r++) counts[r] = n;
+    float *h = xmalloc(n * sizeof(float)), *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
+    be->download(be, h, local, n * sizeof(float));
+    Status st = dist_gather_host_f(d, all, h, counts, e);
+    if (st == ST_OK && root) {  // rank r's part from its block, through a device stage
+        float *stage = be->alloc(be, n * sizeof(float));
+        for (int r = 0; r < (tp_tensor_split_dim(&m->cfg, lt) < 0 ? 1 : T); r++) {
+            be->upload(be, stage, all + (size_t)r * n, n * sizeof(float));
+            copy_part(be, &m->cfg, whole, ft, stage, lt, r, 1);
+        }
+        be->free(be, stage);
+    }
+    free(h);
+    free(all);
+    free(counts);
     return st;
 }
 
 Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e) {
-    Dist *d = tp->d;
-    int T = d->world, root = d->rank == 0;
-    Backend *be = m->be;
+    int root = tp->d->rank == 0;
     *full = NULL;
-    CHECK_MSG(m->matrix_dtype == DT_F32, "tp_gather: fp32 weights only");
-    Model *f = root ? tp_full_model(tp, m) : NULL;
-    size_t *counts = xmalloc((size_t)T * sizeof(size_t));
+    CHECK_MSG(m->lora || m->matrix_dtype == DT_F32, "tp_gather: fp32 weights only");
+    Model *f = NULL;
     Status st = ST_OK;
-    for (int i = 0; i < m->tt.n && st == ST_OK; i++) {
-        const TensorInfo *lt = &m->tt.t[i];
-        size_t n = lt->numel;
-        for (int r = 0; r < T; r++) counts[r] = n;
-        float *h = xmalloc(n * sizeof(float)), *all = root ? xmalloc((size_t)T * n * sizeof(float)) : NULL;
-        be->download(be, h, m->data[i], n * sizeof(float));
-        st = dist_gather_host_f(d, all, h, counts, e);
-        if (st == ST_OK && root) {  // rank r's part from its block, through a device stage
-            const TensorInfo *ft = tensors_find(&f->tt, lt->name);
-            float *stage = be->alloc(be, n * sizeof(float));
-            for (int r = 0; r < (tp_split_dim(&m->cfg, lt->kind) < 0 ? 1 : T); r++) {
-                be->upload(be, stage, all + (size_t)r * n, n * sizeof(float));
-                copy_part(be, &m->cfg, f->data[ft - f->tt.t], ft, stage, lt, r, 1);
-            }
-            be->free(be, stage);
-        }
-        free(h);
-        free(all);
+    if (root) st = m->lora ? whole_adapter(m, &f, e) : (f = tp_full_model(tp, m), ST_OK);
+    st = dist_agree(tp->d, st, e);
+    const Lora *lo = m->lora;
+    const TensorTable *lt_all = lo ? &lo->tt : &m->tt, *ft_all = f ? (lo ? &f->lora->tt : &f->tt) : NULL;
+    for (int i = 0; i < lt_all->n && st == ST_OK; i++) {
+        const TensorInfo *lt = &lt_all->t[i], *ft = ft_all ? tensors_find(ft_all, lt->name) : NULL;
+        const void *local = lo ? (const char *)lo->params + lt->offset : m->data[i];
+        void *whole = ft ? (lo ? (char *)f->lora->params + ft->offset : f->data[ft - f->tt.t]) : NULL;
+        st = gather_tensor(tp, m, lt, local, ft, whole, e);
     }
-    free(counts);
     if (st != ST_OK) {
         model_free(f);
         return st;
     }
+    if (f && lo) f->lora->seed = lo->seed;
     *full = f;
     return ST_OK;
 }

@@ -17,6 +17,7 @@
 #define STILL_TP_H
 
 #include "../dist/dist.h"
+#include "../model/lora.h"
 #include "../model/model.h"
 #include "checkpoint.h"
 
@@ -33,6 +34,12 @@ int tp_split_dim(const ModelConfig *c, TensorKind kind);
 // Whether a replicated tensor's gradient is each rank's share, summed over the group before the
 // update: the per-head q/k norms (every rank's heads).
 int tp_grad_summed(const ModelConfig *c, TensorKind kind);
+// The same for table entry t of a model or of its adapter (lora.h): an adapter's lora_B split
+// by rows with a weight split by rows (q, k, v, gate, up), its lora_A by columns with one split
+// by columns (o, down), the other halves of the pairs whole, and a whole lora_A's gradient each
+// rank's share (of its output rows), summed over the group.
+int tp_tensor_split_dim(const ModelConfig *c, const TensorInfo *t);
+int tp_tensor_grad_summed(const ModelConfig *c, const TensorInfo *t);
 // The usage error (naming dir, NULL: "the model") when heads, kv-heads, intermediate_size,
 // moe_intermediate_size (with experts) or vocab_size of c is not divisible by T.
 Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e);
@@ -40,19 +47,26 @@ Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e);
 // FF/T MLP columns and FFE/T columns of every expert, and its shard of the vocabulary.
 ModelConfig tp_local_config(const ModelConfig *c, int T, int t);
 // Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
-// (usage errors naming the one that is not), and what is not supported yet (adapters, Q8_0
-// weights). A classifier's score head is replicated. A frozen model (generation) is copied.
+// (usage errors naming the one that is not), and what is not supported yet (Q8_0 weights; an
+// adapter on the experts or the router of a mixture of experts, or with modules to save). A classifier's score head is replicated. A frozen model (generation) is copied.
 Status tp_check_model(const Model *m, int T, Err *e);
 // What loads only this rank's part of a model (model.h ModelLoadOpts.part: the rank's rows and
 // columns of each split tensor read from the checkpoint, replicated ones whole), in p, or NULL
 // when world has no tensor-parallel axis (tp_size 1).
 const ModelPart *tp_part(ModelPart *p, Dist *world);
-// Replace *m by rank t's part of it (the full model is freed; a model loaded as that part
-// through tp_part is kept) and install the reduce hook over d (the tensor-parallel axis,
+// Replace *m by rank t's part of it (the full model is freed, its adapter split with it; a model
+// loaded as that part through tp_part is kept, with the adapter tp_lora_attach / tp_lora_load
+// gave it) and install the reduce hook over d (the tensor-parallel axis,
 // d->world = T).
 Status tp_shard(Tp *tp, Model **m, Dist *d, Err *e);
+// A LoRA adapter on part m of a model (loaded through tp_part): lora_attach / lora_load of the
+// whole model's adapter (one process's draws and checks; the file whole), of which m keeps its
+// rank's part. On a whole model, lora_attach / lora_load.
+Status tp_lora_attach(Model *m, const LoraConfig *c, uint64_t seed, Err *e);
+Status tp_lora_load(Model *m, const char *dir, Err *e);
 // Collective over the tensor-parallel axis: the full model (fp32) on its rank 0 (*full), NULL on
-// the others.
+// the others; with an adapter, the whole adapter on a model with no weights of its own (what
+// checkpoint_write_model saves of it).
 Status tp_gather(Tp *tp, const Model *m, Model **full, Err *e);
 // The same for host buffers in table order (moments): full (the full table's n_params, on rank 0)
 // from every rank's local (its table's n_params).

@@ -295,7 +295,7 @@ static Status gather_flat_ep(void *ctx, const Model *m, float *full, const float
 }
 static Status gather_moments(const Model *m, const Model *whole, CkptMoments *mo, GatherFlat gather, void *ctx,
                              float **fmh, float **fvh, Err *e) {
-    size_t n = m->tt.n_params;
+    size_t n = model_trainable(m).tt->n_params;  // the model's, or its adapter's
     const float *lm = mo->m, *lv = mo->v;
     float *hm = NULL, *hv = NULL;
     if (mo->on_device) {
@@ -304,8 +304,8 @@ static Status gather_moments(const Model *m, const Model *whole, CkptMoments *mo
         m->be->download(m->be, hv, mo->v, n * sizeof(float));
     }
     if (whole) {
-        *fmh = xmalloc(whole->tt.n_params * sizeof(float));
-        *fvh = xmalloc(whole->tt.n_params * sizeof(float));
+        *fmh = xmalloc(model_trainable(whole).tt->n_params * sizeof(float));
+        *fvh = xmalloc(model_trainable(whole).tt->n_params * sizeof(float));
     }
     Status st = gather(ctx, m, *fmh, lm, e);
     if (st == ST_OK) st = gather(ctx, m, *fvh, lv, e);
