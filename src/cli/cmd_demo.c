@@ -80,6 +80,6 @@ static Status run(const Args *a, Err *e) {
 int cmd_demo(int argc, char **argv) {
     return cli_run("demo", "The whole system on a synthetic task it writes itself: a teacher trained with SFT, a "
                            "smaller student self-distilled (OPSD) and distilled on its own rollouts, then GRPO with an "
-                           "exact-match reward and DPO on its own wrong samples (in full and as a LoRA adapter).",
+                           "exact-match reward and DPO on its own wrong answers (in full and as a LoRA adapter).",
                    specs, argc, argv, run);
 }

@@ -40,7 +40,7 @@ typedef struct DemoPlan {
     int grpo_steps, grpo_batch, grpo_generations, grpo_warmup;
     double grpo_lr;
     float grpo_temperature;
-    int pair_samples;              // samples a training prompt for the DPO pairs (temperature 1)
+    int pair_samples;              // samples a training prompt for the DPO pairs (temperature 1; 0: greedy)
     int dpo_steps, dpo_batch, dpo_warmup;
     double dpo_lr, dpo_beta;
     int lora_r;                    // the LoRA variant of the DPO stage: rank, alpha, its rate
@@ -78,18 +78,20 @@ static void demo_plan(int quick, uint64_t seed, DemoPlan *p) {
     p->grpo_temperature = 0.3f;
     p->grpo_lr = 5e-4;
     p->grpo_warmup = 10;
-    // DPO: one sample of every training prompt at temperature 1 from the GRPO student; a wrong one
-    // makes a pair (the answer chosen, the sample rejected). beta 3 keeps the policy near the GRPO
-    // student (docs/demo.md: at TRL's 0.1 it lost accuracy)
-    p->pair_samples = 1;
+    // DPO: the GRPO student's greedy answer to every training prompt; a wrong one makes a pair (the
+    // answer chosen, the student's answer rejected). beta 10 at lr 5e-5: each pair stops pulling
+    // once its margin passes a few tenths of a nat, so the policy moves where its greedy answer is
+    // wrong and little elsewhere (docs/demo.md: pairs of temperature-1 samples, beta 3 and lr 2e-4
+    // gained on one machine and lost on another; TRL's beta 0.1 lost everywhere)
+    p->pair_samples = 0;
     p->dpo_steps = 100;
     p->dpo_batch = 64;
     p->dpo_warmup = 10;
-    p->dpo_lr = 2e-4;
-    p->dpo_beta = 3.0;
+    p->dpo_lr = 5e-5;
+    p->dpo_beta = 10.0;
     p->lora_r = 8;
     p->lora_alpha = 16;
-    p->lora_lr = 2e-3;
+    p->lora_lr = 5e-4;
     p->warmup_steps = 20;
     p->logging_steps = quick ? 10 : 25;
     p->eval_batch = 500;
@@ -528,13 +530,13 @@ static Status train_grpo(const DemoConfig *dc, const DemoPlan *p, const Paths *p
     return grpo_stage(dc, p, r->stages[DEMO_DISTILL].model_dir, tf->prompts, r->stages[DEMO_GRPO].model_dir, res, cmd, e);
 }
 
-// The GRPO student samples every training prompt; its wrong samples are the rejected completions
-// of the pairs (pairs.h), which DPO trains it on.
+// The GRPO student answers every training prompt (greedy, or sampled with pair_samples); its wrong
+// answers are the rejected completions of the pairs (pairs.h), which DPO trains it on.
 static Status train_dpo(const DemoConfig *dc, const DemoPlan *p, const Paths *ps, const TaskFiles *tf, DemoReport *r,
                         TrainResult *res, StrBuf *cmd, Err *e) {
     r->stages[DEMO_DPO].params = r->stages[DEMO_STUDENT].params;
     const char *grpo = r->stages[DEMO_GRPO].model_dir;
-    char *samples = join(ps->eval, "student-grpo-samples");
+    char *samples = join(ps->eval, p->pair_samples ? "student-grpo-samples" : "student-grpo-train");
     char *generations = join(samples, "generations.jsonl");
     EvalStage es = {.model = grpo, .dataset = tf->prompts, .out = samples, .samples = p->pair_samples};
     double accuracy, seconds;
@@ -594,7 +596,7 @@ Status demo_run(const DemoConfig *c, DemoReport *r, Err *e) {
         {DEMO_GRPO, DEMO_DISTILL, 0, "student GRPO", "student-grpo", "student", "GRPO with the exact-match reward",
          train_grpo},
         {DEMO_DPO, DEMO_GRPO, 0, "student DPO", "student-dpo", "student",
-         "DPO, its own wrong samples of the training prompts rejected, the answers chosen", train_dpo},
+         "DPO, its own wrong answers to the training prompts rejected, the reference answers chosen", train_dpo},
         {DEMO_DPO_LORA, DEMO_GRPO, 1, "student DPO LoRA", "student-dpo-lora", "student",
          "the same DPO as a LoRA adapter on the GRPO student (a variant, not in the chain)", train_dpo_lora},
     };
@@ -631,7 +633,7 @@ void demo_print_report(FILE *f, const DemoConfig *c, const DemoReport *r) {
     if (r->n_stages > DEMO_STUDENT)
         fprintf(f, "\nstudent SFT with the answer written before the problem (the OPSD teacher): %.1f%%\n",
                 100 * r->hinted_accuracy);
-    if (r->n_stages > DEMO_DPO) fprintf(f, "student DPO's preference pairs: %d (the GRPO student's wrong samples)\n", r->n_pairs);
+    if (r->n_stages > DEMO_DPO) fprintf(f, "student DPO's preference pairs: %d (the GRPO student's wrong greedy answers to training prompts)\n", r->n_pairs);
     for (int i = DEMO_OPSD; i < r->n_stages; i++) {
         const DemoStage *s = &r->stages[i], *from = &r->stages[s->from];
         fprintf(f, "%s: %+.1f points over %s", s->name, 100 * (s->accuracy - from->accuracy), from->name);

@@ -4,7 +4,7 @@
 // self-distilled on its own rollouts with the answer as the teacher's privileged context (OPSD:
 // the teacher is the student's frozen SFT weights reading the hinted prompt), (4) the student
 // distilled from the teacher on its own rollouts, (5) GRPO on the student with an exact-match
-// reward, (6) DPO on preference pairs from the GRPO student's own wrong samples of the training
+// reward, (6) DPO on preference pairs from the GRPO student's own wrong answers to the training
 // prompts (pairs.h), and a variant row: (7) the same DPO as a LoRA adapter on the GRPO student.
 // After each stage the student (or teacher) is measured by greedy exact match on held-out
 // problems. Every stage is one call of the library function behind its command (sft_run,
@@ -31,7 +31,7 @@ typedef enum {
     DEMO_OPSD,          // student: on-policy self-distillation, the answer as privileged context
     DEMO_DISTILL,       // student: on-policy distillation from the teacher
     DEMO_GRPO,          // student: GRPO with an exact-match reward
-    DEMO_DPO,           // student: DPO on its own wrong samples (rejected) against the answers (chosen)
+    DEMO_DPO,           // student: DPO on its own wrong greedy answers (rejected) against the answers (chosen)
     DEMO_DPO_LORA,      // a variant of DEMO_DPO from the same start (the GRPO student): a LoRA adapter
     DEMO_N_STAGES
 } DemoStageId;
@@ -58,7 +58,7 @@ typedef struct DemoReport {
     int n_train, n_test;       // problems in the training pool / held out
     double hinted_accuracy;    // the student after SFT on the held-out problems with their answer
                                // written first: its self-distillation teacher's accuracy
-    int n_pairs;               // DPO's preference pairs (the GRPO student's wrong samples)
+    int n_pairs;               // DPO's preference pairs (the GRPO student's wrong greedy answers)
     int lora_r;                // the LoRA variant's rank
     int digits;
     int threads;
