@@ -176,7 +176,7 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
     fsdp_unit_floats(&tt, &layer, &rest);
     size_t shard = (tt.param_bytes + (size_t)fsdp - 1) / (size_t)fsdp;  // parameters of this rank, each of 4 buffers
     FsdpPrefetch pf = {1, 1};  // the trainers' default: two working layers
-    size_t work = fsdp > 1 ? fsdp_work_bytes(layer, rest, pf) : 0;
+    size_t work = fsdp > 1 ? fsdp_work_bytes(layer, rest, pf, 0) : 0;
     size_t plan = plan_bytes(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size));
     size_t plan_ck = plan_bytes_opts(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size), 1, NULL);
     printf("mesh            tp %d x fsdp %d, per rank: weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB%s + working "
