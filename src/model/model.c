@@ -30,7 +30,8 @@ float *model_grad(const Model *m, TensorKind kind, int layer) {
 }
 
 void model_materialize(Model *m, int layer) {
-    if (m->hooks && m->hooks->materialize) m->hooks->materialize(m->hooks->ctx, m, layer);
+    const ModelHooks *h = m->hooks ? m->hooks : m->share_of ? m->share_of->hooks : NULL;
+    if (h && h->materialize) h->materialize(h->ctx, m, layer);
 }
 
 void model_grads_done(Model *m, int layer) {

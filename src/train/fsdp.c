@@ -192,9 +192,16 @@ static void prefetch(Fsdp *f, int layer) {
     count_started(f, &f->ag);
 }
 
+// Another model sharing a frozen base (the reference of an adapter's trainer, peft_base_model):
+// its tensors of unit u read from buf, on every call (its pointers are not tracked).
+static void point_share(Fsdp *f, Model *s, int u, float *buf) {
+    CHECK_MSG(f->frozen && s->tt.n == f->m->tt.n, "a model that is not a share of the frozen base materialized");
+    for (int i = 0; i < s->tt.n; i++)
+        if (f->unit_of[i] == u) s->data[i] = buf + f->upos[i];
+}
+
 static void materialize(void *ctx, Model *m, int layer) {
     Fsdp *f = ctx;
-    (void)m;
     progress(f);
     if (layer < 0) {
         if (!f->rest_ok) {
@@ -202,6 +209,7 @@ static void materialize(void *ctx, Model *m, int layer) {
             point(f, f->L, f->rest, f->grest);
             f->rest_ok = 1;
         }
+        if (m != f->m) point_share(f, m, f->L, f->rest);
         f->last = -1;
         if (f->pf.forward) prefetch(f, 0);
         return;
@@ -223,6 +231,7 @@ static void materialize(void *ctx, Model *m, int layer) {
         point(f, layer, f->work[s], f->gwork[s]);
         f->cur = s;
     }
+    if (m != f->m) point_share(f, m, layer, f->work[f->cur]);
     if (dir > 0 ? f->pf.forward : f->pf.backward) prefetch(f, layer + dir);
 }
 

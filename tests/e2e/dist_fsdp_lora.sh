@@ -78,13 +78,27 @@ $BIN generate "${G[@]}" --adapter "$two" >"$tmp/g2" 2>"$tmp/g2.err"; rc=$?
 if [ $rc -eq 0 ] && [ -s "$tmp/g1" ] && cmp -s "$tmp/g1" "$tmp/g2"; then ok lora_fsdp2_adapter_loads_in_one_process
 else fail lora_fsdp2_adapter_loads_in_one_process "rc $rc; $(diff "$tmp/g1" "$tmp/g2" | head -3) $(tail -2 "$tmp/g2.err")"; fi
 
+# DPO with an adapter at FSDP=2: the reference is the base with the adapter off, its layers gathered
+# by the same hooks (2 ranks x 2 pairs = 1 process x 4)
+DP="--model $M --dataset tests/data/dpo/pairs.jsonl --threads 1 --max_steps 2 --logging_steps 1 --save_strategy no \
+    --learning_rate 1e-3 $L"
+$BIN dpo $DP --per_device_train_batch_size 4 --output_dir "$tmp/dpo1" >/dev/null 2>"$tmp/err1"
+$MPI $BIN dpo $DP --per_device_train_batch_size 2 --output_dir "$tmp/dpo0" >/dev/null 2>"$tmp/err0"
+out=$($MPI $BIN dpo $DP --per_device_train_batch_size 2 --fsdp_size 2 --output_dir "$tmp/dpo2" 2>&1 >/dev/null); rc=$?
+d=$($DIFF "$tmp/dpo1/adapter_model.safetensors" "$tmp/dpo2/adapter_model.safetensors" $TOL 2>&1); drc=$?
+cur=$(same_curves "$tmp/dpo1/metrics.jsonl" "$tmp/dpo2/metrics.jsonl" 2>&1); crc=$?
+if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ] && grep -q "frozen base sharded" <<<"$out" \
+   && cmp -s "$tmp/dpo0/adapter_model.safetensors" "$tmp/dpo2/adapter_model.safetensors"; then
+  ok "lora_dpo_fsdp2_matches_one_rank ($d)"
+else fail lora_dpo_fsdp2_matches_one_rank "rc=$rc $d; curves: $(tail -1 <<<"$cur"); $(tail -2 "$tmp/err0"); $(tail -2 <<<"$out")"; fi
+
 # refused by name (exit 3): a q8_0 base, trainers whose reference model is the base shared
 # unsharded, an adapter on a TP x FSDP mesh
 expect_rc lora_zero3_q8_0_refused 3 "needs a float32 or bfloat16 base (got q8_0" \
   $BIN sft ${C/--model $M/--model tests/data/q8/qwen3} --dtype q8_0 --per_device_train_batch_size 4 --zero_stage 3 \
   --output_dir "$tmp/bad"
-expect_rc lora_zero3_dpo_refused 3 "with an adapter (--use_peft) is supported in sft only so far" \
-  $BIN dpo --model $M --dataset tests/data/dpo/pairs.jsonl --threads 1 --max_steps 1 --save_strategy no $L \
+expect_rc lora_zero3_kto_refused 3 "with an adapter (--use_peft) is supported in sft and dpo only so far" \
+  $BIN kto --model $M --dataset tests/data/kto/rows.jsonl --threads 1 --max_steps 1 --save_strategy no $L \
   --per_device_train_batch_size 4 --zero_stage 3 --output_dir "$tmp/bad"
 expect_rc lora_tp2_fsdp2_refused 3 "--tp_size with --fsdp_size / --zero_stage 3 and an adapter (--use_peft) is not supported" \
   timeout -s KILL 120 mpirun $MPI_FLAGS -np 4 $BIN sft $C --per_device_train_batch_size 2 --tp_size 2 --fsdp_size 2 \
