@@ -92,6 +92,15 @@ if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ] && grep -q "frozen base sha
   ok "lora_dpo_fsdp2_matches_one_rank ($d)"
 else fail lora_dpo_fsdp2_matches_one_rank "rc=$rc $d; curves: $(tail -1 <<<"$cur"); $(tail -2 "$tmp/err0"); $(tail -2 <<<"$out")"; fi
 
+# still info predicts a rank's share: the base's block is half the whole base (MiB to 0.1)
+info=$($BIN info --model $M --lora_r 4 --fsdp_size 2 2>&1)
+if python3 -c 'import re, sys
+t = sys.argv[1]
+whole = float(re.search(r"lora r=4 +base ([0-9.]+) MiB", t).group(1))
+part = float(re.search(r"lora r=4 +fsdp 2, per rank: base ([0-9.]+) MiB \(1/fsdp", t).group(1))
+sys.exit(0 if abs(2 * part - whole) <= 0.1 and part < whole else 1)' "$info" 2>/dev/null; then ok lora_fsdp2_info_counts_the_shard
+else fail lora_fsdp2_info_counts_the_shard "$(grep 'lora r=' <<<"$info")"; fi
+
 # refused by name (exit 3): a q8_0 base, trainers whose reference model is the base shared
 # unsharded, an adapter on a TP x FSDP mesh
 expect_rc lora_zero3_q8_0_refused 3 "needs a float32 or bfloat16 base (got q8_0" \
