@@ -7,6 +7,7 @@
 #include "cli_common.h"
 
 #include <string.h>
+#include <strings.h>
 
 // Optimizer, schedule, batch, steps, logging and checkpoints. Defaults are the ones TRL's trainer
 // configs agree on (the learning rate: TrainingArguments'); a trainer whose config differs, or
@@ -66,6 +67,11 @@ static const ArgSpec run_specs[] = {
     {"max_plans", ARG_INT, "0", "fail instead of building more than N plans (0 = no limit)", "[0,inf)"},
     {"stop_after_steps", ARG_INT, "0", "stop after N steps of this invocation, as if interrupted (testing resume)", "[0,inf)"},
     CLI_DIST_FLAGS,
+    // accelerate's fsdp_config names (fsdp_forward_prefetch, fsdp_backward_prefetch); both on here
+    {"fsdp_forward_prefetch", ARG_BOOL, "true", "ZeRO-3 / FSDP: gather the next layer while a layer's forward runs (2 "
+                                                "working layers per rank)"},
+    {"fsdp_backward_prefetch", ARG_STR, "backward_pre", "ZeRO-3 / FSDP: backward_pre (gather the next layer and reduce-"
+                                                        "scatter a layer's gradient while the backward runs) | no_prefetch"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -204,6 +210,12 @@ Status cli_train_config(const Args *a, int groups, TrainConfig *t, CliTrain *r, 
     t->stop_after_steps = (int)args_int(a, "stop_after_steps");
     t->skip_nonfinite = args_bool(a, "skip_nonfinite");
     t->gradient_checkpointing = args_bool(a, "gradient_checkpointing");
+    t->opt.fsdp_forward_prefetch = args_bool(a, "fsdp_forward_prefetch");
+    const char *bp = args_str(a, "fsdp_backward_prefetch");
+    if (strcasecmp(bp, "backward_pre") && strcasecmp(bp, "no_prefetch"))
+        return err_set(e, ST_EUSAGE, "--fsdp_backward_prefetch %s: expected backward_pre or no_prefetch (backward_post "
+                                     "is not supported)", bp);
+    t->opt.fsdp_backward_prefetch = !strcasecmp(bp, "backward_pre");
     TRY(read_peft(a, &t->peft, e));
     if (r->dtype == DT_Q8_0 && !t->peft.use_peft && !(groups & CLI_TRAIN_DTYPE_REF))
         return err_set(e, ST_EINVAL, "--dtype q8_0: 8-bit weights cannot be trained (a trainer's weights are float32 "

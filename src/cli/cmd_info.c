@@ -6,6 +6,7 @@
 #include "../model/lora.h"
 #include "../model/mem_plan.h"
 #include "../model/tensors.h"
+#include "../train/fsdp.h"
 #include "../train/tp.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -160,8 +161,8 @@ static Status mesh_arg(const Args *a, const char *flag, const char *env, int *ou
 
 // Per-rank training memory on a tp x fsdp mesh (src/train/tp.c, fsdp.c): the rank's part of the
 // model (heads, kv-heads, MLP and expert columns and vocabulary rows / tp; norms whole), its parameters,
-// gradients and AdamW moments / fsdp, the working buffers of FSDP (the largest layer and the rest
-// with their gradients), and the train plan of the local shapes.
+// gradients and AdamW moments / fsdp, the working buffers of FSDP (two of the largest layer, as the
+// default prefetch holds, and the rest, each with its gradient), and the train plan of the local shapes.
 static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err *e) {
     int tp, fsdp;
     TRY(mesh_arg(a, "tp_size", "TP_SIZE", &tp, e));
@@ -171,14 +172,11 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
     ModelConfig lc = tp > 1 ? tp_local_config(c, tp, 0) : *c;
     TensorTable tt;
     tensors_build(&tt, &lc, DT_F32);
-    size_t layer = 0, rest = 0;
-    for (int i = 0; i < tt.n; i++) {
-        size_t next = i + 1 < tt.n ? tt.t[i + 1].offset : tt.param_bytes, bytes = next - tt.t[i].offset;
-        if (tt.t[i].layer < 0) rest += bytes;
-        else if (tt.t[i].layer == 0) layer += bytes;
-    }
+    size_t layer, rest;
+    fsdp_unit_floats(&tt, &layer, &rest);
     size_t shard = (tt.param_bytes + (size_t)fsdp - 1) / (size_t)fsdp;  // parameters of this rank, each of 4 buffers
-    size_t work = fsdp > 1 ? 2 * (layer + rest) : 0;
+    FsdpPrefetch pf = {1, 1};  // the trainers' default: two working layers
+    size_t work = fsdp > 1 ? fsdp_work_bytes(layer, rest, pf) : 0;
     size_t plan = plan_bytes(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size));
     size_t plan_ck = plan_bytes_opts(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size), 1, NULL);
     printf("mesh            tp %d x fsdp %d, per rank: weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB%s + working "

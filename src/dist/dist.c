@@ -252,64 +252,158 @@ static size_t sum_counts(const Dist *d, const size_t *counts) {
 }
 #endif
 
-Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts, Err *e) {
+// A sharded collective in flight (dist_allgather_start, dist_reduce_scatter_sum_start).
+typedef struct DistOp {
+    Backend *be;
+    const char *what;
+    size_t n;        // elements of the collective (messages)
+    int *cnt;        // (2 world) MPI counts and displacements, alive until it completes
+    float *hs, *hr;  // host staging of a backend without host memory (NULL: none): send, receive
+    float *up;       // where hr goes once complete (up_n floats), or NULL
+    size_t up_n;
+    int failed;      // MPI_Test reported an error (dist_wait names the collective)
+    void *nccl;      // dist_nccl.c's collective, or NULL
+#ifdef STILL_MPI
+    MPI_Request req;
+#endif
+} DistOp;
+
+Status dist_reduce_scatter_sum_start(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts,
+                                     DistReq *r, Err *e) {
+    r->op = NULL;
     if (d->world == 1) {
         if (counts[0]) be->copy(be, recv, send, counts[0] * sizeof(float));
         return ST_OK;
     }
 #ifdef STILL_MPI
 #ifdef STILL_CUDA
-    if (d->nccl && !host_memory(be)) return dist_nccl_reduce_scatter_sum(d, recv, send, counts, e);
+    if (d->nccl && !host_memory(be)) {
+        void *nop = NULL;
+        TRY(dist_nccl_reduce_scatter_start(d, be, recv, send, counts, &nop, e));
+        DistOp *o = xcalloc(1, sizeof *o);
+        o->nccl = nop;
+        r->op = o;
+        return ST_OK;
+    }
 #endif
     int *cnt = xmalloc(2 * (size_t)d->world * sizeof(int)), *displs = cnt + d->world;
     Status st = mpi_blocks(d, counts, cnt, displs, "reduce-scatter", e);
     if (st != ST_OK) return free(cnt), st;
-    int host = host_memory(be);
+    DistOp *o = xcalloc(1, sizeof *o);
+    o->be = be, o->what = "gradient reduce-scatter", o->cnt = cnt;
     size_t total = sum_counts(d, counts), mine = counts[d->rank];
-    float *hs = host ? (float *)send : xmalloc(MAX(total, 1) * sizeof(float));
-    float *hr = host ? recv : xmalloc(MAX(mine, 1) * sizeof(float));
-    if (!host) be->download(be, hs, send, total * sizeof(float));
-    MPI_Request req;
-    MPI_Ireduce_scatter(hs, hr, cnt, MPI_FLOAT, MPI_SUM, COMM(d), &req);
-    st = wait_req(d, &req, "gradient reduce-scatter", total, e);
-    if (!host) {
-        if (st == ST_OK && mine) be->upload(be, recv, hr, mine * sizeof(float));
-        free(hs);
-        free(hr);
+    o->n = total;
+    const float *hs = send;
+    float *hr = recv;
+    if (!host_memory(be)) {
+        o->hs = xmalloc(MAX(total, 1) * sizeof(float));
+        o->hr = xmalloc(MAX(mine, 1) * sizeof(float));
+        be->download(be, o->hs, send, total * sizeof(float));
+        hs = o->hs, hr = o->hr, o->up = recv, o->up_n = mine;
     }
-    free(cnt);
-    return st;
+    if (MPI_Ireduce_scatter(hs, hr, cnt, MPI_FLOAT, MPI_SUM, COMM(d), &o->req) != MPI_SUCCESS) o->failed = 1;
+    r->op = o;
+    return ST_OK;
 #else
+    (void)recv, (void)send, (void)e;
     return ST_OK;
 #endif
 }
 
-Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Err *e) {
+Status dist_allgather_start(Dist *d, Backend *be, float *buf, const size_t *counts, DistReq *r, Err *e) {
+    r->op = NULL;
     if (d->world == 1) return ST_OK;
 #ifdef STILL_MPI
 #ifdef STILL_CUDA
-    if (d->nccl && !host_memory(be)) return dist_nccl_allgather(d, buf, counts, e);
+    if (d->nccl && !host_memory(be)) {
+        void *nop = NULL;
+        TRY(dist_nccl_allgather_start(d, be, buf, counts, &nop, e));
+        DistOp *o = xcalloc(1, sizeof *o);
+        o->nccl = nop;
+        r->op = o;
+        return ST_OK;
+    }
 #endif
     int *cnt = xmalloc(2 * (size_t)d->world * sizeof(int)), *displs = cnt + d->world;
     Status st = mpi_blocks(d, counts, cnt, displs, "all-gather", e);
     if (st != ST_OK) return free(cnt), st;
-    int host = host_memory(be);
+    DistOp *o = xcalloc(1, sizeof *o);
+    o->be = be, o->what = "parameter all-gather", o->cnt = cnt;
     size_t total = sum_counts(d, counts);
-    float *h = host ? buf : xmalloc(MAX(total, 1) * sizeof(float));
-    if (!host && counts[d->rank])
-        be->download(be, h + displs[d->rank], buf + displs[d->rank], counts[d->rank] * sizeof(float));
-    MPI_Request req;
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt, displs, MPI_FLOAT, COMM(d), &req);
-    st = wait_req(d, &req, "parameter all-gather", total, e);
-    if (!host) {
-        if (st == ST_OK) be->upload(be, buf, h, total * sizeof(float));
-        free(h);
+    o->n = total;
+    float *h = buf;
+    if (!host_memory(be)) {
+        h = o->hr = xmalloc(MAX(total, 1) * sizeof(float));
+        if (counts[d->rank])
+            be->download(be, h + displs[d->rank], buf + displs[d->rank], counts[d->rank] * sizeof(float));
+        o->up = buf, o->up_n = total;
     }
-    free(cnt);
-    return st;
+    if (MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt, displs, MPI_FLOAT, COMM(d), &o->req) != MPI_SUCCESS)
+        o->failed = 1;
+    r->op = o;
+    return ST_OK;
 #else
+    (void)be, (void)buf, (void)counts, (void)e;
     return ST_OK;
 #endif
+}
+
+int dist_test(DistReq *r) {
+    DistOp *o = r->op;
+    if (!o) return 1;
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (o->nccl) return dist_nccl_test(o->nccl);
+#endif
+#ifdef STILL_MPI
+    if (o->failed) return 1;
+    int done = 0;
+    if (MPI_Test(&o->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) o->failed = done = 1;
+    return done;
+#else
+    return 1;
+#endif
+}
+
+Status dist_wait(Dist *d, DistReq *r, Err *e) {
+    DistOp *o = r->op;
+    if (!o) return ST_OK;
+    r->op = NULL;
+    Status st = ST_OK;
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (o->nccl) {
+        st = dist_nccl_wait(d, o->nccl, e);
+        free(o);
+        return st;
+    }
+#endif
+#ifdef STILL_MPI
+    // a completed request is MPI_REQUEST_NULL: wait_req's first test returns at once
+    st = o->failed ? err_set(e, ST_ERUNTIME, "rank %d: MPI %s of %zu elements failed", d->rank, o->what, o->n)
+                   : wait_req(d, &o->req, o->what, o->n, e);
+    if (st == ST_OK && o->up && o->up_n) o->be->upload(o->be, o->up, o->hr, o->up_n * sizeof(float));
+#else
+    (void)d, (void)e;
+#endif
+    free(o->cnt), free(o->hs), free(o->hr), free(o);
+    return st;
+}
+
+Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts, Err *e) {
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (d->world > 1 && d->nccl && !host_memory(be)) return dist_nccl_reduce_scatter_sum(d, recv, send, counts, e);
+#endif
+    DistReq r;
+    TRY(dist_reduce_scatter_sum_start(d, be, recv, send, counts, &r, e));
+    return dist_wait(d, &r, e);
+}
+
+Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Err *e) {
+#if defined(STILL_CUDA) && defined(STILL_MPI)
+    if (d->world > 1 && d->nccl && !host_memory(be)) return dist_nccl_allgather(d, buf, counts, e);
+#endif
+    DistReq r;
+    TRY(dist_allgather_start(d, be, buf, counts, &r, e));
+    return dist_wait(d, &r, e);
 }
 
 Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t *counts, Err *e) {

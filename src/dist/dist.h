@@ -76,6 +76,25 @@ void dist_shard_counts(const Dist *d, size_t n, size_t *counts);
 Status dist_reduce_scatter_sum(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts, Err *e);
 // In place over buf (sum of counts floats): every rank's own block goes to all ranks.
 Status dist_allgather(Dist *d, Backend *be, float *buf, const size_t *counts, Err *e);
+// The same two, started and left in flight (FSDP prefetch, src/train/fsdp.c): *r completes in
+// dist_wait, which every started request must reach once (also after a failure elsewhere). The
+// blocking calls above are start + wait of the same collective, so a result is the same bits
+// whether it was waited for at once or later. Buffers stay untouched by the caller until then.
+// MPI: the nonblocking collective (MPI_Iallgatherv, MPI_Ireduce_scatter), moved on by dist_test
+// and dist_wait only (MPI progresses inside MPI calls). NCCL: enqueued on the axis's stream after
+// an event of the backend's stream (the buffers written so far), the backend's stream waits on
+// the collective's event in dist_wait. Other device backends are staged through host copies.
+typedef struct DistReq {
+    void *op;  // the collective's state (dist.c); NULL: none in flight
+} DistReq;
+Status dist_allgather_start(Dist *d, Backend *be, float *buf, const size_t *counts, DistReq *r, Err *e);
+Status dist_reduce_scatter_sum_start(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts,
+                                     DistReq *r, Err *e);
+// Move r on without blocking: 1 when it has completed (or failed: dist_wait says how), else 0.
+int dist_test(DistReq *r);
+// Complete r, bounded by --ddp_timeout from this call (a failure names the collective); r is
+// empty after. An empty r: ST_OK.
+Status dist_wait(Dist *d, DistReq *r, Err *e);
 // Host floats: rank 0's recv (sum of counts) = the blocks send (counts[rank]) of every rank in
 // rank order; other ranks may pass recv NULL.
 Status dist_gather_host_f(Dist *d, float *recv, const float *send, const size_t *counts, Err *e);
@@ -102,6 +121,13 @@ void dist_nccl_free(Dist *d);
 Status dist_nccl_allreduce_sum(Dist *d, float *buf, size_t n, Err *e);
 Status dist_nccl_reduce_scatter_sum(Dist *d, float *recv, const float *send, const size_t *counts, Err *e);
 Status dist_nccl_allgather(Dist *d, float *buf, const size_t *counts, Err *e);
+// The same two left in flight (dist_allgather_start): *op for dist_nccl_test / dist_nccl_wait,
+// which frees it.
+Status dist_nccl_allgather_start(Dist *d, Backend *be, float *buf, const size_t *counts, void **op, Err *e);
+Status dist_nccl_reduce_scatter_start(Dist *d, Backend *be, float *recv, const float *send, const size_t *counts,
+                                      void **op, Err *e);
+int dist_nccl_test(void *op);
+Status dist_nccl_wait(Dist *d, void *op, Err *e);
 #endif
 
 #endif

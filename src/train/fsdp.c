@@ -3,6 +3,8 @@
 
 #include "../core/alloc.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 Status fsdp_check_model(const Model *m, Err *e) {
@@ -75,55 +77,176 @@ static void point(Fsdp *f, int u, float *buf, float *gbuf) {
     }
 }
 
-static void gather(Fsdp *f, int u, float *buf) {
+// A collective's failure, kept (the first one) for fsdp_status; later ones are skipped.
+static void keep(Fsdp *f, Status st, const Err *e) {
+    if (f->st == ST_OK && st != ST_OK) f->st = st, f->err = *e;
+}
+
+// Unit u all-gathered into buf: this rank's block copied in, the collective started (r) or, with
+// r NULL, completed.
+static void gather(Fsdp *f, int u, float *buf, DistReq *r) {
     if (f->st != ST_OK) return;
     Backend *be = f->m->be;
     const FsdpUnit *x = &f->u[u];
     if (x->hi > x->lo) be->copy(be, buf + x->lo, f->p + x->at, (x->hi - x->lo) * sizeof(float));
-    f->st = dist_allgather(f->d, be, buf, x->counts, &f->err);
+    Err e;
+    Status st = r ? dist_allgather_start(f->d, be, buf, x->counts, r, &e) : dist_allgather(f->d, be, buf, x->counts, &e);
+    keep(f, st, &e);
+}
+
+// A collective left in flight across the compute that follows: counted, and whether the library
+// had it done already (the counters of fsdp_overlap_line).
+static void count_started(Fsdp *f, DistReq *r) {
+    if (!r->op) return;  // done at the start (one rank: the collective is an identity)
+    f->started++;
+    if (!dist_test(r)) f->in_flight++;
+}
+
+// MPI moves a nonblocking collective on only inside MPI calls, and this runs single-threaded
+// (MPI_THREAD_FUNNELED; a progress thread would need MPI_THREAD_MULTIPLE and would take a core
+// from the compute): so every hook tests what is in flight, the op boundaries the model offers.
+// NCCL needs none of it (its stream runs on), the test only reads an event.
+static void progress(Fsdp *f) {
+    if (f->ag_slot >= 0) dist_test(&f->ag);
+    if (f->rs_slot >= 0) dist_test(&f->rs);
+}
+
+static void ag_finish(Fsdp *f) {
+    if (f->ag_slot < 0) return;
+    Err e;
+    Status st = dist_wait(f->d, &f->ag, &e);
+    keep(f, st, &e);
+    f->ag_slot = -1;
+}
+
+// The reduce-scatter in flight completed: its block added to this rank's (after the earlier
+// micro-batches'), the slot's working gradient zeroed for its next layer.
+static void rs_finish(Fsdp *f) {
+    if (f->rs_slot < 0) return;
+    Backend *be = f->m->be;
+    const FsdpUnit *x = &f->u[f->rs_unit];
+    size_t k = x->hi - x->lo;
+    Err e;
+    Status st = dist_wait(f->d, &f->rs, &e);
+    keep(f, st, &e);
+    if (f->st == ST_OK && k) be->add(be, f->g + x->at, f->g + x->at, f->tmp, k);
+    be->zero(be, f->gwork[f->rs_slot], x->n * sizeof(float));
+    f->rs_slot = -1;
+}
+
+// Every collective in flight completed (before the parameters change or the buffers are reused).
+static void drain(Fsdp *f) {
+    ag_finish(f);
+    rs_finish(f);
+}
+
+static int slot_of(const Fsdp *f, int layer) {
+    for (int s = 0; s < f->nslots; s++)
+        if (f->held[s] == layer) return s;
+    return -1;
+}
+
+// Start the gather of `layer` into the slot not in use, unless it is there already or another
+// gather is in flight.
+static void prefetch(Fsdp *f, int layer) {
+    if (layer < 0 || layer >= f->L || f->nslots < 2 || f->st != ST_OK || f->ag_slot >= 0 || slot_of(f, layer) >= 0)
+        return;
+    int s = f->cur >= 0 ? 1 - f->cur : 0;
+    f->held[s] = layer;
+    f->ag_slot = s;
+    gather(f, layer, f->work[s], &f->ag);
+    if (f->st != ST_OK) {
+        f->ag_slot = -1;
+        return;
+    }
+    count_started(f, &f->ag);
 }
 
 static void materialize(void *ctx, Model *m, int layer) {
     Fsdp *f = ctx;
     (void)m;
+    progress(f);
     if (layer < 0) {
-        if (f->rest_ok) return;
-        gather(f, f->L, f->rest);
-        point(f, f->L, f->rest, f->grest);
-        f->rest_ok = 1;
+        if (!f->rest_ok) {
+            gather(f, f->L, f->rest, NULL);
+            point(f, f->L, f->rest, f->grest);
+            f->rest_ok = 1;
+        }
+        f->last = -1;
+        if (f->pf.forward) prefetch(f, 0);
         return;
     }
-    if (f->layer_at == layer) return;
-    if (f->layer_at >= 0) point(f, f->layer_at, NULL, NULL);
-    gather(f, layer, f->work);
-    point(f, layer, f->work, f->gwork);
-    f->layer_at = layer;
+    int dir = layer > f->last ? 1 : -1;  // the forward goes up from the rest; the backward down from its last layer
+    f->last = layer;
+    int s = slot_of(f, layer);
+    if (s < 0 || s != f->cur) {
+        if (f->cur >= 0 && f->held[f->cur] >= 0) point(f, f->held[f->cur], NULL, NULL);
+        if (s < 0) {  // not prefetched (the first layer, no prefetch, or a wrong guess)
+            ag_finish(f);  // a wrong guess completes too: every rank issues the same collectives
+            s = f->nslots > 1 && f->cur >= 0 ? 1 - f->cur : 0;
+            f->held[s] = layer;
+            gather(f, layer, f->work[s], NULL);
+        } else if (s == f->ag_slot) {
+            ag_finish(f);
+        }
+        if (s == f->rs_slot) rs_finish(f);  // its gradient buffer is this layer's next
+        point(f, layer, f->work[s], f->gwork[s]);
+        f->cur = s;
+    }
+    if (dir > 0 ? f->pf.forward : f->pf.backward) prefetch(f, layer + dir);
 }
 
-// The unit's gradient summed over the FSDP axis into this rank's block (added to what earlier
-// micro-batches left there); the working gradient is zeroed for the next use.
+// The unit's gradient summed over the FSDP axis into this rank's block (rs_finish); a layer's is
+// left in flight under backward prefetch until the next hook that needs its slot or the next
+// layer's grads_done, the rest's is completed at once (the optimizer or the next micro-batch is next).
 static void grads_done(void *ctx, Model *m, int layer) {
     Fsdp *f = ctx;
     Backend *be = m->be;
+    progress(f);
+    rs_finish(f);  // the layer above's: one reduce-scatter in flight at a time (one tmp block)
     int u = layer < 0 ? f->L : layer;
     const FsdpUnit *x = &f->u[u];
-    float *gbuf = layer < 0 ? f->grest : f->gwork;
-    size_t k = x->hi - x->lo;
-    if (f->st == ST_OK) f->st = dist_reduce_scatter_sum(f->d, be, f->tmp, gbuf, x->counts, &f->err);
-    if (f->st == ST_OK && k) be->add(be, f->g + x->at, f->g + x->at, f->tmp, k);
-    be->zero(be, gbuf, x->n * sizeof(float));
+    if (layer < 0) {
+        Err e;
+        size_t k = x->hi - x->lo;
+        if (f->st == ST_OK) keep(f, dist_reduce_scatter_sum(f->d, be, f->tmp, f->grest, x->counts, &e), &e);
+        if (f->st == ST_OK && k) be->add(be, f->g + x->at, f->g + x->at, f->tmp, k);
+        be->zero(be, f->grest, x->n * sizeof(float));
+        return;
+    }
+    int s = f->cur;
+    CHECK_MSG(s >= 0 && f->held[s] == layer, "layer %d's gradient is done but layer %d is materialized", layer,
+              s >= 0 ? f->held[s] : -1);
+    if (f->st != ST_OK) {  // skipped: the slot's gradient zeroed as a completed one would be
+        be->zero(be, f->gwork[s], x->n * sizeof(float));
+        return;
+    }
+    Err e;
+    f->rs_slot = s, f->rs_unit = layer;
+    Status st = dist_reduce_scatter_sum_start(f->d, be, f->tmp, f->gwork[s], x->counts, &f->rs, &e);
+    keep(f, st, &e);
+    if (st != ST_OK) {
+        f->rs_slot = -1;
+        be->zero(be, f->gwork[s], x->n * sizeof(float));
+        return;
+    }
+    if (f->pf.backward) count_started(f, &f->rs);
+    else rs_finish(f);
 }
 
-void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp) {
+void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp, FsdpPrefetch pf) {
     memset(f, 0, sizeof *f);
     CHECK(m->params && !m->lora && m->matrix_dtype == DT_F32 && (!m->hooks || !m->hooks->materialize));
     f->d = d, f->dp = dp && dp->world > 1 ? dp : NULL, f->m = m;
     f->L = m->tt.n_layers;
+    f->pf = pf;
+    f->nslots = pf.forward || pf.backward ? 2 : 1;
     build_units(f);
     Backend *be = m->be;
-    size_t layer_n = 1, block_n = 1;
+    size_t block_n = 1;
+    f->layer_n = 1;
     for (int u = 0; u <= f->L; u++) {
-        if (u < f->L) layer_n = MAX(layer_n, f->u[u].n);
+        if (u < f->L) f->layer_n = MAX(f->layer_n, f->u[u].n);
         block_n = MAX(block_n, f->u[u].hi - f->u[u].lo);
     }
     f->p = be->alloc(be, MAX(f->n, 1) * sizeof(float));
@@ -131,17 +254,20 @@ void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp) {
     for (int u = 0; u <= f->L; u++) block_copy(f, u, m->params, 1);
     be->free(be, m->params);
     m->params = NULL;
-    f->work = be->alloc(be, layer_n * sizeof(float));
-    f->gwork = be->alloc(be, layer_n * sizeof(float));
+    for (int s = 0; s < f->nslots; s++) {
+        f->work[s] = be->alloc(be, f->layer_n * sizeof(float));
+        f->gwork[s] = be->alloc(be, f->layer_n * sizeof(float));
+        be->zero(be, f->gwork[s], f->layer_n * sizeof(float));
+    }
+    f->held[0] = f->held[1] = -1;
+    f->cur = f->last = f->ag_slot = f->rs_slot = -1;
     f->rest = be->alloc(be, MAX(f->u[f->L].n, 1) * sizeof(float));
     f->grest = be->alloc(be, MAX(f->u[f->L].n, 1) * sizeof(float));
     f->tmp = be->alloc(be, block_n * sizeof(float));
-    be->zero(be, f->gwork, layer_n * sizeof(float));
     be->zero(be, f->grest, MAX(f->u[f->L].n, 1) * sizeof(float));
     be->zero(be, f->g, MAX(f->n, 1) * sizeof(float));
     m->gdata = xcalloc((size_t)m->tt.n, sizeof(float *));
     for (int i = 0; i < m->tt.n; i++) m->data[i] = NULL;
-    f->layer_at = -1;
     f->hooks = (ModelHooks){.ctx = f, .materialize = materialize, .grads_done = grads_done};
     if (m->hooks) f->hooks.reduce = m->hooks->reduce, f->hooks.reduce_ctx = m->hooks->reduce_ctx;  // TP x FSDP
     f->prev = m->hooks;
@@ -152,8 +278,9 @@ void fsdp_free(Fsdp *f) {
     if (!f->m) return;
     Model *m = f->m;
     Backend *be = m->be;
+    drain(f);
     if (f->full) fsdp_full_end(f, 0);
-    float *bufs[] = {f->p, f->g, f->work, f->gwork, f->rest, f->grest, f->tmp};
+    float *bufs[] = {f->p, f->g, f->work[0], f->gwork[0], f->work[1], f->gwork[1], f->rest, f->grest, f->tmp};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
         if (bufs[i]) be->free(be, bufs[i]);
     for (int i = 0; i < m->tt.n; i++) m->data[i] = NULL;
@@ -170,12 +297,22 @@ Status fsdp_status(Fsdp *f, Err *e) {
     return f->st;
 }
 
-void fsdp_zero_grads(Fsdp *f) { f->m->be->zero(f->m->be, f->g, MAX(f->n, 1) * sizeof(float)); }
+void fsdp_zero_grads(Fsdp *f) {
+    drain(f);
+    f->m->be->zero(f->m->be, f->g, MAX(f->n, 1) * sizeof(float));
+}
+
+// No layer held: every slot free, nothing pointed at.
+static void forget_layers(Fsdp *f) {
+    if (f->cur >= 0 && f->held[f->cur] >= 0) point(f, f->held[f->cur], NULL, NULL);
+    f->held[0] = f->held[1] = -1;
+    f->cur = f->last = -1;
+}
 
 void fsdp_invalidate(Fsdp *f) {
-    if (f->layer_at >= 0) point(f, f->layer_at, NULL, NULL);
+    drain(f);  // a gather still in flight holds the old parameters
+    forget_layers(f);
     if (f->rest_ok) point(f, f->L, NULL, NULL);
-    f->layer_at = -1;
     f->rest_ok = 0;
 }
 
@@ -188,8 +325,8 @@ Status fsdp_full_begin(Fsdp *f, int all, Err *e) {
     size_t nf = m->tt.param_bytes / sizeof(float);
     float *full = have ? be->alloc(be, MAX(nf, 1) * sizeof(float)) : NULL;
     for (int u = 0; u <= f->L && f->st == ST_OK; u++) {
-        float *buf = u < f->L ? f->work : f->rest;
-        gather(f, u, buf);
+        float *buf = u < f->L ? f->work[0] : f->rest;
+        gather(f, u, buf, NULL);
         const FsdpUnit *x = &f->u[u];
         size_t base = 0;
         for (int s = 0; s < x->nseg && have; s++) {
@@ -219,7 +356,8 @@ void fsdp_full_end(Fsdp *f, int scatter) {
     f->full = NULL;
     m->params = NULL;
     for (int i = 0; i < m->tt.n; i++) m->data[i] = NULL;
-    f->layer_at = -1;
+    f->held[0] = f->held[1] = -1;
+    f->cur = f->last = -1;
     f->rest_ok = 0;
 }
 
@@ -270,11 +408,28 @@ void fsdp_scatter_flat(Fsdp *f, float *shard, const float *full_host) {
     fsdp_for_pieces(f, scatter_piece, &c);
 }
 
+void fsdp_unit_floats(const TensorTable *tt, size_t *layer_n, size_t *rest_n) {
+    size_t *per = xcalloc((size_t)tt->n_layers + 1, sizeof(size_t));
+    for (int i = 0; i < tt->n; i++) per[tt->t[i].layer >= 0 ? tt->t[i].layer : tt->n_layers] += floats_at(tt, i + 1) - floats_at(tt, i);
+    *layer_n = 0;
+    for (int l = 0; l < tt->n_layers; l++) *layer_n = MAX(*layer_n, per[l]);
+    *rest_n = per[tt->n_layers];
+    free(per);
+}
+
+size_t fsdp_work_bytes(size_t layer_n, size_t rest_n, FsdpPrefetch pf) {
+    size_t slots = pf.forward || pf.backward ? 2 : 1;
+    return (2 * slots * layer_n + 2 * rest_n) * sizeof(float);
+}
+
 size_t fsdp_bytes(const Fsdp *f) {
-    size_t layer_n = 1, block_n = 1;
-    for (int u = 0; u <= f->L; u++) {
-        if (u < f->L) layer_n = MAX(layer_n, f->u[u].n);
-        block_n = MAX(block_n, f->u[u].hi - f->u[u].lo);
-    }
-    return (4 * f->n + 2 * layer_n + 2 * f->u[f->L].n + block_n) * sizeof(float);
+    size_t block_n = 1;
+    for (int u = 0; u <= f->L; u++) block_n = MAX(block_n, f->u[u].hi - f->u[u].lo);
+    return 4 * f->n * sizeof(float) + fsdp_work_bytes(f->layer_n, f->u[f->L].n, f->pf) + block_n * sizeof(float);
+}
+
+void fsdp_overlap_line(const Fsdp *f, char *buf, size_t n) {
+    snprintf(buf, n, "FSDP overlap: %ld collectives left in flight across a layer's compute, %ld of them incomplete "
+                     "when it began (forward prefetch %s, backward prefetch %s)",
+             f->started, f->in_flight, f->pf.forward ? "on" : "off", f->pf.backward ? "backward_pre" : "no_prefetch");
 }

@@ -63,7 +63,8 @@ void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero
         o->zero_stage = 3;
         o->fsdp = xcalloc(1, sizeof(Fsdp));
         DistMesh *mesh = dist->mesh;
-        fsdp_init(o->fsdp, m, mesh ? &mesh->fsdp_axis : dist, mesh ? &mesh->dp_axis : NULL);
+        FsdpPrefetch pf = {cfg->fsdp_forward_prefetch, cfg->fsdp_backward_prefetch};
+        fsdp_init(o->fsdp, m, mesh ? &mesh->fsdp_axis : dist, mesh ? &mesh->dp_axis : NULL, pf);
         o->n = o->hi = o->fsdp->n;
         size_t k = MAX(o->n, 1) * sizeof(float);
         o->m = m->be->alloc(m->be, k);

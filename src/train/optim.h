@@ -29,6 +29,8 @@ typedef struct OptimConfig {
     SchedType sched;
     int warmup_steps;          // resolved (see optim_warmup_steps)
     int total_steps;           // optimizer steps of the whole run
+    int fsdp_forward_prefetch;   // ZeRO-3: the next layer's gather overlaps a layer's forward (fsdp.h)
+    int fsdp_backward_prefetch;  // ZeRO-3: the next gather and the reduce-scatter overlap the backward
 } OptimConfig;
 
 typedef struct Optim {

@@ -552,10 +552,12 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
-    if (cfg->zero_stage == 3) {  // blocks of params, gradients, moments; working buffers of a layer and the rest
-        size_t n = m->tt.n_params, w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), k = (n + w - 1) / w, big = 0;
-        for (int i = 0; i < m->tt.n; i++) big = MAX(big, m->tt.t[i].numel);  // ~ the embedding
-        TRY(mem_check((3 * k + 4 * big) * sizeof(float), m->be->max_memory,
+    if (cfg->zero_stage == 3) {  // blocks of params, gradients, moments; working buffers: a layer and its
+                                 // gradient per slot (two with prefetch), the rest and its gradient
+        size_t n = m->tt.n_params, w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), k = (n + w - 1) / w, ln, rn;
+        fsdp_unit_floats(&m->tt, &ln, &rn);
+        FsdpPrefetch pf = {cfg->opt.fsdp_forward_prefetch, cfg->opt.fsdp_backward_prefetch};
+        TRY(mem_check(3 * k * sizeof(float) + fsdp_work_bytes(ln, rn, pf), m->be->max_memory,
                       "sharded training state (ZeRO-3 gradients, AdamW moments and working buffers)", e));
     } else if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
         size_t n = model_trainable(m).tt->n_params, w = (size_t)d->world, k = cfg->zero_stage == 1 && w > 1 ? (n + w - 1) / w : n;
@@ -738,6 +740,11 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                  res->steps_run, step0 + 1, ts.step, secs, secs - save_secs, save_secs, rate, res->train_loss,
                  m->plans.n, m->plans.bytes / 1048576.0, m->plans.graphs, cfg->output_dir,
                  m->lora ? "LoRA adapter, float32" : dtype_torch_name(cfg->save_dtype));
+        if (opt.fsdp) {  // this rank's prefetch counters (tests/e2e/dist_fsdp.sh: overlap happened, or none)
+            char line[256];
+            fsdp_overlap_line(opt.fsdp, line, sizeof line);
+            log_info("%s", line);
+        }
     }
     if (finished) st = dist_agree(d, st, e);
     optim_free(&opt, m->be);

@@ -6,7 +6,8 @@
 # FSDP=2 holds half of the parameters, gradients and moments; checkpoints are the plain HF layout
 # with complete moments: a run resumes bit for bit on the same mesh and on one process from the
 # same checkpoint; invalid meshes are usage errors at start; a stopped rank makes the other fail
-# within --ddp_timeout.
+# within --ddp_timeout. Prefetch on (the default) and off give the same bits, and the logged
+# overlap counters show collectives in flight during compute only with it on.
 set -u
 source tests/e2e/lib.sh
 source tests/mpi_env.sh
@@ -67,6 +68,78 @@ if [ ${#one[@]} -eq 1 ] && [ ${#two[@]} -eq 2 ] && [ "${one[0]}" -gt 0 ] \
    && awk -v a="${one[0]}" -v b="${two[0]}" -v c="${two[1]}" 'BEGIN{exit !(b <= a/2 + 256 && c <= a/2 + 256 && b + c >= a)}'; then
   ok "fsdp2_halves_state (${one[0]} -> ${two[*]} bytes)"
 else fail fsdp2_halves_state "one process: ${one[*]:-none}; two ranks: ${two[*]:-none}"; fi
+
+# Prefetch (--fsdp_forward_prefetch, --fsdp_backward_prefetch): on (the default) and off end 5
+# SFT steps with the same bits (weights and every logged number), at FSDP=2 on the 2-layer model
+# and on a 5-layer one (slots reused: a layer evicted in the forward is gathered again in the
+# backward), and at TP=2 x FSDP=2; both are within TOL of one process (5 layers: of ZeRO-0 on 2
+# ranks, below). The overlap counters of the
+# log line prove the collectives were in flight across a layer's compute (started before it,
+# completed after it; most still incomplete when it began) with prefetch on, and that none were
+# with it off.
+OFF="--fsdp_forward_prefetch false --fsdp_backward_prefetch no_prefetch"
+python3 - "$M/config.json" "$tmp/c5.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_hidden_layers"] = 5
+c.pop("layer_types", None)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+$BIN init --model_config "$tmp/c5.json" --output_dir "$tmp/m5" --tokenizer tests/data/sft/tok 2>/dev/null
+C5=${C/--model $M/--model $tmp/m5}
+# its reference: 2 ranks of ZeRO-0 (the same rows per rank; one process x 4 rows differs from
+# both by 2e-5 on 5 layers of a fresh init, where AdamW's first steps normalise gradients near 0)
+timeout -s KILL 120 mpirun $MPI_FLAGS -np 2 $BIN sft $C5 --per_device_train_batch_size 2 --output_dir "$tmp/ddp5" \
+  >/dev/null 2>&1
+# the same bits: weights (cmp) and every metric but the throughput
+same_bits() {
+  cmp -s "$1/model.safetensors" "$2/model.safetensors" && python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 5, (len(a), len(b))
+for x, y in zip(a, b):
+    x.pop("tokens_per_second"), y.pop("tokens_per_second")
+    assert x == y, (x, y)
+PY
+}
+# "started incomplete" of the FSDP overlap line
+overlap() { grep -o "FSDP overlap: [0-9]* collectives left in flight across a layer's compute, [0-9]* of them" "$1" \
+  | grep -o '[0-9]*' | tr '\n' ' '; }
+prefetch_pair() {  # name np "config" flags...: on and off, same bits; on overlaps, off does not
+  local name=$1 np=$2 cfg=$3; shift 3
+  timeout -s KILL 120 mpirun $MPI_FLAGS -np $np $BIN sft $cfg "$@" --output_dir "$tmp/$name.on" >/dev/null \
+    2>"$tmp/$name.on.log"
+  local rc1=$?
+  timeout -s KILL 120 mpirun $MPI_FLAGS -np $np $BIN sft $cfg "$@" $OFF --output_dir "$tmp/$name.off" >/dev/null \
+    2>"$tmp/$name.off.log"
+  local rc2=$? on off bits brc
+  on=($(overlap "$tmp/$name.on.log")) off=($(overlap "$tmp/$name.off.log"))
+  bits=$(same_bits "$tmp/$name.on" "$tmp/$name.off" 2>&1); brc=$?
+  if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $brc -eq 0 ] && [ ${#on[@]} -eq 2 ] && [ "${on[0]}" -gt 0 ] \
+     && [ "${on[1]}" -gt 0 ] && [ "${off[*]:-}" = "0 0" ]; then
+    ok "$name (in flight with prefetch: ${on[*]}; without: ${off[*]})"
+  else fail "$name" "rc=$rc1/$rc2 same bits: $brc $(tail -1 <<<"$bits"); overlap on: ${on[*]:-none} off: \
+${off[*]:-none}; $(tail -2 "$tmp/$name.on.log")"; fi
+}
+# name reference-run tolerance: prefetch on and off within it of the reference
+prefetch_match() {
+  local r d drc cur crc all=0 out=""
+  for r in on off; do
+    d=$($DIFF "$tmp/$2/model.safetensors" "$tmp/$1.$r/model.safetensors" $3 2>&1); drc=$?
+    cur=$(same_curves "$tmp/$2/metrics.jsonl" "$tmp/$1.$r/metrics.jsonl" 2>&1); crc=$?
+    [ $drc -eq 0 ] && [ $crc -eq 0 ] || all=1
+    out="$out $r: $d $(tail -1 <<<"$cur");"
+  done
+  if [ $all -eq 0 ]; then ok "${1}_match_$2 ($out)"; else fail "${1}_match_$2" "$out"; fi
+}
+prefetch_pair fsdp2_prefetch 2 "$C" --per_device_train_batch_size 2 --fsdp_size 2
+prefetch_match fsdp2_prefetch one $TOL
+prefetch_pair fsdp2_prefetch_5_layers 2 "$C5" --per_device_train_batch_size 2 --fsdp_size 2
+prefetch_match fsdp2_prefetch_5_layers ddp5 $TOL
+prefetch_pair tp2_fsdp2_prefetch_5_layers 4 "$C5" --per_device_train_batch_size 2 --tp_size 2 --fsdp_size 2
+expect_rc fsdp_backward_prefetch_unknown 2 "--fsdp_backward_prefetch backward_post: expected backward_pre or no_prefetch" \
+  $BIN sft $C --per_device_train_batch_size 4 --fsdp_backward_prefetch backward_post --output_dir "$tmp/bad"
 
 # resume at the same mesh: interrupted after checkpoint 4 and resumed = uninterrupted, bit for bit
 R="--model $M --dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_steps 10 --save_steps 4 --logging_steps 1 \

@@ -8,7 +8,8 @@
 // in-place all-gather, once on device buffers of the cuda backend (NCCL) and once on host
 // buffers of the cpu backend (MPI). The all-gather moves bits: equal bit for bit. The sums may
 // add in another order (NCCL's ring or tree against MPI's): each element within 1e-6 of the sum
-// of its terms' magnitudes (a few fp32 ulp per addition over <= 16 ranks).
+// of its terms' magnitudes (a few fp32 ulp per addition over <= 16 ranks). The same two left in
+// flight (FSDP's prefetch) give the blocking NCCL calls' bits.
 #include "test.h"
 
 #include "core/alloc.h"
@@ -97,9 +98,51 @@ static void check_size(size_t n) {
     free(counts), free(h), free(mag), free(ref);
 }
 
+// FSDP's prefetch: a reduce-scatter and an all-gather left in flight together on the NCCL
+// stream (dist_*_start) after an op of the cuda backend's stream wrote the data sent (the start's
+// event orders it first), waited for in the other order, then an op of the backend's stream on
+// the result (it must see the completed collective): the bits of the blocking NCCL calls.
+static void check_in_flight(size_t n) {
+    Err e = {0};
+    float *h = xmalloc((n ? n : 1) * sizeof(float));
+    fill(h, n, 4242 + 7919 * (uint64_t)d.rank + n);
+    size_t *counts = xmalloc(sizeof(size_t) * d.world), lo, hi;
+    dist_shard_counts(&d, n, counts);
+    dist_shard_range(&d, d.rank, n, &lo, &hi);
+    size_t mine = counts[d.rank];
+    for (size_t i = 0; i < n; i++) h[i] *= 0.5f;  // exact: scaled back on the backend's stream below
+    float *dsend = to_device(h, n);
+    for (size_t i = 0; i < n; i++) h[i] *= 2.0f;
+    float *drecv = cu->alloc(cu, (mine ? mine : 1) * sizeof(float));
+    float *bsend = to_device(h, n), *brecv = cu->alloc(cu, (mine ? mine : 1) * sizeof(float));
+    float *buf = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) buf[i] = i >= lo && i < hi ? h[i] : -1.0f;
+    float *dbuf = to_device(buf, n), *bbuf = to_device(buf, n);
+    EXPECT_MSG(dist_reduce_scatter_sum(&d, cu, brecv, bsend, counts, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(dist_allgather(&d, cu, bbuf, counts, &e) == ST_OK, "%s", e.msg);
+    DistReq rs, ag;
+    if (n) cu->scale(cu, dsend, 2.0f, n);  // written by the backend's stream just before: read after it
+    EXPECT_MSG(dist_reduce_scatter_sum_start(&d, cu, drecv, dsend, counts, &rs, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(dist_allgather_start(&d, cu, dbuf, counts, &ag, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(dist_wait(&d, &ag, &e) == ST_OK, "%s", e.msg);
+    EXPECT_MSG(dist_wait(&d, &rs, &e) == ST_OK, "%s", e.msg);
+    if (mine) cu->scale(cu, drecv, 1.0f, mine);  // an op of the backend's stream after the wait
+    float *got = from_device(drecv, mine), *want = from_device(brecv, mine);
+    EXPECT_MSG(mine == 0 || memcmp(got, want, mine * sizeof(float)) == 0,
+               "reduce-scatter in flight n=%zu: rank %d differs from the blocking call", n, d.rank);
+    free(got), free(want);
+    got = from_device(dbuf, n), want = from_device(bbuf, n);
+    EXPECT_MSG(n == 0 || memcmp(got, want, n * sizeof(float)) == 0,
+               "all-gather in flight n=%zu: rank %d differs from the blocking call", n, d.rank);
+    free(got), free(want), free(buf), free(h), free(counts);
+    cu->free(cu, dsend), cu->free(cu, drecv), cu->free(cu, bsend), cu->free(cu, brecv), cu->free(cu, dbuf);
+    cu->free(cu, bbuf);
+}
+
 static void test_collectives(void) {
     size_t sizes[] = {1, 7, 4099, (1u << 20) + 3};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) check_size(sizes[i]);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) check_in_flight(sizes[i]);
 }
 
 int main(void) {

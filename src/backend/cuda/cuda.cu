@@ -314,6 +314,8 @@ extern "C" const char *backend_cuda_device_name(Backend *be, char *buf, size_t n
     return buf;
 }
 
+extern "C" void *backend_cuda_stream(Backend *be) { return (void *)cu_ctx(be)->stream; }
+
 extern "C" const char *backend_cuda_gemm_dtype(Backend *be) { return cu_ctx(be)->gemm_dt == DT_BF16 ? "bf16" : "fp32"; }
 
 extern "C" const char *backend_cuda_attention_kind(Backend *be) { return cu_ctx(be)->attn_mma ? "mma bf16" : "fp32"; }

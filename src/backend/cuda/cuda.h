@@ -11,6 +11,9 @@ extern "C" {
 
 // "NVIDIA H200 (132 SMs, 140 GiB)" into buf.
 const char *backend_cuda_device_name(Backend *be, char *buf, size_t n);
+// The cudaStream_t every op of be runs on (collectives on other streams order themselves after
+// it with events: src/dist/dist_nccl.c).
+void *backend_cuda_stream(Backend *be);
 // "bf16" or "fp32": the operand dtype of the backend's GEMMs (STILL_CUDA_GEMM).
 const char *backend_cuda_gemm_dtype(Backend *be);
 // "mma bf16" (tensor-core attention) or "fp32" (STILL_CUDA_ATTN).
