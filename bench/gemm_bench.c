@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu.h"
 #include "core/alloc.h"
 #include "core/dtype.h"
+#include "bench_weights.h"
 
 #include <linux/perf_event.h>
 #include <stdio.h>
@@ -57,24 +58,9 @@ static const Shape SHAPES[] = {{"q", 1024, 2048}, {"kv", 1024, 1024}, {"o", 2048
                                {"gate_up", 1024, 6144}, {"down", 3072, 1024}};
 enum { NSHAPE = sizeof SHAPES / sizeof SHAPES[0] };
 
-static uint64_t xs = 88172645463325252ull;
-static float rnd(void) {
-    xs ^= xs << 13, xs ^= xs >> 7, xs ^= xs << 17;
-    return ((float)(xs >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
-}
-
-static void *make_weight(DType dt, int oc, int c) {
-    size_t n = (size_t)oc * c;
-    float *f = xaligned(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) f[i] = rnd();
-    if (dt == DT_F32) return f;
-    void *w = xaligned(dtype_bytes(dt, n));
-    if (dt == DT_Q8_0) q8_0_quantize(w, f, n);
-    else
-        for (size_t i = 0; i < n; i++) ((uint16_t *)w)[i] = dt == DT_BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
-    free(f);
-    return w;
-}
+static BenchRng rng = BENCH_RNG_INIT;
+static float rnd(void) { return bench_rnd(&rng); }
+static void *make_weight(DType dt, int oc, int c) { return bench_weight(&rng, dt, oc, c); }
 
 // One variant: weights, their dtype, the kernels' instruction set; its best cycles and seconds.
 typedef struct {

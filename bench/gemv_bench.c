@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "core/alloc.h"
 #include "core/dtype.h"
+#include "bench_weights.h"
 #include "read_bw.h"
 
 #include <omp.h>
@@ -35,31 +36,9 @@ static const Shape LAYER[] = {{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2
                               {3072, 1024}, {3072, 1024}, {1024, 3072}};
 enum { NSHAPE = sizeof LAYER / sizeof LAYER[0], LAYERS = 8, VOCAB = 151936, HIDDEN = 1024 };
 
-static uint64_t xs = 88172645463325252ull;
-static float rnd(void) {
-    xs ^= xs << 13, xs ^= xs >> 7, xs ^= xs << 17;
-    return ((float)(xs >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
-}
-
-// A random (oc, c) weight table stored as dt.
-static void *make_weight(DType dt, int oc, int c) {
-    size_t n = (size_t)oc * c;
-    void *w = xaligned(dtype_bytes(dt, n));
-    if (dt == DT_Q8_0) {
-        float row[4096];
-        for (int o = 0; o < oc; o++) {
-            for (int i = 0; i < c; i++) row[i] = rnd();
-            q8_0_quantize((BlockQ8_0 *)w + (size_t)o * (c / Q8_0_BLOCK), row, (size_t)c);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            float v = rnd();
-            if (dt == DT_BF16) ((uint16_t *)w)[i] = f32_to_bf16(v);
-            else ((float *)w)[i] = v;
-        }
-    }
-    return w;
-}
+static BenchRng rng = BENCH_RNG_INIT;
+static float rnd(void) { return bench_rnd(&rng); }
+static void *make_weight(DType dt, int oc, int c) { return bench_weight(&rng, dt, oc, c); }
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 0;
