@@ -172,7 +172,7 @@ int cmd_distill(int argc, char **argv) {
     char *dir = NULL, *tdir = NULL;
     Dist d;
     Status st = build(&a, &c, &dir, &tdir, &e);
-    if (st == ST_OK) st = cli_dist_no_ep(&a, "distill", &e);
+    if (st == ST_OK) st = cli_dist_no_ep(&a, "distill", NULL, &e);
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;

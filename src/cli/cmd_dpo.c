@@ -109,6 +109,7 @@ static Status build(const Args *a, DpoConfig *c, char **model_dir, char **ref_di
     CliTrain r;
     TRY(cli_train_config(a, 0, &c->train, &r, e));
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
+    c->ep_size = (int)args_int(a, "ep_size");
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
     DpoLossConfig *l = &c->loss;
     if (parse_losses(a, l, e) != ST_OK) return e->code = ST_EUSAGE;
@@ -146,7 +147,6 @@ static Status run(const Args *a, Err *e) {
     char *dir = NULL, *ref = NULL;
     Dist d;
     Status st = build(a, &c, &dir, &ref, e);
-    if (st == ST_OK) st = cli_dist_no_ep(a, "dpo", e);
     if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;

@@ -185,7 +185,7 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     double *weights = NULL;
     Dist d;
     Status st = build(&a, algo, &c, &dir, &specs, &weights, &e);
-    if (st == ST_OK) st = cli_dist_no_ep(&a, name, &e);
+    if (st == ST_OK) st = cli_dist_no_ep(&a, name, NULL, &e);
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;

@@ -49,6 +49,7 @@ static Status build(const Args *a, KtoConfig *c, char **model_dir, char **ref_di
     CliTrain r;
     TRY(cli_train_config(a, 0, &c->train, &r, e));
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
+    c->ep_size = (int)args_int(a, "ep_size");
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
     if (kto_parse_loss_type(args_str(a, "loss_type"), &c->loss.type, e) != ST_OK) return e->code = ST_EUSAGE;
     c->loss.beta = args_float(a, "beta");
@@ -77,7 +78,6 @@ static Status run(const Args *a, Err *e) {
     char *dir = NULL, *ref = NULL;
     Dist d;
     Status st = build(a, &c, &dir, &ref, e);
-    if (st == ST_OK) st = cli_dist_no_ep(a, "kto", e);
     if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;

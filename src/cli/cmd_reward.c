@@ -71,7 +71,8 @@ static Status run(const Args *a, Err *e) {
     char *dir = NULL;
     Dist d;
     Status st = build(a, &c, &dir, e);
-    if (st == ST_OK) st = cli_dist_no_ep(a, "reward", e);
+    if (st == ST_OK) st = cli_dist_no_ep(a, "reward", "it trains sequence classifiers, and no family with experts "
+                                                                 "(qwen3_moe, mixtral, gpt_oss) has one", e);
     if (st == ST_OK) st = cli_dist(a, &d, &c.train.zero_stage, e);
     else dist_single(&d);
     c.dist = &d;

@@ -171,9 +171,9 @@ static int order_pos(const Batcher *bt, int index, int b) {
 int batcher_T(Batcher *bt, int epoch, int index) {
     if (bt->cfg.fixed_T > 0) return bt->cfg.fixed_T;
     ensure_order(bt, epoch);
-    int longest = 1;
-    for (int b = 0; b < bt->cfg.B; b++) {
-        int k = order_pos(bt, index, b);
+    int longest = 1, r0 = bt->cfg.same_T ? 0 : bt->cfg.rank, r1 = bt->cfg.same_T ? bt->cfg.world : r0 + 1;
+    for (int b = 0; b < bt->cfg.B * (r1 - r0); b++) {  // this rank's rows, or every rank's
+        int k = (index * bt->cfg.world + r0) * bt->cfg.B + b;
         if (k >= bt->rows->n) break;
         int row = bt->order[k];
         longest = MAX(longest, bt->rows->start[row + 1] - bt->rows->start[row]);

@@ -39,6 +39,7 @@ typedef struct BatchConfig {
     int rank, world;       // this process's shard of every global micro-batch (world <= 1: one process)
     int pad_to_multiple_of;// <= 1: off
     int fixed_T;           // > 0: every batch has this T (--padding max_length)
+    int same_T;            // T of the whole global micro-batch on every rank (expert parallel: ep.h)
     int drop_last;
     int shuffle;           // reshuffle rows every epoch (seeded)
     uint64_t seed;

@@ -124,6 +124,13 @@ static Status micro_batch(Dpo *d, Model *m, int epoch, int j, double scale, doub
         if (k < d->ps.n) idx[n++] = d->order[k];
     }
     SeqRows *s = &d->rows;
+    if (m->cfg.ep_part > 0) {  // expert parallel: every rank's rows of the shape of the global micro-batch's longest
+        s->T_min = 1;
+        for (int k = j * d->W * B; k < MIN(d->ps.n, (j + 1) * d->W * B); k++) {
+            const PrefExample *x = &d->ps.ex[d->order[k]];
+            s->T_min = MAX(s->T_min, seq_row_tokens(x->np, MAX(x->nc, x->nr), c->data.max_length));
+        }
+    }
     build_rows(d, s, B, idx, n);
     if (!d->pre_c) {
         TRY(seq_score(&d->sc, d->ref, PLAN_SCORE, s, 0, NULL, e));

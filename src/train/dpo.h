@@ -35,6 +35,7 @@ typedef struct DpoConfig {
     int precompute_ref_log_probs;
     int precompute_ref_batch_size;  // <= 0: per_device_train_batch_size
     int max_plans;
+    int ep_size;                // --ep_size: expert-parallel ranks (ep.h; 0 or 1: none)
     TrainConfig train;
     Dist *dist;                 // the ranks (NULL: one process)
 } DpoConfig;

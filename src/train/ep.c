@@ -123,6 +123,10 @@ static int ep_dispatch(void *ctx, float *xl, int32_t *offl, int32_t *plan, const
         memset(plan, 0, (size_t)P * El * sizeof(int32_t));
         return 0;
     }
+    size_t got = 0;  // the plan holds P S received slots: every rank's batch has this rank's shape
+    for (int i = 0; i < P * El; i++) got += (size_t)plan[i];
+    CHECK_MSG(got <= (size_t)P * S, "expert parallel: %zu slots received, room for %d (every rank's batch must have "
+              "the same shape)", got, P * S);
     ep_move(ctx, 0, xl, xs, plan, offsets, C);
     for (int e = 0; e < El; e++) {
         offl[e + 1] = offl[e];
@@ -177,6 +181,17 @@ Status ep_shard(Ep *ep, Model **mp, Dist *d, int P, Err *e) {
     l->hooks = &ep->hooks;
     *mp = l;
     return ST_OK;
+}
+
+Status ep_open(Ep *ep, Model **m, Dist *world, const Dist *data_axis, int P, int zero_stage, Err *e) {
+    memset(ep, 0, sizeof *ep);
+    if (P <= 1) return ST_OK;
+    int W = world ? world->world : 1;
+    if (!world || W % P || data_axis != world || zero_stage != 0)
+        return err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism runs on a multiple of that many ranks (ep_size x "
+                                     "data-parallel replicas: mpirun -np %d, %d, ...; here %d), without --tp_size, "
+                                     "--fsdp_size or --zero_stage so far", P, P, 2 * P, W);
+    return ep_shard(ep, m, world, P, e);
 }
 
 // name with its expert index x replaced by x - from + to ("...experts.5.gate_proj.weight").

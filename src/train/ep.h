@@ -36,6 +36,10 @@ Status ep_check_model(const Model *m, int P, Err *e);
 // Replace *m by this rank's part of it (the full model is freed) and install the exchange: d is
 // the world, of P x R ranks (collective: every rank calls it).
 Status ep_shard(Ep *ep, Model **m, Dist *d, int P, Err *e);
+// A trainer's --ep_size P (P <= 1: nothing): ep_shard over world (NULL: one process) after the
+// checks of the layout expert parallelism runs on (a multiple of P ranks, no tensor-parallel
+// axis: data_axis == world, zero_stage 0), a usage error naming the flags otherwise.
+Status ep_open(Ep *ep, Model **m, Dist *world, const Dist *data_axis, int P, int zero_stage, Err *e);
 // The gradient of this rank's experts summed over the replicas (R > 1), and their squared norm
 // summed over the group (each expert once) into *ss_own.
 Status ep_reduce_experts(Ep *ep, const Model *m, float *grads, double *ss_own, Err *e);

@@ -281,8 +281,8 @@ void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp, FsdpPrefetch pf) {
     f->d = d, f->dp = dp && dp->world > 1 ? dp : NULL, f->m = m;
     f->frozen = m->lora != NULL;
     f->L = m->tt.n_layers;
-    f->pf = pf;
-    f->nslots = pf.forward || pf.backward ? 2 : 1;
+    f->pf = d->world > 1 ? pf : (FsdpPrefetch){0, 0};  // one rank: the collectives are identities
+    f->nslots = f->pf.forward || f->pf.backward ? 2 : 1;
     build_units(f);
     Backend *be = m->be;
     size_t block_n = 1;

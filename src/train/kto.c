@@ -99,6 +99,15 @@ static Status precompute(Kto *k, Err *e) {
 static Status micro_batch(Kto *k, Model *m, int j, double scale, double *x, Err *e) {
     const KtoConfig *c = k->c;
     int n = rows_of(k, j, k->idx);
+    if (m->cfg.ep_part > 0) {  // expert parallel: every rank's rows of the shape of the global micro-batch's longest
+        int L = c->data.max_length;
+        k->rows.T_min = k->klrows.T_min = 1;
+        for (int i = j * k->W * k->B; i < MIN(k->us.n, (j + 1) * k->W * k->B); i++) {
+            const UnpairedExample *x = &k->us.ex[i];
+            k->rows.T_min = MAX(k->rows.T_min, seq_row_tokens(x->np, x->nc, L));
+            if (k->kl) k->klrows.T_min = MAX(k->klrows.T_min, seq_row_tokens(x->np, k->us.ex[x->kl_src].nc, L));
+        }
+    }
     build_rows(k, k->idx, n);
     SeqRows *s = &k->rows;
     if (k->pre) {

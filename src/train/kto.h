@@ -27,6 +27,7 @@ typedef struct KtoConfig {
     KtoLossConfig loss;
     int precompute_ref_log_probs;
     int max_plans;
+    int ep_size;                // --ep_size: expert-parallel ranks (ep.h; 0 or 1: none)
     TrainConfig train;
     Dist *dist;
 } KtoConfig;

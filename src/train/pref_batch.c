@@ -53,7 +53,7 @@ void seq_rows_set(SeqRows *s, int r, const int32_t *prompt, int np, const int32_
 }
 
 void seq_rows_finish(SeqRows *s, int pad_to_multiple_of) {
-    int longest = 1;
+    int longest = MAX(1, s->T_min);
     for (int r = 0; r < s->R; r++) longest = MAX(longest, s->full[r]);
     int m = MAX(1, pad_to_multiple_of), T = (longest + m - 1) / m * m;
     CHECK_MSG(T <= s->Tcap, "seq_rows_finish: T %d beyond the capacity %d", T, s->Tcap);

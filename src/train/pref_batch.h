@@ -18,6 +18,8 @@ typedef struct SeqRows {
     int *tlen;                 // (R) completion tokens that are targets (the shifted mask sum)
     int *full;                 // (R) tokens kept (prompt + completion after truncation)
     int n_tokens;              // real tokens of the batch (TRL's attention_mask sum)
+    int T_min;                 // > 0: the longest row is taken to be at least this long (expert parallel:
+                               // every rank's batch of one shape, the longest of the global batch)
 } SeqRows;
 
 void seq_rows_init(SeqRows *s, int R, int Tcap);
@@ -30,7 +32,7 @@ void seq_rows_reset(SeqRows *s);
 // as TRL's DataCollatorForPreference / DataCollatorForUnpairedPreference cut them.
 void seq_rows_set(SeqRows *s, int r, const int32_t *prompt, int np, const int32_t *comp, int nc, int max_length,
                   int keep_end);
-// Fix T (the longest row rounded up to pad_to_multiple_of, at least 1) and lay the rows out as
+// Fix T (the longest row, or T_min, rounded up to pad_to_multiple_of, at least 1) and lay the rows out as
 // (R, T): positions from 0, segment 1 on real tokens, targets, token weights 1.
 void seq_rows_finish(SeqRows *s, int pad_to_multiple_of);
 

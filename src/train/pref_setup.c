@@ -27,11 +27,13 @@ Status pref_policy_open(PrefPolicy *p, const PrefPolicySpec *s, Dist **dist, Err
         st = tp_shard(&p->tp, &p->m, &(*dist)->mesh->tp_axis, e);
         *dist = dist_data_axis(*dist);
     }
+    if (st == ST_OK) st = ep_open(&p->ep, &p->m, p->world, *dist, s->ep_size, s->zero_stage, e);
     return st;
 }
 
 void pref_policy_close(PrefPolicy *p, Dist **dist) {
     tp_free(&p->tp, p->m);
+    ep_free(&p->ep, p->m);
     model_free(p->m);
     *dist = p->world;
     if (p->be) backend_destroy(p->be);

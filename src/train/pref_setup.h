@@ -5,12 +5,14 @@
 
 #include "../dist/dist.h"
 #include "codec.h"
+#include "ep.h"
 #include "peft.h"
 #include "tp.h"
 
 typedef struct PrefPolicySpec {
     const char *backend, *model_dir;
     int threads, dtype, max_plans, gradient_checkpointing;
+    int ep_size, zero_stage;  // --ep_size (ep.h; <= 1: none), --zero_stage
     size_t max_memory;
     uint64_t seed;
     const PeftConfig *peft;
@@ -22,18 +24,21 @@ typedef struct PrefPolicySpec {
     ((PrefPolicySpec){.backend = (c)->backend, .model_dir = (c)->model_dir, .threads = (c)->threads,                 \
                       .dtype = (c)->dtype, .max_plans = (c)->max_plans,                                              \
                       .gradient_checkpointing = (c)->train.gradient_checkpointing, .max_memory = (c)->max_memory,    \
-                      .seed = (c)->train.seed, .peft = &(c)->train.peft, .dist = (c)->dist})
+                      .ep_size = (c)->ep_size, .zero_stage = (c)->train.zero_stage, .seed = (c)->train.seed,         \
+                      .peft = &(c)->train.peft, .dist = (c)->dist})
 
 // Backend and the policy (fp32 masters, or a frozen base with an adapter), ready to train.
 Status pref_load_policy(const PrefPolicySpec *s, Backend **be, Model **m, Err *e);
 
 // The policy a preference trainer trains: loaded (pref_load_policy) and, where the mesh has a
-// tensor-parallel axis, cut to this rank's part (tp.h; the reference stays whole). *dist becomes
-// the data axis the trainer batches over; pref_policy_close puts the world back and frees it all.
+// tensor-parallel axis, cut to this rank's part (tp.h), with --ep_size its experts split over
+// the ranks (ep.h); the reference stays whole on every rank either way. *dist becomes the data
+// axis the trainer batches over; pref_policy_close puts the world back and frees it all.
 typedef struct PrefPolicy {
     Backend *be;
     Model *m;
     Tp tp;
+    Ep ep;
     Dist *world;  // *dist as it was
 } PrefPolicy;
 Status pref_policy_open(PrefPolicy *p, const PrefPolicySpec *s, Dist **dist, Err *e);

@@ -74,16 +74,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
     Dist *dd = dist_data_axis(c->dist);
     if (st == ST_OK && dd != c->dist) st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
     Ep ep = {0};  // --ep_size P: this rank's experts (ep.h)
-    if (st == ST_OK && c->ep_size > 1) {
-        int world = c->dist ? c->dist->world : 1;
-        if (world % c->ep_size || dd != c->dist || c->train.zero_stage != 0)
-            st = err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism runs on a multiple of that many ranks (ep_size x "
-                                       "data-parallel replicas: mpirun -np %d, %d, ...; here %d), without --tp_size, "
-                                       "--fsdp_size or --zero_stage so far", c->ep_size, c->ep_size, 2 * c->ep_size,
-                         world);
-        else
-            st = ep_shard(&ep, &m, c->dist, c->ep_size, e);
-    }
+    if (st == ST_OK) st = ep_open(&ep, &m, c->dist, dd, c->ep_size, c->train.zero_stage, e);
     for (int i = 0; st == ST_OK && i < train.n; i++)
         for (int t = 0; t < train.ex[i].n; t++)
             if (train.ex[i].ids[t] < 0 || train.ex[i].ids[t] >= m->cfg.vocab_size) {
@@ -97,6 +88,7 @@ Status sft_run(SftConfig *c, TrainResult *res, Err *e) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         int seq = c->data.max_length;
         if (dd) c->batch.rank = dd->rank, c->batch.world = dd->world;
+        c->batch.same_T = c->ep_size > 1;  // the exchange sizes its buffers by every rank having one shape
         batch_make_rows(&rows, &train, c->packing ? c->packing_strategy : PACK_NONE, seq);
         if (c->padding_max_length) c->batch.fixed_T = seq > 0 ? MAX(seq, rows.max_len) : rows.max_len;
         batcher_init(&bt, &rows, &c->batch);

@@ -85,9 +85,10 @@ Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *
     enum { WLOSS, ROWS, ENT, TGT, CORRECT, NSTAT };
     double *acc = xcalloc((size_t)nb * NSTAT, sizeof(double));  // (nb, NSTAT) summed over ranks
     Status st = ST_OK;
+    int ep = m->hooks && m->hooks->moe_ex;  // expert parallel: every rank runs every forward (collective)
     for (int i = 0; i < nb && st == ST_OK; i++) {
         batcher_fill(eval, 0, i, &hb);
-        if (hb.n_targets == 0) continue;  // no row of this rank in the last batch: it weighs nothing
+        if (hb.n_targets == 0 && !ep) continue;  // no row of this rank in the last batch: it weighs nothing
         Plan *p;
         st = get_plan(m, PLAN_SCORE, hb.B, hb.T, &p, e);
         if (st != ST_OK) break;
@@ -97,6 +98,7 @@ Status trainer_evaluate(Model *m, Batcher *eval, Dist *d, double *loss, double *
         double l, c, h;
         sum_rows(m, p, &hb, &rs, &l, &c, &h);
         double *a = acc + (size_t)i * NSTAT;
+        if (hb.n_targets == 0) continue;
         a[WLOSS] = l / hb.n_targets * hb.n_rows, a[ROWS] = hb.n_rows;
         a[ENT] = h, a[TGT] = hb.n_targets, a[CORRECT] = c;
     }
@@ -557,7 +559,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     if (cfg->zero_stage == 3 && m->lora) {  // the base's blocks and working layers; the adapter's training state
         size_t w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), ln, rn, n = model_trainable(m).tt->n_params;
         fsdp_unit_floats(&m->tt, &ln, &rn);
-        FsdpPrefetch pf = {cfg->opt.fsdp_forward_prefetch, cfg->opt.fsdp_backward_prefetch};
+        FsdpPrefetch pf = {w > 1 && cfg->opt.fsdp_forward_prefetch, w > 1 && cfg->opt.fsdp_backward_prefetch};
         TRY(mem_check((m->tt.param_bytes + w - 1) / w + fsdp_work_bytes(ln, rn, pf, 1) + 3 * n * sizeof(float),
                       m->be->max_memory, "the sharded frozen base (ZeRO-3) and the adapter's gradients and AdamW "
                       "moments", e));
@@ -565,7 +567,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                                  // gradient per slot (two with prefetch), the rest and its gradient
         size_t n = m->tt.n_params, w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), k = (n + w - 1) / w, ln, rn;
         fsdp_unit_floats(&m->tt, &ln, &rn);
-        FsdpPrefetch pf = {cfg->opt.fsdp_forward_prefetch, cfg->opt.fsdp_backward_prefetch};
+        FsdpPrefetch pf = {w > 1 && cfg->opt.fsdp_forward_prefetch, w > 1 && cfg->opt.fsdp_backward_prefetch};
         TRY(mem_check(3 * k * sizeof(float) + fsdp_work_bytes(ln, rn, pf, 0), m->be->max_memory,
                       "sharded training state (ZeRO-3 gradients, AdamW moments and working buffers)", e));
     } else if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
