@@ -239,8 +239,8 @@ void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp, FsdpPrefetch pf) {
     CHECK(m->params && !m->lora && m->matrix_dtype == DT_F32 && (!m->hooks || !m->hooks->materialize));
     f->d = d, f->dp = dp && dp->world > 1 ? dp : NULL, f->m = m;
     f->L = m->tt.n_layers;
-    f->pf = pf;
-    f->nslots = pf.forward || pf.backward ? 2 : 1;
+    f->pf = d->world > 1 ? pf : (FsdpPrefetch){0, 0};  // one rank: the collectives are identities
+    f->nslots = f->pf.forward || f->pf.backward ? 2 : 1;
     build_units(f);
     Backend *be = m->be;
     size_t block_n = 1;

@@ -8,7 +8,7 @@
 // done. The rest unit (embedding, norm, head) is gathered once per optimizer step and stays
 // resident until the update; its gradient is reduce-scattered at the end of each backward pass.
 //
-// Prefetch (FsdpPrefetch; both on by default): two slots of a layer and its gradient. The forward
+// Prefetch (FsdpPrefetch; both on by default; off on an FSDP axis of one rank): two slots of a layer and its gradient. The forward
 // starts layer l+1's gather when layer l is materialized (layer 0's with the rest), the backward
 // layer l-1's when layer l is, and layer l's gradient reduce-scatter stays in flight while layer
 // l-1's backward runs: the next layer's hook completes it (dist_wait). The layer to prefetch

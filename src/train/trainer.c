@@ -556,7 +556,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                                  // gradient per slot (two with prefetch), the rest and its gradient
         size_t n = m->tt.n_params, w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), k = (n + w - 1) / w, ln, rn;
         fsdp_unit_floats(&m->tt, &ln, &rn);
-        FsdpPrefetch pf = {cfg->opt.fsdp_forward_prefetch, cfg->opt.fsdp_backward_prefetch};
+        FsdpPrefetch pf = {w > 1 && cfg->opt.fsdp_forward_prefetch, w > 1 && cfg->opt.fsdp_backward_prefetch};
         TRY(mem_check(3 * k * sizeof(float) + fsdp_work_bytes(ln, rn, pf), m->be->max_memory,
                       "sharded training state (ZeRO-3 gradients, AdamW moments and working buffers)", e));
     } else if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block

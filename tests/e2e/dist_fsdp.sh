@@ -188,8 +188,9 @@ if [ $rc -eq 2 ] && grep -q -- "--tp_size 3: num_attention_heads 4 of $M is not 
   ok mesh_tp_heads_not_divisible
 else fail mesh_tp_heads_not_divisible "rc=$rc $(grep 'still sft' <<<"$out" | head -2)"; fi
 
-# rank 1 stopped (SIGSTOP) in a ZeRO-3 run: rank 0 fails in a per-layer collective within
-# --ddp_timeout 2 s; the harness kill at 10x that is a failure (a hang)
+# rank 1 stopped (SIGSTOP) in a ZeRO-3 run (prefetch on, the default: collectives in flight):
+# rank 0 fails in a per-layer collective within --ddp_timeout 2 s; the harness kill at 10x that
+# is a failure (a hang)
 timeout -s KILL 20 mpirun $MPI_FLAGS -np 2 $BIN sft --model $M --dataset $IDS --pad_to_multiple_of 16 --threads 1 \
   --per_device_train_batch_size 2 --max_steps 1000000 --logging_steps 1 --save_strategy no --ddp_timeout 2 \
   --fsdp_size 2 --output_dir "$tmp/stall" >/dev/null 2>"$tmp/stall.log" &
