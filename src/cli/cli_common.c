@@ -218,10 +218,8 @@ Status cli_train_done(const char *command, Dist *d, Status st, const TrainResult
 Status cli_dist_no_ep(const Args *a, const char *command, const char *why, Err *e) {
     int P = (int)args_int(a, "ep_size");
     if (P <= 1) return ST_OK;
-    return err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism trains with still sft, dpo and kto only so far, not "
-                                 "still %s (%s; docs/distributed.md)", P, command,
-                   why ? why : "a generating trainer's ranks decode different numbers of steps, and the experts' "
-                               "exchange needs every rank in lockstep");
+    return err_set(e, ST_EUSAGE, "--ep_size %d: expert parallelism trains with still sft, dpo, kto, grpo, rloo and "
+                                 "distill, not still %s (%s; docs/distributed.md)", P, command, why);
 }
 
 int cli_dist_finish(const char *command, Dist *d, Status st, const Err *e) {

@@ -43,12 +43,12 @@ Status cli_parse_ids(const char *text, const char *what, int vocab_size, int32_t
     {"tp_size", ARG_INT, NULL, "tensor-parallel group size (mpirun; default $TP_SIZE or 1)", "[1,4096]"},              \
     {"fsdp_size", ARG_INT, NULL, "ranks parameters are sharded over (mpirun; default $FSDP_SIZE, or every rank of a "  \
                                  "tensor-parallel rank's data axis with --zero_stage 3)", "[1,65536]"},                \
-    {"ep_size", ARG_INT, "1", "expert parallel (sft, dpo, kto): the experts of every sparse layer split over this many "    \
-                              "ranks, each rank its own batches (mpirun -np EP_SIZE x data-parallel replicas)",         \
-     "[1,4096]"}
+    {"ep_size", ARG_INT, "1", "expert parallel (sft, dpo, kto, grpo, rloo, distill): the experts of every sparse "   \
+                              "layer split over this many ranks, each rank its own batches (mpirun -np EP_SIZE x "     \
+                              "data-parallel replicas)", "[1,4096]"}
 Status cli_dist(const Args *a, Dist *d, int *zero_stage, Err *e);
-// --ep_size above 1 for a trainer without expert parallelism (all but sft, dpo, kto): a usage
-// error naming command and why (NULL: a generating trainer's lockstep).
+// --ep_size above 1 for a trainer without expert parallelism (reward): a usage error naming
+// command and why.
 Status cli_dist_no_ep(const Args *a, const char *command, const char *why, Err *e);
 // The end of such a command: on failure print the error and, with several ranks, abort the job
 // (the other ranks wait in a collective); MPI finalised. Returns the exit code.

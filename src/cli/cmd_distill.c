@@ -77,6 +77,7 @@ static Status build(const Args *a, DistillConfig *c, char **model_dir, char **te
     if (c->train.eval_steps > 0 && !c->eval_dataset)
         return err_set(e, ST_EINVAL, "--eval_strategy steps needs --eval_dataset (as Trainer)");
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
+    c->ep_size = (int)args_int(a, "ep_size");
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->B = r.batch_size;
     if (args_bool(a, "use_vllm"))
         return err_set(e, ST_EUNSUPPORTED, "--use_vllm is not supported: rollouts run on still's own static-shape engine");
@@ -172,7 +173,6 @@ int cmd_distill(int argc, char **argv) {
     char *dir = NULL, *tdir = NULL;
     Dist d;
     Status st = build(&a, &c, &dir, &tdir, &e);
-    if (st == ST_OK) st = cli_dist_no_ep(&a, "distill", NULL, &e);
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;

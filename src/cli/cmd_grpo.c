@@ -99,6 +99,7 @@ static Status build(const Args *a, GrpoAlgo algo, GrpoConfig *c, char **model_di
     CliTrain r;
     TRY(cli_train_config(a, CLI_TRAIN_DTYPE_REF, &c->train, &r, e));
     c->backend = r.backend, c->threads = r.threads, c->max_memory = r.max_memory, c->max_plans = r.max_plans;
+    c->ep_size = (int)args_int(a, "ep_size");
     c->dtype = r.dtype, c->save_dtype = r.save_dtype, c->per_device_train_batch_size = r.batch_size;
     char **r1, **r2;
     int n1 = args_list(a, "reward", &r1), n2 = args_list(a, "reward_funcs", &r2);
@@ -185,7 +186,6 @@ static int run(int argc, char **argv, GrpoAlgo algo) {
     double *weights = NULL;
     Dist d;
     Status st = build(&a, algo, &c, &dir, &specs, &weights, &e);
-    if (st == ST_OK) st = cli_dist_no_ep(&a, name, NULL, &e);
     if (st == ST_OK) st = cli_dist(&a, &d, &c.train.zero_stage, &e);
     else dist_single(&d);
     c.dist = &d;

@@ -117,8 +117,10 @@ static void print_family(const ModelConfig *cfg) {
 }
 
 // LoRA training at a shape: frozen base weights in wdt, fp32 all-linear adapters of rank r with
-// their gradients and AdamW moments, and one train plan (checkpointed or not).
-static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T) {
+// their gradients and AdamW moments, and one train plan (checkpointed or not). fsdp > 1: per rank
+// under --fsdp_size (src/train/fsdp.c): the base's block (1/fsdp) and its working buffers (two of
+// the largest layer, as the default prefetch holds, and the rest; no gradients), the adapter whole.
+static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T, int fsdp) {
     Lora lo;
     memset(&lo, 0, sizeof lo);
     lo.cfg.r = r;
@@ -142,6 +144,15 @@ static void lora_memory(const ModelConfig *c, DType wdt, int r, int B, int T) {
         printf("lora r=%-3d %s  base %.1f MiB (%s, frozen) + adapter, grads, AdamW %.1f MiB (%zu params) + plan train "
                "%.1f MiB = %.1f MiB\n", r, ck ? "ckpt" : "    ", mib(tt.param_bytes), dtype_torch_name(wdt), mib(state),
                n, mib(plan), mib(tt.param_bytes + state + plan));
+    }
+    if (fsdp > 1) {
+        size_t layer, rest, shard = (tt.param_bytes + (size_t)fsdp - 1) / (size_t)fsdp;
+        fsdp_unit_floats(&tt, &layer, &rest);
+        FsdpPrefetch pf = {1, 1};
+        size_t work = fsdp_work_bytes(layer, rest, pf, 1), plan = plan_bytes_opts(c, PLAN_TRAIN, B, T, chunk, 0, &lo);
+        printf("lora r=%-3d fsdp %d, per rank: base %.1f MiB (1/fsdp, %s, frozen) + working buffers %.1f MiB + adapter, "
+               "grads, AdamW %.1f MiB + plan train %.1f MiB = %.1f MiB\n", r, fsdp, mib(shard), dtype_torch_name(wdt),
+               mib(work), mib(state), mib(plan), mib(shard + work + state + plan));
     }
     tensors_free(&tt);
 }
@@ -176,7 +187,7 @@ static Status mesh_memory(const Args *a, const ModelConfig *c, int B, int T, Err
     fsdp_unit_floats(&tt, &layer, &rest);
     size_t shard = (tt.param_bytes + (size_t)fsdp - 1) / (size_t)fsdp;  // parameters of this rank, each of 4 buffers
     FsdpPrefetch pf = {1, 1};  // the trainers' default: two working layers
-    size_t work = fsdp > 1 ? fsdp_work_bytes(layer, rest, pf) : 0;
+    size_t work = fsdp > 1 ? fsdp_work_bytes(layer, rest, pf, 0) : 0;
     size_t plan = plan_bytes(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size));
     size_t plan_ck = plan_bytes_opts(&lc, PLAN_TRAIN, B, T, plan_head_chunk(c->vocab_size), 1, NULL);
     printf("mesh            tp %d x fsdp %d, per rank: weights %.1f MiB + grads %.1f MiB + AdamW %.1f MiB%s + working "
@@ -296,7 +307,9 @@ static Status run(const Args *a, Err *e) {
         printf("training ckpt   the same with --gradient_checkpointing: plan train %.1f MiB = %.1f MiB\n", mib(train_ck),
                mib(p32 + g + adam + train_ck));
         peak_rss(a, &cfg, dir, infer_dt, B, T);
-        if (args_int(a, "lora_r") > 0) lora_memory(&cfg, infer_dt, (int)args_int(a, "lora_r"), B, T);
+        int fsdp = 1;
+        if (args_int(a, "lora_r") > 0) st = mesh_arg(a, "fsdp_size", "FSDP_SIZE", &fsdp, e);
+        if (st == ST_OK && args_int(a, "lora_r") > 0) lora_memory(&cfg, infer_dt, (int)args_int(a, "lora_r"), B, T, fsdp);
         printf("loss head       chunks of %d rows: %.1f MiB of logits at a time (never B x T x V = %.1f MiB)\n", chunk,
                mib((size_t)chunk * cfg.vocab_size * 4), mib((size_t)B * T * cfg.vocab_size * 4));
         const char *wait = getenv("OMP_WAIT_POLICY");

@@ -564,6 +564,10 @@ static Status batch_decode(Batch *bt, int P, int first, GenStats *st, Err *e) {
         if (bt->want_lp) be->download(be, bt->h_lp, lp ? lp : lpr, (size_t)B * sizeof(float));
         int live = step_record(bt);
         if (bt->cfg->on_progress) bt->cfg->on_progress(bt->cfg->progress_user, bt->rows_done, bt->rows_total, step);
+        if (bt->cfg->lockstep) {  // the group steps on while any member has a live row
+            status = bt->cfg->lockstep(bt->cfg->lockstep_ctx, &live, 1, e);
+            if (status != ST_OK) break;
+        }
         if (live == 0) break;
         for (int b = 0; b < B; b++) {
             Row *r = &bt->rows[b];
@@ -609,6 +613,7 @@ static Status run_batch(Batch *bt, GenStats *st, Err *e) {
     const GenConfig *c = bt->cfg;
     int longest = 0, first;
     for (int b = 0; b < bt->B; b++) longest = MAX(longest, bt->rows[b].len);
+    if (c->lockstep) TRY(c->lockstep(c->lockstep_ctx, &longest, 1, e));  // one prefill schedule
     int P = prefill_schedule(c, bt->m->be->prefill_bucket, longest, &first);
     if (P + c->max_new_tokens - 1 > bt->S)
         return err_set(e, ST_EINVAL,
@@ -660,8 +665,11 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
                                i, prompts[i][t], t, V);
     }
     int nrs = cfg->num_return_sequences, nrows = n_prompts * nrs;
-    int B = cfg->batch_size > 0 ? MIN(cfg->batch_size, nrows) : nrows;
     int S = gen_cache_len(cfg, m->be, lens, n_prompts);
+    int group[2] = {nrows, S};  // lockstep: the group's most rows and longest cache
+    if (cfg->lockstep) TRY(cfg->lockstep(cfg->lockstep_ctx, group, 2, e));
+    S = group[1];
+    int B = cfg->batch_size > 0 ? MIN(cfg->batch_size, group[0]) : group[0];
     int plans_before = m->plans.n;
     Plan *dp;
     TRY(plan_get_shape(m, PLAN_DECODE, B, 1, S, &dp, e));
@@ -694,7 +702,7 @@ Status gen_generate(Model *m, const GenConfig *cfg, const int32_t *const *prompt
     idle.ids = idle_ids;
 
     Status status = ST_OK;
-    for (int r0 = 0; r0 < nrows && status == ST_OK; r0 += B) {
+    for (int r0 = 0; r0 < group[0] && status == ST_OK; r0 += B) {
         for (int b = 0; b < B; b++) {
             Row *row = &bt.rows[b];
             int r = r0 + b;

@@ -112,6 +112,14 @@ typedef struct GenConfig {
     // decode step (step: the batch's decode step, -1 after a batch)
     void (*on_progress)(void *user, int rows_done, int rows_total, int step);
     void *progress_user;
+    // lockstep (may be NULL; gen_generate only): a collective over a group of processes whose
+    // forward passes must match one for one (expert parallelism's exchange): the elementwise max
+    // of v (n) over the group, in place. The group's calls then run the same batches (of the most
+    // rows any member has; its own rows past its count idle), every batch prefilled as its
+    // longest prompt across the group, and decode steps until no member has a live row (rows
+    // that are done take no more tokens).
+    Status (*lockstep)(void *ctx, int *v, int n, Err *e);
+    void *lockstep_ctx;
 } GenConfig;
 
 // One completion.

@@ -30,7 +30,8 @@ float *model_grad(const Model *m, TensorKind kind, int layer) {
 }
 
 void model_materialize(Model *m, int layer) {
-    if (m->hooks && m->hooks->materialize) m->hooks->materialize(m->hooks->ctx, m, layer);
+    const ModelHooks *h = m->hooks ? m->hooks : m->share_of ? m->share_of->hooks : NULL;
+    if (h && h->materialize) h->materialize(h->ctx, m, layer);
 }
 
 void model_grads_done(Model *m, int layer) {
@@ -242,6 +243,19 @@ static Status check_q8_0(const TensorTable *tt, const char *dir, int frozen, Err
     return ST_OK;
 }
 
+// A tensor-parallel part of Q8_0 weights: every row of the part whole blocks too (a tensor split
+// by columns, o_proj / down_proj, keeps K / T of a row's elements).
+static Status check_q8_0_part(const TensorTable *tt, const char *dir, int T, Err *e) {
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        if (t->is_matrix && t->shape[1] % Q8_0_BLOCK != 0)
+            return err_set(e, ST_EUSAGE, "%s: --tp_size %d: tensor \"%s\" would keep rows of %lld elements on each rank; "
+                           "q8_0 stores rows in blocks of %d (use --dtype float32 or bfloat16, or a --tp_size that "
+                           "leaves whole blocks)", dir, T, t->name, (long long)t->shape[1], Q8_0_BLOCK);
+    }
+    return ST_OK;
+}
+
 // Copy (converting) every tensor not used in place into params (those the checkpoint has), 8 MiB
 // at a time through one stage buffer, each piece's pages of the mapping released once copied
 // (peak: the copies plus about 12 MiB, not the largest tensor twice or the file beside its copy).
@@ -260,10 +274,10 @@ static void transpose_bytes(void *dst, const void *src, size_t rows, size_t cols
 // Block e of a tensor t whose checkpoint blocks (E, A, B) are stored transposed (tensors.h
 // hf_xpose): transposed in the checkpoint's dtype (through tr, A B elements), then converted into
 // dst (t's dtype).
-static void transposed_block(void *dst, const TensorInfo *t, const StTensor *s, size_t e, void *tr) {
+static void transposed_block(void *dst, DType dt, const TensorInfo *t, const StTensor *s, size_t e, void *tr) {
     size_t A = (size_t)t->hf_shape[1], B = (size_t)t->hf_shape[2], blk = A * B, ss = dtype_size(s->dtype);
     transpose_bytes(tr, (const char *)s->data + e * blk * ss, A, B, ss);
-    dtype_convert(dst, t->dtype, tr, s->dtype, blk);
+    dtype_convert(dst, dt, tr, s->dtype, blk);
 }
 
 // Such a tensor uploaded one block at a time.
@@ -272,7 +286,7 @@ static void upload_transposed(Model *m, int i, const StTensor *s) {
     size_t E = (size_t)t->hf_shape[0], blk = (size_t)t->hf_shape[1] * (size_t)t->hf_shape[2];
     void *tr = xmalloc(blk * dtype_size(s->dtype)), *conv = xmalloc(dtype_bytes(t->dtype, blk) + 64);
     for (size_t e = 0; e < E; e++) {
-        transposed_block(conv, t, s, e, tr);
+        transposed_block(conv, t->dtype, t, s, e, tr);
         m->be->upload(m->be, (char *)m->data[i] + dtype_bytes(t->dtype, e * blk), conv, dtype_bytes(t->dtype, blk));
     }
     free(tr);
@@ -306,6 +320,7 @@ static void part_run(void *ctx, size_t whole_at, size_t part_at, size_t n) {
     PartUpload *u = ctx;
     DType dt = u->m->tt.t[u->i].dtype;
     CHECK(part_at == u->at + u->fill);
+    CHECK(dt != DT_Q8_0 || (whole_at % Q8_0_BLOCK == 0 && n % Q8_0_BLOCK == 0 && u->cap % Q8_0_BLOCK == 0));
     for (size_t j = 0; j < n;) {
         if (u->fill == u->cap) part_flush(u);
         size_t c = MIN(n - j, u->cap - u->fill);
@@ -316,24 +331,27 @@ static void part_run(void *ctx, size_t whole_at, size_t part_at, size_t n) {
 }
 
 // Tensor i of a part from whole tensor w of the checkpoint (s): only the part's elements are read
-// from the mapping; a transposed (hf_xpose) or Q8_0 checkpoint tensor is converted whole first.
+// from the mapping; a transposed (hf_xpose) or Q8_0 checkpoint tensor is converted whole first
+// (to fp32 where the part is Q8_0: its runs are whole blocks, quantized as they are copied, so the
+// part's blocks are the whole tensor's; check_q8_0_part).
 static void upload_part(Model *m, int i, const StSet *set, const StTensor *s, const TensorInfo *w,
                         const ModelPart *part, void *stage) {
     const TensorInfo *t = &m->tt.t[i];
     PartUpload u = {.m = m, .i = i, .set = set, .stage = stage, .cap = UPLOAD_CHUNK / 4};
     char *whole = NULL;
     if (w->hf_xpose || s->dtype == DT_Q8_0) {
-        whole = xmalloc(dtype_bytes(t->dtype, w->numel) + 64);
+        DType wdt = t->dtype == DT_Q8_0 ? DT_F32 : t->dtype;
+        whole = xmalloc(dtype_bytes(wdt, w->numel) + 64);
         if (w->hf_xpose) {
             size_t blk = (size_t)w->hf_shape[1] * (size_t)w->hf_shape[2];
             void *tr = xmalloc(blk * dtype_size(s->dtype));
             for (size_t e = 0; e < (size_t)w->hf_shape[0]; e++)
-                transposed_block(whole + dtype_bytes(t->dtype, e * blk), w, s, e, tr);
+                transposed_block(whole + dtype_bytes(wdt, e * blk), wdt, w, s, e, tr);
             free(tr);
         } else {
-            dtype_convert(whole, t->dtype, s->data, s->dtype, w->numel);
+            dtype_convert(whole, wdt, s->data, s->dtype, w->numel);
         }
-        u.src = whole, u.sdt = t->dtype, u.ss = dtype_size(t->dtype);
+        u.src = whole, u.sdt = wdt, u.ss = dtype_size(wdt);
     } else {
         u.s = s, u.src = s->data, u.sdt = s->dtype, u.ss = dtype_size(s->dtype);
     }
@@ -459,11 +477,9 @@ static Status load(const char *dir, Backend *be, int matrix_dtype, const ModelLo
     const ModelPart *part = o->part;
     ModelConfig pcfg = cfg;
     TensorTable ptt = {0};
-    if (st == ST_OK && part && mdt == DT_Q8_0)
-        st = err_set(e, ST_EUNSUPPORTED, "%s: loading a tensor-parallel part of q8_0 weights is not supported (use "
-                                         "--dtype float32 or bfloat16)", dir);
     if (st == ST_OK && part) st = part->config(part, &cfg, dir, &pcfg, e);
     if (st == ST_OK && part) tensors_build(&ptt, &pcfg, mdt);
+    if (st == ST_OK && part && mdt == DT_Q8_0) st = check_q8_0_part(&ptt, dir, part->T, e);
     // Frozen on host memory: tensors stored as they are computed with are used in place.
     uint8_t *mapped = NULL;
     size_t copied = part ? ptt.param_bytes : probe.tt.param_bytes, in_place = 0;

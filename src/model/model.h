@@ -55,6 +55,8 @@ typedef struct Model {
     int shared;           // params and inv_freq belong to another model (model_share)
     const ModelHooks *hooks;  // sharded parameters or tensor parallelism (NULL: neither)
     float **gdata;        // (tt.n) each tensor's gradient when sharded (hooks), else NULL: grads + goffset
+    const struct Model *share_of;  // the base of an adapter's model (peft_base_model): without hooks of
+                                   // its own, that model's hooks materialize its layers (a sharded base)
 } Model;
 
 // Longrope: put the table for a forward call whose longest sequence has `len` positions (max
@@ -62,7 +64,7 @@ typedef struct Model {
 // table changed (a KV cache filled with the other one is stale: src/gen/generate.c), 0 when it was
 // already in place or the model has no longrope scaling.
 int model_rope_select(struct Model *m, int len);
-// The hooks' calls; no-ops on a model without hooks.
+// The hooks' calls; no-ops on a model without hooks (model_materialize: nor a share_of with any).
 void model_materialize(struct Model *m, int layer);
 void model_grads_done(struct Model *m, int layer);
 void model_reduce(struct Model *m, float *buf, size_t n);

@@ -1,6 +1,7 @@
 // distill.c: on-policy distillation = prompts + student rollouts + teacher/student scoring through
 // the loss heads + the shared loop. The math lives in the heads (docs/heads.md) and rl_math.
 #include "distill.h"
+#include "ep.h"
 #include "tp.h"
 #include "preflight.h"
 
@@ -111,11 +112,11 @@ Status distill_score(DistillScorer *s, const int32_t *const *sprompts, const int
     CHECK(n >= 1 && n <= s->B);
     ScoreBatch sb = {0}, tb = {0};
     int n_eos = s->whole ? 0 : s->n_eos;  // no EOS: the mask covers the whole completion
-    TRY(score_batch_build(&sb, sprompts, slens, comps, clens, n, s->C, s->pad_to_multiple_of, s->eos, n_eos, e));
+    TRY(score_batch_build(&sb, sprompts, slens, comps, clens, n, s->C, 0, s->pad_to_multiple_of, s->eos, n_eos, e));
     Status st = ST_OK;
     if (tprompts)
-        st = score_batch_build(&tb, tprompts, tlens, comps, clens, n, s->C, s->pad_to_multiple_of, s->eos, n_eos, e);
-    int P = tprompts ? MAX(sb.P, tb.P) : sb.P, B = s->B;
+        st = score_batch_build(&tb, tprompts, tlens, comps, clens, n, s->C, 0, s->pad_to_multiple_of, s->eos, n_eos, e);
+    int P = MAX(s->P_min, tprompts ? MAX(sb.P, tb.P) : sb.P), B = s->B;
     int T = round_up(P + s->C, s->pad_to_multiple_of);
     if (st == ST_OK && T > s->Tmax)
         st = err_set(e, ST_EINVAL, "a scoring row of %d positions exceeds the %d planned for (prompt %d + completion %d)",
@@ -262,6 +263,8 @@ static Status rollout(DistillSource *s, Model *mdl, int cnt, uint64_t seed, GenS
     g.seed = seed;
     g.prompt_keys = s->gkey;
     if (g.batch_size <= 0) g.batch_size = cnt;
+    Ep *ep = ep_of(mdl);  // expert parallel (the student, or a live teacher): decode steps in lockstep
+    if (ep) g.lockstep = ep_lockstep_max, g.lockstep_ctx = ep;
     return gen_generate(mdl, &g, s->gp, s->gl, cnt, seqs, gs, e);
 }
 
@@ -411,6 +414,8 @@ static Status distill_evaluate(void *ctx, Model *m, cJSON *o, double *eval_loss,
     GenConfig g = s->gen;
     g.seed = step_seed(s->cfg->train.seed, 0xe7a1u);
     if (g.batch_size <= 0) g.batch_size = B;
+    Ep *ep = ep_of(m);
+    if (ep) g.lockstep = ep_lockstep_max, g.lockstep_ctx = ep;
     GenSeq *seqs = NULL;
     Status st = gen_generate(m, &g, sp, sl, n, &seqs, NULL, e);
     double n_gen = 0, loss = 0, kl = 0, ntgt = 0;
@@ -599,6 +604,11 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     Dist *tpd = dist_data_axis(c->dist) != c->dist ? &c->dist->mesh->tp_axis : NULL;
     Tp stp = {0}, ttp = {0};
     if (st == ST_OK && tpd) st = tp_shard(&stp, &m, tpd, e);
+    Ep ep = {0};  // --ep_size P: the student's experts split over the ranks (ep.h); a teacher of its own whole
+    if (st == ST_OK && c->ep_size > 1 && self && c->teacher_mode == TEACHER_EMA)
+        st = err_set(e, ST_EUNSUPPORTED, "--ep_size %d with --teacher_mode ema: the EMA teacher averages the whole "
+                                         "student, whose experts expert parallelism splits (fixed or live)", c->ep_size);
+    if (st == ST_OK) st = ep_open(&ep, &m, c->dist, dist_data_axis(c->dist), c->ep_size, c->train.zero_stage, e);
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         TeacherMode mode = self ? c->teacher_mode : TEACHER_MODEL;
@@ -682,6 +692,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
         s.gp = xmalloc(R * sizeof *s.gp), s.gkey = xmalloc(R * sizeof(int));
         s.kind = xmalloc((size_t)GA * sizeof *s.kind);
         distill_scorer_init(&s.sc, m, t, &c->loss, B, round_up(P + C, mult), C, c->pad_to_multiple_of, g.eos, g.n_eos);
+        if (ep_of(m)) s.sc.P_min = P;  // every rank's scoring batches (B, Tmax)
         log_info("distillation: loss %s (beta %g, top_k %d, temperature %g), teacher %s, %s rollouts: temperature %g, "
                  "top_p %g, top_k %d, max_completion_length %d%s", c->loss.kind == DISTILL_LOSS_JSD ? "jsd" :
                  "reverse_kl_sampled", c->loss.beta, c->loss.top_k, c->loss.tau, distill_teacher_mode_name(s.mode),
@@ -713,6 +724,7 @@ Status distill_run(DistillConfig *c, TrainResult *res, Err *e) {
     prompts_free(&eps);
     if (t && t != m) tp_free(&ttp, t), model_free(t);
     tp_free(&stp, m);
+    ep_free(&ep, m);
     model_free(m);
     if (be) backend_destroy(be);
     if (have_mc) model_codec_free(&mc);

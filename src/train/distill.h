@@ -45,6 +45,8 @@ typedef struct DistillScorer {
     int whole;                 // set by the caller: every completion token is trained on (dataset
                                // completions, as TRL's collator labels them), not up to the first EOS
     int pad_to_multiple_of;
+    int P_min;                 // set by the caller: a prompt region of at least this (expert parallel:
+                               // every rank's batch of one shape)
     int32_t eos[GEN_MAX_EOS];
     int n_eos;
     float *d_kl, *d_logp_s, *d_logp_t, *d_coef;   // device (B*Tmax)
@@ -109,6 +111,7 @@ typedef struct DistillConfig {
     int shuffle;
     int pad_to_multiple_of;
     int max_plans;
+    int ep_size;               // --ep_size: expert-parallel ranks of the student (ep.h; 0 or 1: none)
     TrainConfig train;
     Dist *dist;                  // the ranks (NULL: one process)
 } DistillConfig;

@@ -335,7 +335,8 @@ Status dpo_run(DpoConfig *c, TrainResult *res, Err *e) {
         int GA = MAX(1, c->train.grad_accum);
         StepSource src = {.ctx = d, .what = "pairs", .n_items = d->ps.n,
                           .steps_per_epoch = trainer_steps_per_epoch(d->n_batches, GA), .micro_batches = d->n_batches,
-                          .batch_size = d->B, .grad_accum = GA, .step = dpo_step, .dist = d->dist, .sharded_ok = 1};
+                          .batch_size = d->B, .grad_accum = GA, .step = dpo_step, .dist = d->dist, .sharded_ok = 1,
+                          .sharded_base_ok = 1};
         st = trainer_loop(p.m, &src, &c->train, res, e);
     }
     dpo_free(d);

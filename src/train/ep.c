@@ -302,6 +302,22 @@ Status ep_gather(Ep *ep, const Model *m, Model **full, Err *e) {
     return ST_OK;
 }
 
+Ep *ep_of(const Model *m) {
+    return m && m->hooks && m->hooks->moe_ex && m->hooks->moe_ex->dispatch == ep_dispatch ? m->hooks->moe_ex->ctx : NULL;
+}
+
+Status ep_lockstep_max(void *ctx, int *v, int n, Err *e) {
+    Ep *ep = ctx;
+    Dist *d = ep->d;
+    int P = d->world;
+    int *all = xmalloc((size_t)P * n * sizeof(int));  // (P, n)
+    Status st = dist_allgather_host(d, all, v, (size_t)n * sizeof(int), e);
+    for (int r = 0; st == ST_OK && r < P; r++)
+        for (int i = 0; i < n; i++) v[i] = MAX(v[i], all[(size_t)r * n + i]);
+    free(all);
+    return st;
+}
+
 Status ep_status(Ep *ep, Err *e) {
     if (ep->st != ST_OK) *e = ep->err;
     return ep->st;

@@ -57,6 +57,10 @@ void ep_slice_flat(const Model *m, const Model *full, float *local, const float 
 // all-reduced over the replicas of its shard only.
 int ep_local_kind(TensorKind kind);
 Status ep_status(Ep *ep, Err *e);
+// The expert-parallel state of a model ep_shard split (NULL: none).
+Ep *ep_of(const Model *m);
+// GenConfig.lockstep over ep (a void *): the elementwise max of v (n) over its group (collective).
+Status ep_lockstep_max(void *ep, int *v, int n, Err *e);
 void ep_free(Ep *ep, Model *m);
 
 #endif

@@ -94,7 +94,7 @@ static Status completion_loss(Model *m, const PromptSet *ps, const TextCodec *co
             cc[b] = comp[i].v, cl[b] = (int)comp[i].n;
         }
         ScoreBatch sb = {0};
-        st = score_batch_build(&sb, pp, pl, cc, cl, B, C, gc->pad_to_multiple_of, gc->eos, gc->n_eos, e);
+        st = score_batch_build(&sb, pp, pl, cc, cl, B, C, 0, gc->pad_to_multiple_of, gc->eos, gc->n_eos, e);
         if (st != ST_OK) break;
         for (int b = nc - s; b < B; b++)  // filler rows
             for (int t = 0; t < sb.T; t++) sb.targets[(size_t)b * sb.T + t] = IGNORE_INDEX;

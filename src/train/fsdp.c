@@ -2,14 +2,29 @@
 #include "fsdp.h"
 
 #include "../core/alloc.h"
+#include "../model/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 Status fsdp_check_model(const Model *m, Err *e) {
-    if (m->lora) return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size with an adapter (--use_peft) is not "
-                                                    "supported yet; LoRA trains with --zero_stage 0 or 1");
+    if (m->lora) {  // a frozen base sharded, the adapter trained whole (fsdp_init)
+        if (m->hooks && m->hooks->reduce)
+            return err_set(e, ST_EUNSUPPORTED, "--tp_size with --fsdp_size / --zero_stage 3 and an adapter (--use_peft) "
+                                               "is not supported yet (LoRA trains under --tp_size with --zero_stage 0, "
+                                               "or under FSDP without --tp_size)");
+        if (m->matrix_dtype != DT_F32 && m->matrix_dtype != DT_BF16)
+            return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size with an adapter needs a float32 or bfloat16 "
+                                               "base (got %s; a q8_0 base trains with --zero_stage 0 or 1)",
+                           dtype_torch_name(m->matrix_dtype));
+        for (int i = 0; i < m->tt.n; i++)
+            if (m->tt.t[i].offset % sizeof(float))
+                return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size with an adapter: tensor %s starts at "
+                                                   "byte %zu of the base, not a multiple of 4 (use --dtype float32)",
+                               m->tt.t[i].name, m->tt.t[i].offset);
+        return ST_OK;
+    }
     if (m->frozen || !m->params || m->matrix_dtype != DT_F32)
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 needs fp32 weights of the model's own (got %s)",
                        dtype_torch_name(m->matrix_dtype));
@@ -17,7 +32,7 @@ Status fsdp_check_model(const Model *m, Err *e) {
 }
 
 static size_t floats_at(const TensorTable *tt, int i) {  // where entry i starts (the end for i == n)
-    return (i < tt->n ? tt->t[i].offset : tt->param_bytes) / sizeof(float);
+    return (i < tt->n ? tt->t[i].offset : tt->param_bytes + sizeof(float) - 1) / sizeof(float);
 }
 
 static void build_units(Fsdp *f) {
@@ -67,13 +82,28 @@ static void block_copy(Fsdp *f, int u, float *full, int to_shard) {
     }
 }
 
+// A frozen base: this rank's block of unit u copied into the shard buffer from each tensor's data
+// (in place in the checkpoint's mapping or in params), byte by byte (bf16 tensors; the gaps stay zero).
+static void block_from_tensors(Fsdp *f, int u) {
+    Model *m = f->m;
+    Backend *be = m->be;
+    const FsdpUnit *x = &f->u[u];
+    size_t lo = x->lo * sizeof(float), hi = x->hi * sizeof(float);
+    for (int i = 0; i < m->tt.n; i++) {
+        if (f->unit_of[i] != u) continue;
+        const TensorInfo *t = &m->tt.t[i];
+        size_t at = f->upos[i] * sizeof(float), a = MAX(at, lo), b = MIN(at + dtype_bytes(t->dtype, t->numel), hi);
+        if (a < b) be->copy(be, (char *)(f->p + x->at) + (a - lo), (const char *)m->data[i] + (a - at), b - a);
+    }
+}
+
 // The tensors of unit u read from buf and accumulate into gbuf (NULL: unavailable).
 static void point(Fsdp *f, int u, float *buf, float *gbuf) {
     Model *m = f->m;
     for (int i = 0; i < m->tt.n; i++) {
         if (f->unit_of[i] != u) continue;
         m->data[i] = buf ? buf + f->upos[i] : NULL;
-        m->gdata[i] = gbuf ? gbuf + f->upos[i] : NULL;
+        if (m->gdata) m->gdata[i] = gbuf ? gbuf + f->upos[i] : NULL;  // a frozen base: none
     }
 }
 
@@ -162,9 +192,16 @@ static void prefetch(Fsdp *f, int layer) {
     count_started(f, &f->ag);
 }
 
+// Another model sharing a frozen base (the reference of an adapter's trainer, peft_base_model):
+// its tensors of unit u read from buf, on every call (its pointers are not tracked).
+static void point_share(Fsdp *f, Model *s, int u, float *buf) {
+    CHECK_MSG(f->frozen && s->tt.n == f->m->tt.n, "a model that is not a share of the frozen base materialized");
+    for (int i = 0; i < s->tt.n; i++)
+        if (f->unit_of[i] == u) s->data[i] = buf + f->upos[i];
+}
+
 static void materialize(void *ctx, Model *m, int layer) {
     Fsdp *f = ctx;
-    (void)m;
     progress(f);
     if (layer < 0) {
         if (!f->rest_ok) {
@@ -172,6 +209,7 @@ static void materialize(void *ctx, Model *m, int layer) {
             point(f, f->L, f->rest, f->grest);
             f->rest_ok = 1;
         }
+        if (m != f->m) point_share(f, m, f->L, f->rest);
         f->last = -1;
         if (f->pf.forward) prefetch(f, 0);
         return;
@@ -193,6 +231,7 @@ static void materialize(void *ctx, Model *m, int layer) {
         point(f, layer, f->work[s], f->gwork[s]);
         f->cur = s;
     }
+    if (m != f->m) point_share(f, m, layer, f->work[f->cur]);
     if (dir > 0 ? f->pf.forward : f->pf.backward) prefetch(f, layer + dir);
 }
 
@@ -203,6 +242,7 @@ static void grads_done(void *ctx, Model *m, int layer) {
     Fsdp *f = ctx;
     Backend *be = m->be;
     progress(f);
+    if (f->frozen) return;  // a frozen base has no gradient
     rs_finish(f);  // the layer above's: one reduce-scatter in flight at a time (one tmp block)
     int u = layer < 0 ? f->L : layer;
     const FsdpUnit *x = &f->u[u];
@@ -236,8 +276,10 @@ static void grads_done(void *ctx, Model *m, int layer) {
 
 void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp, FsdpPrefetch pf) {
     memset(f, 0, sizeof *f);
-    CHECK(m->params && !m->lora && m->matrix_dtype == DT_F32 && (!m->hooks || !m->hooks->materialize));
+    CHECK(!m->hooks || !m->hooks->materialize);
+    CHECK(m->lora || (m->params && m->matrix_dtype == DT_F32));
     f->d = d, f->dp = dp && dp->world > 1 ? dp : NULL, f->m = m;
+    f->frozen = m->lora != NULL;
     f->L = m->tt.n_layers;
     f->pf = d->world > 1 ? pf : (FsdpPrefetch){0, 0};  // one rank: the collectives are identities
     f->nslots = f->pf.forward || f->pf.backward ? 2 : 1;
@@ -250,23 +292,38 @@ void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp, FsdpPrefetch pf) {
         block_n = MAX(block_n, f->u[u].hi - f->u[u].lo);
     }
     f->p = be->alloc(be, MAX(f->n, 1) * sizeof(float));
-    f->g = be->alloc(be, MAX(f->n, 1) * sizeof(float));
-    for (int u = 0; u <= f->L; u++) block_copy(f, u, m->params, 1);
-    be->free(be, m->params);
+    if (f->frozen) {
+        be->zero(be, f->p, MAX(f->n, 1) * sizeof(float));
+        for (int u = 0; u <= f->L; u++) block_from_tensors(f, u);
+        if (m->params && !m->shared) be->free(be, m->params);
+        if (m->mapping && !m->shared) {  // the pages of the checkpoint read so far go with it
+            st_close(m->mapping);
+            free(m->mapping);
+        }
+        m->mapping = NULL;
+        m->mapped_bytes = 0;
+    } else {
+        for (int u = 0; u <= f->L; u++) block_copy(f, u, m->params, 1);
+        be->free(be, m->params);
+    }
     m->params = NULL;
     for (int s = 0; s < f->nslots; s++) {
         f->work[s] = be->alloc(be, f->layer_n * sizeof(float));
+        if (f->frozen) continue;
         f->gwork[s] = be->alloc(be, f->layer_n * sizeof(float));
         be->zero(be, f->gwork[s], f->layer_n * sizeof(float));
     }
     f->held[0] = f->held[1] = -1;
     f->cur = f->last = f->ag_slot = f->rs_slot = -1;
     f->rest = be->alloc(be, MAX(f->u[f->L].n, 1) * sizeof(float));
-    f->grest = be->alloc(be, MAX(f->u[f->L].n, 1) * sizeof(float));
-    f->tmp = be->alloc(be, block_n * sizeof(float));
-    be->zero(be, f->grest, MAX(f->u[f->L].n, 1) * sizeof(float));
-    be->zero(be, f->g, MAX(f->n, 1) * sizeof(float));
-    m->gdata = xcalloc((size_t)m->tt.n, sizeof(float *));
+    if (!f->frozen) {
+        f->g = be->alloc(be, MAX(f->n, 1) * sizeof(float));
+        f->grest = be->alloc(be, MAX(f->u[f->L].n, 1) * sizeof(float));
+        f->tmp = be->alloc(be, block_n * sizeof(float));
+        be->zero(be, f->grest, MAX(f->u[f->L].n, 1) * sizeof(float));
+        be->zero(be, f->g, MAX(f->n, 1) * sizeof(float));
+        m->gdata = xcalloc((size_t)m->tt.n, sizeof(float *));
+    }
     for (int i = 0; i < m->tt.n; i++) m->data[i] = NULL;
     f->hooks = (ModelHooks){.ctx = f, .materialize = materialize, .grads_done = grads_done};
     if (m->hooks) f->hooks.reduce = m->hooks->reduce, f->hooks.reduce_ctx = m->hooks->reduce_ctx;  // TP x FSDP
@@ -299,6 +356,7 @@ Status fsdp_status(Fsdp *f, Err *e) {
 
 void fsdp_zero_grads(Fsdp *f) {
     drain(f);
+    if (f->frozen) return;
     f->m->be->zero(f->m->be, f->g, MAX(f->n, 1) * sizeof(float));
 }
 
@@ -417,15 +475,17 @@ void fsdp_unit_floats(const TensorTable *tt, size_t *layer_n, size_t *rest_n) {
     free(per);
 }
 
-size_t fsdp_work_bytes(size_t layer_n, size_t rest_n, FsdpPrefetch pf) {
-    size_t slots = pf.forward || pf.backward ? 2 : 1;
-    return (2 * slots * layer_n + 2 * rest_n) * sizeof(float);
+size_t fsdp_work_bytes(size_t layer_n, size_t rest_n, FsdpPrefetch pf, int frozen) {
+    size_t slots = pf.forward || pf.backward ? 2 : 1, per = frozen ? 1 : 2;  // a buffer and its gradient
+    return (per * slots * layer_n + per * rest_n) * sizeof(float);
 }
 
 size_t fsdp_bytes(const Fsdp *f) {
     size_t block_n = 1;
     for (int u = 0; u <= f->L; u++) block_n = MAX(block_n, f->u[u].hi - f->u[u].lo);
-    return 4 * f->n * sizeof(float) + fsdp_work_bytes(f->layer_n, f->u[f->L].n, f->pf) + block_n * sizeof(float);
+    size_t work = fsdp_work_bytes(f->layer_n, f->u[f->L].n, f->pf, f->frozen);
+    if (f->frozen) return f->n * sizeof(float) + work;
+    return 4 * f->n * sizeof(float) + work + block_n * sizeof(float);
 }
 
 void fsdp_overlap_line(const Fsdp *f, char *buf, size_t n) {

@@ -18,6 +18,12 @@
 // bit for bit those of the blocking path (the same collectives on the same data, the gradient
 // blocks added in the same order). A failed collective inside a hook is kept (fsdp_status) and
 // every later one is skipped.
+//
+// A model with an adapter (LoRA, model/lora.h) shards its frozen base the same way (fp32 or bf16,
+// the units' bytes moved as 4-byte words, the collectives never add them): each layer is
+// all-gathered before its forward and its backward, the rest once and kept, and nothing has a
+// gradient (no gradient buffers, no reduce-scatter). The adapter is not sharded: it trains
+// whole on every rank as ZeRO-0 trains it (optim.c), its gradient all-reduced over the data axis.
 #ifndef STILL_FSDP_H
 #define STILL_FSDP_H
 
@@ -43,6 +49,7 @@ typedef struct Fsdp {
     Dist *d;                     // the FSDP axis
     Dist *dp;                    // data-parallel replicas of each shard (NULL or world 1: none)
     Model *m;
+    int frozen;                  // m's base is frozen (it has an adapter): no gradients (g, gwork, grest, tmp NULL)
     int L;                       // units 0..L-1: layers; unit L: embedding, final norm, LM head
     FsdpUnit *u;                 // (L + 1)
     int *unit_of;                // (tt.n) each tensor's unit
@@ -72,10 +79,11 @@ typedef struct Fsdp {
     const ModelHooks *prev;      // the model's hooks before (restored by fsdp_free)
 } Fsdp;
 
-// Whether ZeRO-3 supports this model: an fp32 model of its own (no adapter, not frozen).
+// Whether ZeRO-3 supports this model: an fp32 model of its own (not frozen), or an adapter on an
+// fp32 or bf16 base without tensor parallelism.
 Status fsdp_check_model(const Model *m, Err *e);
-// Shard m over d (its parameters are copied into this rank's blocks and the full buffer freed),
-// install the hooks. dp may be NULL.
+// Shard m over d (its parameters are copied into this rank's blocks and the full buffer freed;
+// a frozen base's checkpoint mapping closed), install the hooks. dp may be NULL.
 void fsdp_init(Fsdp *f, Model *m, Dist *d, Dist *dp, FsdpPrefetch pf);
 // Uninstall the hooks; the model is left without parameters (it is freed next).
 void fsdp_free(Fsdp *f);
@@ -106,8 +114,9 @@ size_t fsdp_bytes(const Fsdp *f);
 // Floats of the largest layer unit and of the rest unit of a tensor table (alignment gaps included).
 void fsdp_unit_floats(const TensorTable *tt, size_t *layer_n, size_t *rest_n);
 // Working-buffer bytes of a model whose largest layer is layer_n floats and rest unit rest_n
-// (still info, the trainer's memory check): what fsdp_bytes adds to the blocks, without the block.
-size_t fsdp_work_bytes(size_t layer_n, size_t rest_n, FsdpPrefetch pf);
+// (still info, the trainer's memory check): what fsdp_bytes adds to the blocks, without the block;
+// frozen: a frozen base's (no gradient buffers).
+size_t fsdp_work_bytes(size_t layer_n, size_t rest_n, FsdpPrefetch pf, int frozen);
 // The prefetch counters as one log line (tests/e2e/dist_fsdp.sh reads it).
 void fsdp_overlap_line(const Fsdp *f, char *buf, size_t n);
 

@@ -1,6 +1,7 @@
 // grpo.c: GRPO and RLOO = prompts (rollout.h) + the generation engine + reward functions +
 // rl_math + qwen3_logprob, plugged into the shared trainer loop as one StepSource.
 #include "grpo.h"
+#include "ep.h"
 #include "tp.h"
 #include "preflight.h"
 
@@ -37,6 +38,7 @@ struct Grpo {
     int ppr;                 // prompts per round = n / G
     int rounds_per_epoch;
     int Tmax;                // longest scoring row (B, Tmax) any micro-batch can have
+    int P_min;               // expert parallel: the longest prompt (every scoring batch (B, Tmax))
     int *perm, perm_epoch;   // (n prompts) prompt order of an epoch
     // the current round
     int round;               // -1: none
@@ -118,7 +120,8 @@ static Status build_batch(Grpo *g, const int *rows, ScoreBatch *sb, Err *e) {
         cc[b] = g->ids + (size_t)i * g->C;
         cl[b] = g->c->mask_truncated_completions && g->truncated[i] ? 0 : g->mlen[i];
     }
-    TRY(score_batch_build(sb, pp, pl, cc, cl, g->B, g->C, g->c->pad_to_multiple_of, g->gen.eos, g->gen.n_eos, e));
+    TRY(score_batch_build(sb, pp, pl, cc, cl, g->B, g->C, g->P_min, g->c->pad_to_multiple_of, g->gen.eos, g->gen.n_eos,
+                          e));
     CHECK(sb->T <= g->Tmax && sb->B == g->B);
     return ST_OK;
 }
@@ -623,6 +626,8 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
         g->ptext[i] = xstrdup(g->ps.rows[i].text ? g->ps.rows[i].text : "");
     }
     g->Tmax = round_up(maxp + g->C, c->pad_to_multiple_of);
+    Ep *ep = ep_of(m);  // expert parallel: forward passes in lockstep, of one shape on every rank
+    g->P_min = ep ? maxp : 0;
     // generation: TRL builds a GenerationConfig of its own (sampling on, its temperature and
     // filters); EOS ids: generation_config.json's list and the tokenizer's
     GenConfig *gc = &g->gen;
@@ -641,6 +646,7 @@ Status grpo_create(GrpoConfig *c, Model *m, Grpo **out, Err *e) {
         gc->pad_to_multiple_of = c->pad_to_multiple_of;
         gc->prefill_chunk_size = MAX(512, round_up(512, MAX(1, c->pad_to_multiple_of)));
         gc->max_cache_len = round_up(round_up(maxp, c->pad_to_multiple_of) + g->C, 128);  // one decode plan
+        if (ep) gc->lockstep = ep_lockstep_max, gc->lockstep_ctx = ep;
         st = gen_config_check(gc, m->cfg.vocab_size, e);
     }
     if (st == ST_OK && gc->n_eos == 0) st = err_set(e, ST_EINVAL, "%s: no EOS id (generation_config.json, config.json or "
@@ -739,6 +745,8 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
         st = tp_shard(&tp, &m, &c->dist->mesh->tp_axis, e);
         c->dist = dist_data_axis(c->dist);
     }
+    Ep ep = {0};  // --ep_size P: this rank's experts of the policy (ep.h); the reference whole
+    if (st == ST_OK) st = ep_open(&ep, &m, world, c->dist, c->ep_size, c->train.zero_stage, e);
     if (st == ST_OK) {
         if (c->max_plans > 0) m->plans.max_plans = c->max_plans;
         st = grpo_create(c, m, &g, e);
@@ -757,6 +765,7 @@ Status grpo_run(GrpoConfig *c, TrainResult *res, Err *e) {
     }
     grpo_free(g);
     tp_free(&tp, m);
+    ep_free(&ep, m);
     model_free(m);
     c->dist = world;
     if (be) backend_destroy(be);

@@ -67,6 +67,7 @@ typedef struct GrpoConfig {
     int has_reward_clip_range;      // RLOO
     double reward_clip_range[2];
     int max_plans;
+    int ep_size;                    // --ep_size: expert-parallel ranks (ep.h; 0 or 1: none)
     int log_completions;            // rank 0 appends every round to output_dir/completions.jsonl
     TrainConfig train;
     Dist *dist;                     // the ranks (NULL: one process)

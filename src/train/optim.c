@@ -59,6 +59,14 @@ void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero
     CHECK(dist && (zero_stage == 0 || zero_stage == 1 || zero_stage == 3));
     o->cfg = *cfg;
     o->dist = dist;
+    if (zero_stage == 3 && m->lora) {  // the base sharded; the adapter's gradient all-reduced over dist
+        DistMesh *mesh = dist->mesh;
+        CHECK(!mesh || mesh->tp == 1);
+        FsdpPrefetch pf = {cfg->fsdp_forward_prefetch, cfg->fsdp_backward_prefetch};
+        o->base = xcalloc(1, sizeof(Fsdp));
+        fsdp_init(o->base, m, mesh ? &mesh->fsdp_axis : dist, NULL, pf);
+        zero_stage = 0;
+    }
     if (zero_stage == 3) {
         o->zero_stage = 3;
         o->fsdp = xcalloc(1, sizeof(Fsdp));
@@ -112,6 +120,11 @@ void optim_zero_grads(Optim *o, Model *m) {
 }
 
 void optim_free(Optim *o, Backend *be) {
+    if (o->base) {
+        fsdp_free(o->base);
+        free(o->base);
+        o->base = NULL;
+    }
     if (o->fsdp) {
         fsdp_free(o->fsdp);
         free(o->fsdp);
@@ -153,6 +166,7 @@ Status optim_reduce_grads(Optim *o, Model *m, double *grad_norm, Err *e) {
     Backend *be = m->be;
     float *grads = model_trainable(m).grads;
     Dist *d = o->dist;
+    if (o->base) TRY(fsdp_status(o->base, e));  // a failed gather of the base inside a hook
     if (o->fsdp) {  // every layer's gradient is reduce-scattered already; replicas sum theirs
         Fsdp *f = o->fsdp;
         TRY(fsdp_status(f, e));

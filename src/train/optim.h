@@ -38,6 +38,8 @@ typedef struct Optim {
     Dist *dist;                // the ranks the gradient is summed over (never NULL after init)
     int zero_stage;            // 0, 1 or 3
     struct Fsdp *fsdp;         // ZeRO-3: the sharded parameters (m, v and the update run over its blocks)
+    struct Fsdp *base;         // ZeRO-3 with an adapter: the frozen base sharded (fsdp.h); the adapter
+                               // trains as ZeRO-0 does (zero_stage 0, fsdp NULL)
     size_t n;                  // parameters (flat fp32 elements)
     size_t lo, hi;             // the flat block this rank updates: [0, n) unless ZeRO-1
     float *m, *v;              // device (hi - lo) AdamW moments of [lo, hi)
@@ -57,7 +59,8 @@ int optim_warmup_steps(double warmup_steps, double warmup_ratio, int total_steps
 double optim_lr_at(const OptimConfig *c, int done);
 
 // dist NULL: one process. zero_stage 0 or 1 (1 with one process is the same as 0), or 3: the
-// model is sharded over the FSDP axis of dist's mesh (all of dist without one), even on one rank.
+// model is sharded over the FSDP axis of dist's mesh (all of dist without one), even on one rank;
+// a model with an adapter: its frozen base is (o->base), the adapter trains as with 0.
 void optim_init(Optim *o, Model *m, const OptimConfig *cfg, Dist *dist, int zero_stage);
 void optim_free(Optim *o, Backend *be);
 // Zero the gradients before a step.

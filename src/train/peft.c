@@ -42,6 +42,7 @@ Status peft_prepare(Model *m, const PeftConfig *p, int gradient_checkpointing, u
 Model *peft_base_model(const Model *m) {
     if (!m->lora) return NULL;
     Model *s = model_share(m);
+    s->share_of = m;  // a sharded base (ZeRO-3, fsdp.h): m's hooks gather its layers for s too
     if (m->hooks && m->hooks->reduce) s->hooks = m->hooks;  // a part of a model: its group's all-reduces
     return s;
 }

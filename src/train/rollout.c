@@ -290,10 +290,10 @@ void score_batch_free(ScoreBatch *sb) {
 }
 
 Status score_batch_build(ScoreBatch *sb, const int32_t *const *prompts, const int *prompt_lens,
-                         const int32_t *const *completions, const int *completion_lens, int B, int C,
+                         const int32_t *const *completions, const int *completion_lens, int B, int C, int P_min,
                          int pad_to_multiple_of, const int32_t *eos, int n_eos, Err *e) {
     memset(sb, 0, sizeof *sb);
-    int P = 0;
+    int P = MAX(0, P_min);
     for (int r = 0; r < B; r++) {
         if (prompt_lens[r] < 1) return err_set(e, ST_EINVAL, "row %d: a scored row needs at least one prompt token", r);
         if (completion_lens[r] > C)

@@ -68,11 +68,12 @@ typedef struct ScoreBatch {
 } ScoreBatch;
 
 // Lay out rows (prompt_i, completion_i) as a scoring batch. C = max_completion_length (longer
-// completions are an error); B rows; pad_to_multiple_of as generation uses it. A completion is
-// cut after its first EOS (TRL's rule): the tokens after it are padding (segment 0), outside the
-// attention and the load-balancing loss of a mixture of experts.
+// completions are an error); B rows; a prompt region of the longest prompt, at least P_min
+// (expert parallel: every rank's batch of one shape); pad_to_multiple_of as generation uses it.
+// A completion is cut after its first EOS (TRL's rule): the tokens after it are padding (segment
+// 0), outside the attention and the load-balancing loss of a mixture of experts.
 Status score_batch_build(ScoreBatch *sb, const int32_t *const *prompts, const int *prompt_lens,
-                         const int32_t *const *completions, const int *completion_lens, int B, int C,
+                         const int32_t *const *completions, const int *completion_lens, int B, int C, int P_min,
                          int pad_to_multiple_of, const int32_t *eos, int n_eos, Err *e);
 void score_batch_free(ScoreBatch *sb);
 

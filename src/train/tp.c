@@ -83,9 +83,17 @@ static Status check_adapter(unsigned targets, int n_save, const char (*names)[64
 
 // What a model's weights must be to split (or be split).
 static Status check_weights(const Model *m, int T, Err *e) {
-    if (m->matrix_dtype == DT_Q8_0)
-        return err_set(e, ST_EUNSUPPORTED, "--tp_size %d: tensor parallelism supports fp32 or bf16 weights (no Q8_0) "
-                                           "so far", T);
+    if (m->matrix_dtype == DT_Q8_0 && m->cfg.vocab_part == 0) {  // a whole model to split: each rank's rows
+        // whole blocks (a part loaded through tp_part was checked by the loader; Q8_0 is never trained)
+        for (int i = 0; i < m->tt.n; i++) {
+            const TensorInfo *t = &m->tt.t[i];
+            if (t->is_matrix && tp_tensor_split_dim(&m->cfg, t) == 1 && (t->shape[1] / T) % Q8_0_BLOCK != 0)
+                return err_set(e, ST_EUSAGE, "--tp_size %d: tensor \"%s\" of %s would keep rows of %lld elements on "
+                                             "each rank; q8_0 stores rows in blocks of %d (use --dtype float32 or "
+                                             "bfloat16, or a --tp_size that leaves whole blocks)", T, t->name,
+                               m->dir ? m->dir : "the model", (long long)(t->shape[1] / T), Q8_0_BLOCK);
+        }
+    }
     return m->lora ? check_adapter(m->lora->cfg.targets, m->lora->cfg.n_save, m->lora->cfg.save, T, e) : ST_OK;
 }
 
@@ -163,28 +171,34 @@ static void part_runs(const ModelConfig *lc, const TensorInfo *f, const TensorIn
 typedef struct CopyRuns {
     Backend *be;
     char *full, *local;
-    size_t es;
+    size_t es;  // bytes an element; 0: Q8_0 blocks (runs of whole blocks, dtype_bytes)
     int to_full;
 } CopyRuns;
 
+static size_t run_bytes(const CopyRuns *c, size_t n) {
+    if (c->es) return n * c->es;
+    CHECK(n % Q8_0_BLOCK == 0);
+    return dtype_bytes(DT_Q8_0, n);
+}
+
 static void copy_run(void *ctx, size_t full_at, size_t part_at, size_t n) {
     CopyRuns *c = ctx;
-    char *f = c->full + full_at * c->es, *l = c->local + part_at * c->es;
-    if (c->to_full) copy_bytes(c->be, f, l, n * c->es);
-    else copy_bytes(c->be, l, f, n * c->es);
+    char *f = c->full + run_bytes(c, full_at), *l = c->local + run_bytes(c, part_at);
+    if (c->to_full) copy_bytes(c->be, f, l, run_bytes(c, n));
+    else copy_bytes(c->be, l, f, run_bytes(c, n));
 }
 
 // Copy rank t's part of full tensor f into local tensor l (same kind) of the local model lc, or
-// back (to_full); elements of es bytes (0: the tensor's dtype); be NULL: host memory.
+// back (to_full); elements of es bytes (0: the tensor's dtype, Q8_0 by whole blocks); be NULL:
+// host memory.
 static void copy_part_es(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
                          const TensorInfo *l, int t, int to_full, size_t es) {
-    CopyRuns c = {be, full, local, es ? es : dtype_size(l->dtype), to_full};
+    CopyRuns c = {be, full, local, es ? es : l->dtype == DT_Q8_0 ? 0 : dtype_size(l->dtype), to_full};
     part_runs(lc, f, l, t, copy_run, &c);
 }
 
 static void copy_part(Backend *be, const ModelConfig *lc, void *full, const TensorInfo *f, void *local,
                       const TensorInfo *l, int t, int to_full) {
-    CHECK(l->dtype != DT_Q8_0);
     copy_part_es(be, lc, full, f, local, l, t, to_full, 0);
 }
 

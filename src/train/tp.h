@@ -47,7 +47,7 @@ Status tp_check_dims(const ModelConfig *c, int T, const char *dir, Err *e);
 // FF/T MLP columns and FFE/T columns of every expert, and its shard of the vocabulary.
 ModelConfig tp_local_config(const ModelConfig *c, int T, int t);
 // Whether m can be split T ways: heads, kv-heads, intermediate_size and vocab_size divisible
-// (usage errors naming the one that is not), and what is not supported yet (Q8_0 weights; an
+// (usage errors naming the one that is not), and what is not supported yet (Q8_0 rows of a split tensor that are not whole blocks on each rank; an
 // adapter on the experts or the router of a mixture of experts, or with modules to save). A classifier's score head is replicated. A frozen model (generation) is copied.
 Status tp_check_model(const Model *m, int T, Err *e);
 // What loads only this rank's part of a model (model.h ModelLoadOpts.part: the rank's rows and

@@ -243,7 +243,8 @@ Status trainer_run(Model *m, Batcher *train, Batcher *eval, Dist *d, const Train
     StepSource src = {.ctx = &s, .what = "rows", .n_items = train->rows->n,
                       .steps_per_epoch = trainer_steps_per_epoch(mb, GA), .micro_batches = mb,
                       .batch_size = train->cfg.B, .grad_accum = GA, .step = sft_step,
-                      .evaluate = eval ? sft_evaluate : NULL, .dist = d, .sharded_ok = 1};
+                      .evaluate = eval ? sft_evaluate : NULL, .dist = d, .sharded_ok = 1,
+                      .sharded_base_ok = 1};
     Status st = trainer_loop(m, &src, cfg, res, e);
     for (int g = 0; g < GA; g++) host_batch_free(&s.hb[g]);
     free(s.hb);
@@ -544,6 +545,9 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size is not supported yet here (sft, dpo, kto, "
                                            "grpo, rloo, reward and distill without an EMA teacher have it); use "
                                            "--zero_stage 0 or 1");
+    if (cfg->zero_stage == 3 && m->lora && !src->sharded_base_ok)
+        return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size with an adapter (--use_peft) is supported in "
+                                           "sft and dpo only so far; use --zero_stage 0 or 1");
     if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
     if (tp && cfg->zero_stage == 1)
@@ -552,19 +556,26 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
     OptimConfig oc = cfg->opt;
     oc.total_steps = total;
     oc.warmup_steps = optim_warmup_steps(cfg->warmup_steps, cfg->warmup_ratio, total);
-    if (cfg->zero_stage == 3) {  // blocks of params, gradients, moments; working buffers: a layer and its
+    if (cfg->zero_stage == 3 && m->lora) {  // the base's blocks and working layers; the adapter's training state
+        size_t w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), ln, rn, n = model_trainable(m).tt->n_params;
+        fsdp_unit_floats(&m->tt, &ln, &rn);
+        FsdpPrefetch pf = {w > 1 && cfg->opt.fsdp_forward_prefetch, w > 1 && cfg->opt.fsdp_backward_prefetch};
+        TRY(mem_check((m->tt.param_bytes + w - 1) / w + fsdp_work_bytes(ln, rn, pf, 1) + 3 * n * sizeof(float),
+                      m->be->max_memory, "the sharded frozen base (ZeRO-3) and the adapter's gradients and AdamW "
+                      "moments", e));
+    } else if (cfg->zero_stage == 3) {  // blocks of params, gradients, moments; working buffers: a layer and its
                                  // gradient per slot (two with prefetch), the rest and its gradient
         size_t n = m->tt.n_params, w = (size_t)(d->mesh ? d->mesh->fsdp : d->world), k = (n + w - 1) / w, ln, rn;
         fsdp_unit_floats(&m->tt, &ln, &rn);
         FsdpPrefetch pf = {w > 1 && cfg->opt.fsdp_forward_prefetch, w > 1 && cfg->opt.fsdp_backward_prefetch};
-        TRY(mem_check(3 * k * sizeof(float) + fsdp_work_bytes(ln, rn, pf), m->be->max_memory,
+        TRY(mem_check(3 * k * sizeof(float) + fsdp_work_bytes(ln, rn, pf, 0), m->be->max_memory,
                       "sharded training state (ZeRO-3 gradients, AdamW moments and working buffers)", e));
     } else if (!model_trainable(m).grads) {  // gradients, and AdamW moments (+ the reduced gradient) of this rank's block
         size_t n = model_trainable(m).tt->n_params, w = (size_t)d->world, k = cfg->zero_stage == 1 && w > 1 ? (n + w - 1) / w : n;
         TRY(mem_check((n + (cfg->zero_stage == 1 && w > 1 ? 3 : 2) * k) * sizeof(float), m->be->max_memory,
                       "training state (fp32 gradients and AdamW moments)", e));
     }
-    if (cfg->zero_stage != 3) model_alloc_grads(m);
+    if (cfg->zero_stage != 3 || m->lora) model_alloc_grads(m);
     Optim opt;
     optim_init(&opt, m, &oc, d, cfg->zero_stage);
     char *metrics_path = path_join(cfg->output_dir, "metrics.jsonl");
@@ -603,6 +614,20 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                           r + 1 < d->world ? "," : "");
         if (st == ST_OK)
             log_info("%s; working buffers %.0f bytes", line, (double)fsdp_bytes(opt.fsdp) - bytes[d->rank]);
+        free(bytes);
+    }
+    if (st == ST_OK && opt.base) {  // what sharding the frozen base leaves on each rank (tests read this line)
+        double *bytes = xcalloc((size_t)d->world, sizeof(double));
+        bytes[d->rank] = (double)opt.base->n * sizeof(float);
+        st = dist_allreduce_sum_host_d(d, bytes, (size_t)d->world, e);
+        char line[1024];
+        int k = snprintf(line, sizeof line, "frozen base sharded (ZeRO-3 over %d ranks) of %zu bytes:",
+                         opt.base->d->world, m->tt.param_bytes);
+        for (int r = 0; r < d->world && k < (int)sizeof line; r++)
+            k += snprintf(line + k, sizeof line - (size_t)k, " rank %d %.0f bytes%s", r, bytes[r],
+                          r + 1 < d->world ? "," : "");
+        if (st == ST_OK)
+            log_info("%s; working buffers %.0f bytes", line, (double)fsdp_bytes(opt.base) - bytes[d->rank]);
         free(bytes);
     }
     if (st == ST_OK && cfg->resume) st = resume_from(m, &opt, d, src, cfg, &ts, e);

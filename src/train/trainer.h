@@ -98,6 +98,8 @@ typedef struct StepSource {
     Status (*save_state)(void *ctx, const char *ckpt_dir, Err *e);
     Status (*load_state)(void *ctx, const char *ckpt_dir, Err *e);
     int sharded_ok;            // its steps run on a model with sharded parameters (ZeRO-3, fsdp.h)
+    int sharded_base_ok;       // and on an adapter's sharded frozen base (no unsharded share of the base,
+                               // as a reference model or self-teacher would be)
 } StepSource;
 
 // The mesh of d (--tp_size, --fsdp_size) against m: dimensions a tensor-parallel split needs

@@ -144,11 +144,5 @@ expect_err ep_needs_its_ranks "expert parallelism runs on a multiple of that man
   --output_dir "$tmp/r1"
 out=$($MPI $BIN sft ${C/mixtral/qwen3_moe} --ep_size 2 --moe_capacity_factor 1 --output_dir "$tmp/r3" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "routes capacity-free" <<<"$out"; check ep_capacity_refused $? "rc=$rc $(tail -2 <<<"$out")"
-expect_err ep_grpo_refused "expert parallelism trains with still sft, dpo and kto only so far, not still grpo" $BIN grpo \
-  --ep_size 2 --model tests/data/grpo/model --dataset tests/data/grpo/prompts.jsonl --reward_funcs length:3 \
-  --output_dir "$tmp/r5"
-expect_err ep_distill_refused "expert parallelism trains with still sft, dpo and kto only so far, not still distill" $BIN distill \
-  --ep_size 2 --model tests/data/models/mixtral --teacher tests/data/models/mixtral \
-  --dataset tests/data/grpo/prompts.jsonl --output_dir "$tmp/r6"
 out=$($MPI $BIN sft ${C/mixtral/qwen3_tied} --ep_size 2 --output_dir "$tmp/r4" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "has no experts to split" <<<"$out"; check ep_dense_refused $? "rc=$rc $(tail -2 <<<"$out")"

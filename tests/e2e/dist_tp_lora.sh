@@ -216,5 +216,5 @@ refused lora_tp_refuses_experts "LoRA on the experts or the router of a mixture 
   --model tests/data/models/qwen3_moe --lora_target_modules all-linear
 refused lora_tp_refuses_modules_to_save "LoRA with modules to save (--lora_modules_to_save lm_head)" \
   --model $M --lora_modules_to_save lm_head
-refused lora_tp_refuses_zero3 "--zero_stage 3 / --fsdp_size with an adapter (--use_peft) is not" \
+refused lora_tp_refuses_zero3 "--tp_size with --fsdp_size / --zero_stage 3 and an adapter (--use_peft) is not" \
   --model $M --zero_stage 3

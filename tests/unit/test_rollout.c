@@ -68,7 +68,7 @@ static void test_score_layout(void) {
     int32_t eos[] = {2, 3};
     ScoreBatch sb;
     Err e = {0};
-    EXPECT(score_batch_build(&sb, ps, pl, cs, cl, 2, 5, 4, eos, 2, &e) == ST_OK);
+    EXPECT(score_batch_build(&sb, ps, pl, cs, cl, 2, 5, 0, 4, eos, 2, &e) == ST_OK);
     EXPECT(sb.P == 3 && sb.T == 8 && sb.C == 5);
     // row 0: prompt at 0..2, completion at 3..5; targets at P-1+k
     EXPECT(sb.ids[0] == 5 && sb.ids[3] == 11 && sb.ids[5] == 2 && sb.seg[6] == 0);
@@ -80,17 +80,24 @@ static void test_score_layout(void) {
     EXPECT(sb.comp_len[0] == 3 && sb.comp_len[1] == 4 && sb.n_targets == 7);
     EXPECT(sb.truncated[0] == 0 && sb.truncated[1] == 1);
     score_batch_free(&sb);
+    // P_min 6 (expert parallel: one shape on every rank): a prompt region of 6, the rows shifted right
+    EXPECT(score_batch_build(&sb, ps, pl, cs, cl, 2, 5, 6, 4, eos, 2, &e) == ST_OK);
+    EXPECT(sb.P == 6 && sb.T == 12);
+    EXPECT(sb.seg[2] == 0 && sb.ids[3] == 5 && sb.pos[3] == 0 && sb.ids[6] == 11 && sb.pos[6] == 3);
+    EXPECT(sb.targets[5] == 11 && sb.targets[8] == IGNORE_INDEX && sb.comp_len[0] == 3 && sb.n_targets == 7);
+    EXPECT(sb.ids[12 + 5] == 9 && sb.seg[12 + 4] == 0 && sb.targets[12 + 5] == 13);
+    score_batch_free(&sb);
     // any EOS id ends the mask (the second id here), tokens after it are not targets and not in
     // the row (padding: segment 0, id 0)
     const int32_t c2[] = {11, 3, 12};
     const int32_t *cs2[] = {c2};
     int cl2[] = {3};
-    EXPECT(score_batch_build(&sb, ps, pl, cs2, cl2, 1, 3, 1, eos, 2, &e) == ST_OK);
+    EXPECT(score_batch_build(&sb, ps, pl, cs2, cl2, 1, 3, 0, 1, eos, 2, &e) == ST_OK);
     EXPECT(sb.comp_len[0] == 2 && sb.truncated[0] == 0 && sb.targets[sb.P + 1] == IGNORE_INDEX);
     EXPECT(sb.seg[sb.P + 1] == 1 && sb.ids[sb.P + 1] == 3 && sb.seg[sb.P + 2] == 0 && sb.ids[sb.P + 2] == 0);
     score_batch_free(&sb);
     int too_long[] = {6};
-    EXPECT(score_batch_build(&sb, ps, pl, cs2, too_long, 1, 5, 1, eos, 2, &e) == ST_EINVAL);
+    EXPECT(score_batch_build(&sb, ps, pl, cs2, too_long, 1, 5, 0, 1, eos, 2, &e) == ST_EINVAL);
     EXPECT_STR_CONTAINS(e.msg, "longer than max_completion_length");
 }
 

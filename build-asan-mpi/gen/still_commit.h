@@ -1,1 +1,0 @@
-#define STILL_GIT_COMMIT "843043e5e99c"
