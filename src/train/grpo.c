@@ -544,7 +544,8 @@ static Status grpo_step(void *ctx, Model *m, int step, StepReport *r, Err *e) {
 StepSource grpo_source(Grpo *g) {
     StepSource s = {.ctx = g, .what = "prompts", .n_items = g->ps.n, .steps_per_epoch = g->rounds_per_epoch * g->mu,
                     .micro_batches = g->rounds_per_epoch * g->GA, .batch_size = g->B, .grad_accum = g->GA,
-                    .step = grpo_step, .evaluate = NULL, .dist = g->dist, .sharded_ok = 1};
+                    .step = grpo_step, .evaluate = NULL, .dist = g->dist, .sharded_ok = 1,
+                    .sharded_base_ok = 1};
     return s;
 }
 

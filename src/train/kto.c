@@ -290,7 +290,8 @@ Status kto_run(KtoConfig *c, TrainResult *res, Err *e) {
         int GA = MAX(1, c->train.grad_accum);
         StepSource src = {.ctx = k, .what = "rows", .n_items = k->us.n,
                           .steps_per_epoch = trainer_steps_per_epoch(k->n_batches, GA), .micro_batches = k->n_batches,
-                          .batch_size = k->B, .grad_accum = GA, .step = kto_step, .dist = k->dist, .sharded_ok = 1};
+                          .batch_size = k->B, .grad_accum = GA, .step = kto_step, .dist = k->dist, .sharded_ok = 1,
+                          .sharded_base_ok = 1};
         st = trainer_loop(p.m, &src, &c->train, res, e);
     }
     kto_free(k);

@@ -547,7 +547,7 @@ Status trainer_loop(Model *m, StepSource *src, const TrainConfig *cfg, TrainResu
                                            "--zero_stage 0 or 1");
     if (cfg->zero_stage == 3 && m->lora && !src->sharded_base_ok)
         return err_set(e, ST_EUNSUPPORTED, "--zero_stage 3 / --fsdp_size with an adapter (--use_peft) is supported in "
-                                           "sft and dpo only so far; use --zero_stage 0 or 1");
+                                           "sft, dpo, kto, grpo and rloo only so far; use --zero_stage 0 or 1");
     if (cfg->zero_stage == 3) TRY(fsdp_check_model(m, e));
     int save_every = cfg->save_per_epoch ? spe : cfg->save_steps;  // <= 0: no intermediate checkpoints
     if (tp && cfg->zero_stage == 1)

@@ -5,8 +5,9 @@
 # all-reduced as ZeRO-0 does. Five SFT steps of an all-linear r 4 adapter at FSDP=2 write the same
 # bytes as ZeRO-0 on 2 ranks (the gathered base is the base, bit for bit) and match one process at
 # the same global batch (losses per step, adapter per tensor); each rank holds half the base (the
-# log's bytes); the adapter is PEFT's layout and one process loads it; what is not supported
-# (TP x FSDP with an adapter, a q8_0 base, trainers whose reference is the base shared) is refused by name.
+# log's bytes); the adapter is PEFT's layout and one process loads it; DPO matches one process, KTO
+# and GRPO write ZeRO-0's bytes; what is not supported (TP x FSDP with an adapter, a q8_0 base,
+# distill and reward with an adapter) is refused by name.
 set -u
 source tests/e2e/lib.sh
 source tests/mpi_env.sh
@@ -92,6 +93,29 @@ if [ $rc -eq 0 ] && [ $drc -eq 0 ] && [ $crc -eq 0 ] && grep -q "frozen base sha
   ok "lora_dpo_fsdp2_matches_one_rank ($d)"
 else fail lora_dpo_fsdp2_matches_one_rank "rc=$rc $d; curves: $(tail -1 <<<"$cur"); $(tail -2 "$tmp/err0"); $(tail -2 <<<"$out")"; fi
 
+# KTO and GRPO with an adapter at FSDP=2: the reference (the base, adapter off) and GRPO's rollouts
+# through the same gathers; the same bytes as ZeRO-0 on 2 ranks (the same batches, the same
+# reductions), and the adapter trained (lora_B, zero at the start, is not zero after 2 steps)
+lora_B_trained() { python3 -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+t = [v for k, v in h.items() if k.endswith("lora_B.weight")]
+sys.exit(0 if t and any(any(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for v in t) else 1)' "$1"; }
+$BIN init --model_config $M/config.json --output_dir "$tmp/stu" --tokenizer tests/data/sft/tok >/dev/null 2>&1
+for i in 0 1 2 3 4 5 6 7; do echo "{\"prompt\": \"Q$i: what is $i + 1?\", \"answer\": $((i + 1))}"; done >"$tmp/rl.jsonl"
+for run in "kto --model $M --dataset tests/data/kto/rows.jsonl" \
+    "grpo --model $tmp/stu --dataset $tmp/rl.jsonl --max_completion_length 6 --num_generations 4 --pad_to_multiple_of 16 --log_completions --reward length:4 --reward regex:[0-9] --beta 0.1"; do
+  set -- $run; name=lora_$1_fsdp2_matches_zero0
+  R="$run --threads 1 --max_steps 2 --logging_steps 1 --save_strategy no --learning_rate 1e-3 $L --per_device_train_batch_size 2"
+  [ "$1" = grpo ] && R="${R/--per_device_train_batch_size 2/--per_device_train_batch_size 4}"
+  $MPI $BIN $R --output_dir "$tmp/$1.0" >/dev/null 2>"$tmp/$1.err0"; rc0=$?
+  out=$($MPI $BIN $R --fsdp_size 2 --output_dir "$tmp/$1.2" 2>&1 >/dev/null); rc=$?
+  if [ $rc0 -eq 0 ] && [ $rc -eq 0 ] && grep -q "frozen base sharded" <<<"$out" && lora_B_trained "$tmp/$1.2/adapter_model.safetensors" \
+     && cmp -s "$tmp/$1.0/adapter_model.safetensors" "$tmp/$1.2/adapter_model.safetensors" \
+     && { [ "$1" != grpo ] || cmp -s "$tmp/$1.0/completions.jsonl" "$tmp/$1.2/completions.jsonl"; }; then ok "$name"
+  else fail "$name" "rc=$rc0/$rc; $(tail -2 "$tmp/$1.err0"); $(tail -2 <<<"$out")"; fi
+done
+
 # still info predicts a rank's share: the base's block is half the whole base (MiB to 0.1)
 info=$($BIN info --model $M --lora_r 4 --fsdp_size 2 2>&1)
 if python3 -c 'import re, sys
@@ -101,14 +125,14 @@ part = float(re.search(r"lora r=4 +fsdp 2, per rank: base ([0-9.]+) MiB \(1/fsdp
 sys.exit(0 if abs(2 * part - whole) <= 0.1 and part < whole else 1)' "$info" 2>/dev/null; then ok lora_fsdp2_info_counts_the_shard
 else fail lora_fsdp2_info_counts_the_shard "$(grep 'lora r=' <<<"$info")"; fi
 
-# refused by name (exit 3): a q8_0 base, trainers whose reference model is the base shared
+# refused by name (exit 3): a q8_0 base, distill with an adapter under FSDP,
 # unsharded, an adapter on a TP x FSDP mesh
 expect_rc lora_zero3_q8_0_refused 3 "needs a float32 or bfloat16 base (got q8_0" \
   $BIN sft ${C/--model $M/--model tests/data/q8/qwen3} --dtype q8_0 --per_device_train_batch_size 4 --zero_stage 3 \
   --output_dir "$tmp/bad"
-expect_rc lora_zero3_kto_refused 3 "with an adapter (--use_peft) is supported in sft and dpo only so far" \
-  $BIN kto --model $M --dataset tests/data/kto/rows.jsonl --threads 1 --max_steps 1 --save_strategy no $L \
-  --per_device_train_batch_size 4 --zero_stage 3 --output_dir "$tmp/bad"
+expect_rc lora_zero3_distill_refused 3 "with an adapter (--use_peft) is supported in sft, dpo, kto, grpo and rloo only so far" \
+  $BIN distill --model "$tmp/stu" --teacher "$tmp/stu" --dataset "$tmp/rl.jsonl" --threads 1 --max_steps 1 --save_strategy no $L \
+  --max_completion_length 4 --pad_to_multiple_of 16 --per_device_train_batch_size 4 --zero_stage 3 --output_dir "$tmp/bad"
 expect_rc lora_tp2_fsdp2_refused 3 "--tp_size with --fsdp_size / --zero_stage 3 and an adapter (--use_peft) is not supported" \
   timeout -s KILL 120 mpirun $MPI_FLAGS -np 4 $BIN sft $C --per_device_train_batch_size 2 --tp_size 2 --fsdp_size 2 \
   --output_dir "$tmp/bad"
