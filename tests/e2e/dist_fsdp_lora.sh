@@ -126,7 +126,7 @@ sys.exit(0 if abs(2 * part - whole) <= 0.1 and part < whole else 1)' "$info" 2>/
 else fail lora_fsdp2_info_counts_the_shard "$(grep 'lora r=' <<<"$info")"; fi
 
 # refused by name (exit 3): a q8_0 base, distill with an adapter under FSDP,
-# unsharded, an adapter on a TP x FSDP mesh
+# an adapter on a TP x FSDP mesh
 expect_rc lora_zero3_q8_0_refused 3 "needs a float32 or bfloat16 base (got q8_0" \
   $BIN sft ${C/--model $M/--model tests/data/q8/qwen3} --dtype q8_0 --per_device_train_batch_size 4 --zero_stage 3 \
   --output_dir "$tmp/bad"
