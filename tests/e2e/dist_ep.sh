@@ -21,17 +21,7 @@ TOL=1e-6  # equivalent batchings differ by fp32 rounding (observed up to 5e-8 no
 # is near 0 (with 1e-8, one element of a rarely routed qwen3_moe expert moved by a tenth of its
 # update between two sgemm kernels); with 1e-4 it stays a smooth function of the gradient there
 
-same_curves() {  # per-step loss and grad_norm of two metrics.jsonl files agree to a relative 1e-5
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm", "num_tokens"):
-        assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
-PY
-}
+same_curves() { curves_agree "$1" "$2" loss grad_norm num_tokens; }  # per-step loss and grad_norm of two metrics.jsonl files agree to a relative 1e-5
 
 for m in mixtral qwen3_moe gpt_oss; do
   # gpt_oss 3 steps: its step-1 gradients under the other grouping of the expert GEMMs differ from

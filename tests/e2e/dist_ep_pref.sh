@@ -17,17 +17,7 @@ TOL=1e-5  # equivalent batchings differ by fp32 rounding (observed up to 5e-8 no
 COMMON="--pad_to_multiple_of 8 --learning_rate 1e-3 --max_steps 4 --logging_steps 1 --threads 1 --max_grad_norm 1.0 \
   --adam_epsilon 1e-4 --save_strategy no --dataloader_drop_last true"
 
-same_curves() {  # per-step loss and grad_norm of two metrics.jsonl files agree to a relative 1e-5
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm", "num_tokens"):
-        assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
-PY
-}
+same_curves() { curves_agree "$1" "$2" loss grad_norm num_tokens; }  # per-step loss and grad_norm of two metrics.jsonl files agree to a relative 1e-5
 
 # name, reference output dir, command... : the run ends with the reference's weights and curves
 ep_run() {

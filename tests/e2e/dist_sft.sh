@@ -21,17 +21,7 @@ C="--model $M --dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_
 TOL=1e-4
 
 # per-step loss and grad_norm of two metrics.jsonl files agree to a relative 1e-5
-same_curves() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm", "num_tokens", "mean_token_accuracy"):
-        assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
-PY
-}
+same_curves() { curves_agree "$1" "$2" loss grad_norm num_tokens mean_token_accuracy; }
 
 $BIN sft $C --per_device_train_batch_size 4 --output_dir "$tmp/one" >/dev/null 2>"$tmp/err1" \
   || fail one_rank "$(tail -3 "$tmp/err1")"

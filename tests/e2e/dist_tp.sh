@@ -28,17 +28,7 @@ expect_rc generate_tp_needs_its_ranks 2 "--tp_size 2: still generate runs on exa
   $BIN generate --model $M --ids "5 9 17" --max_new_tokens 2 --tp_size 2
 if ! mpi_available "$BIN"; then skip dist_tp "this build has no MPI (install libopenmpi-dev openmpi-bin)"; exit 0; fi
 
-same_curves() {  # per-step loss and grad_norm agree to a relative 1e-5
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm", "num_tokens", "mean_token_accuracy"):
-        assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
-PY
-}
+same_curves() { curves_agree "$1" "$2" loss grad_norm num_tokens mean_token_accuracy; }  # per-step loss and grad_norm agree to a relative 1e-5
 same_as_one() {  # name, model, ranks, rows per rank, flags... ($base: the reference's ranks and flags, else one process)
   local name=$1 model=$2 np=$3 b=$4; shift 4
   if [ -n "${base:-}" ]; then

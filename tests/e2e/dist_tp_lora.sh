@@ -27,17 +27,7 @@ C="--dataset $IDS --pad_to_multiple_of 16 --learning_rate 1e-3 --max_steps 5 --l
 # dropout mask drawn by the rank's own offsets, moves tensors by more than 1e-2.
 TOL=1e-5
 
-same_curves() {  # per-step loss and grad_norm agree to a relative 1e-5
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm"):
-        assert abs(x[k] - y[k]) <= 1e-5 * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
-PY
-}
+same_curves() { curves_agree "$1" "$2" loss grad_norm; }  # per-step loss and grad_norm agree to a relative 1e-5
 same_as_one() {  # name, flags of both runs..., --, flags of the TP run only...
   local name=$1; shift
   local both=() tp=()

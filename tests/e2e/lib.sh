@@ -54,3 +54,17 @@ expect_keys() {  # name, file, keys...
   for k in "$@"; do grep -qF -- "\"$k\"" "$file" 2>/dev/null || missing="$missing $k"; done
   if [ -z "$missing" ]; then ok "$name"; else fail "$name" "no$missing in $file"; fi
 }
+# curves_agree METRICS1 METRICS2 KEY[:TOL]...: the two metrics.jsonl files have the same steps, and
+# each KEY of every step agrees to a relative TOL (default 1e-5; relative to max(1, |value|))
+curves_agree() {
+  python3 - "$@" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+keys = [(k.split(":")[0], float(k.split(":")[1]) if ":" in k else 1e-5) for k in sys.argv[3:]]
+for x, y in zip(a, b):
+    for k, tol in keys:
+        assert abs(x[k] - y[k]) <= tol * max(1.0, abs(x[k])), (x["step"], k, x[k], y[k])
+PY
+}
